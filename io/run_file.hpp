@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+// run_file: the tagflow run file, HDF5 schema v1 (see DESIGN.md / share/doc/hdf5-schema.md).
+// Creates the file, appends rows to its 1-D extendable datasets collectively over one fixed
+// I/O communicator, flushes. Does not decide what goes in a row (the app fills the records).
+#pragma once
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tagflow::io {
+
+/// finish_reason enum stored as uint8; names in the dataset attribute `enum_names`.
+enum class FinishReason : uint8_t { kStop = 0, kLength = 1, kAbort = 2 };
+/// /timeline kind enum stored as uint8; names in the dataset attribute `enum_names`.
+enum class SpanKind : uint8_t {
+    kRollout = 0, kTrain = 1, kWeightSync = 2, kResplit = 3, kIdle = 4, kIo = 5, kCheckpoint = 6
+};
+const char* to_string(FinishReason r);
+const char* to_string(SpanKind k);
+
+struct SampleRecord {
+    int64_t id = 0;
+    int64_t group = 0;
+    int64_t prompt_index = 0;
+    std::string task;              // fixed-length S32 in the file
+    float reward = 0.f;
+    FinishReason finish_reason = FinishReason::kStop;
+    int32_t rank = 0;
+    int32_t version_min = 0;
+    int32_t version_max = 0;
+    double t_done = 0.0;
+    // Ragged per-token columns; all four have the same length (prompt + response).
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;   // NaN where loss_mask == 0
+    std::vector<int32_t> versions; // -1 on prompt/environment tokens
+    std::vector<uint8_t> loss_mask;
+};
+
+struct ConsumedRecord {
+    int64_t id = 0;
+    int32_t step = 0;
+    float advantage = 0.f;
+    float weight = 1.f;
+};
+
+struct StepRecord {
+    int32_t step = 0;
+    double t_start = 0, t_end = 0;
+    int32_t policy_version = 0;
+    int64_t samples = 0, tokens = 0;
+    float reward_mean = 0, reward_std = 0, loss = 0, kl = 0, entropy = 0, clip_frac = 0;
+    float logprob_diff_mean = 0, staleness_mean = 0;
+    int32_t staleness_max = 0;
+    float samples_per_s = 0, idle_frac = 0;
+};
+
+struct EvalRecord {
+    int32_t step = 0;
+    std::string task;  // S32
+    float score = 0;
+    int32_t n = 0;
+};
+
+struct SyncRecord {
+    int32_t version = 0;
+    int64_t bytes = 0;
+    double t_start = 0, t_end = 0;
+    std::string mode;  // S16, e.g. "mpi_bcast"
+};
+
+struct SpanRecord {
+    int32_t rank = 0;
+    SpanKind kind = SpanKind::kRollout;
+    double t_start = 0, t_end = 0;
+    int32_t step = 0;
+};
+
+struct RankRecord {
+    int32_t rank = 0;
+    std::string host;        // S64
+    std::string tags;        // S32, e.g. "rollout,train"
+    std::string tag_source;  // S16: env, option, rank-tags, default, map ...
+    int32_t gpus = 0;
+    double clock_offset = 0;
+};
+
+/// One row per resume (/resumes).
+struct ResumeRecord {
+    int32_t from_step = 0;       // the checkpoint's step the run resumed from
+    double t = 0;                // seconds since t0_unix
+    int64_t rows_discarded = 0;  // rows cut off by RunFile::truncate()
+};
+
+/// Row counts of every table (equal on every rank). `tokens` is the length of the flat
+/// per-token arrays of /samples (== token_offsets[samples]).
+struct TableSizes {
+    int64_t samples = 0, tokens = 0, consumed = 0, steps = 0, eval = 0, syncs = 0, timeline = 0,
+            ranks = 0, resumes = 0;
+};
+
+/// This rank's H5Dwrite calls, by the I/O mode HDF5 reports it really used
+/// (H5Pget_mpio_actual_io_mode). independent_writes > 0 means collective I/O was broken.
+struct IoStats {
+    int64_t collective_writes = 0;
+    int64_t independent_writes = 0;
+};
+
+struct RunAttributes {
+    std::string config_json;
+    std::string tagflow_version;
+    int32_t world_size = 1;
+    double t0_unix = 0;
+    std::string slurm_job_id;  // empty: attribute not written
+};
+
+/// Fixed lengths (bytes) of the string columns; longer values are cut (never inside a UTF-8
+/// sequence).
+inline constexpr size_t kTaskLen = 32, kModeLen = 16, kHostLen = 64, kTagsLen = 32,
+                        kTagSourceLen = 16;
+inline constexpr int32_t kFormatVersion = 1;
+
+/// An open run file. Every method marked COLLECTIVE must be called by every rank of the
+/// I/O communicator given to create(), in the same order, each rank passing its own rows
+/// (possibly none). Rows from all ranks are appended in rank order.
+class RunFile {
+ public:
+    /// COLLECTIVE: creates (truncates) `path`, writes the root attributes and every group and
+    /// dataset of schema v1. The communicator is duplicated; it must be fixed for the run.
+    /// `path` and `attrs` are taken from rank 0 of `io_comm` (broadcast), so ranks cannot
+    /// disagree on metadata (e.g. t0_unix read from different clocks).
+    static RunFile create(MPI_Comm io_comm, const std::string& path, const RunAttributes& attrs);
+    /// COLLECTIVE: opens an existing file for appending (schema v1 checked; later: resume).
+    static RunFile open_append(MPI_Comm io_comm, const std::string& path);
+
+    RunFile(RunFile&&) noexcept;
+    RunFile& operator=(RunFile&&) noexcept;
+    ~RunFile();  // closes; never throws
+
+    void append_samples(const std::vector<SampleRecord>& rows);    // COLLECTIVE
+    void append_consumed(const std::vector<ConsumedRecord>& rows); // COLLECTIVE
+    void append_steps(const std::vector<StepRecord>& rows);        // COLLECTIVE
+    void append_eval(const std::vector<EvalRecord>& rows);         // COLLECTIVE
+    void append_syncs(const std::vector<SyncRecord>& rows);        // COLLECTIVE
+    void append_timeline(const std::vector<SpanRecord>& rows);     // COLLECTIVE
+    void append_ranks(const std::vector<RankRecord>& rows);        // COLLECTIVE
+    void append_resumes(const std::vector<ResumeRecord>& rows);    // COLLECTIVE
+    // Appends with no rows on any rank do nothing (and cost one allgather). Rows that are
+    // invalid on any rank (per-token vectors of different lengths) make every rank throw
+    // tagflow::Error before anything is written; the file stays usable. An HDF5/MPI failure
+    // throws H5Error/MpiError; the RunFile is then unusable (main() must MPI_Abort).
+
+    /// Current row counts (local, no communication; identical on every rank).
+    TableSizes sizes() const;
+    /// COLLECTIVE: cuts every table except /resumes back to `to` (e.g. the sizes recorded with
+    /// a checkpoint); to.tokens < 0 means "derive from token_offsets". Throws tagflow::Error
+    /// (on every rank, before changing anything) if `to` exceeds the current sizes or
+    /// to.tokens disagrees with token_offsets. Returns the number of rows discarded
+    /// (all tables, not counting tokens).
+    int64_t truncate(const TableSizes& to);
+    /// The root attributes as written (create) or read back (open_append).
+    const RunAttributes& attributes() const;
+    /// This rank's count of collective vs independent H5Dwrite calls.
+    const IoStats& io_stats() const;
+    /// COLLECTIVE: H5Fflush(GLOBAL) — after it returns, a crash leaves a readable file.
+    void flush();
+    /// COLLECTIVE: closes the file (idempotent). The destructor closes too, except while an
+    /// exception is propagating or after an I/O error: then the file is left as of the last
+    /// flush() instead of risking a collective close that other ranks never join.
+    void close();
+    bool is_open() const;
+
+    const std::string& path() const;
+
+    struct Impl;  // opaque; defined in io/run_file_impl.hpp
+
+ private:
+    explicit RunFile(std::unique_ptr<Impl> impl);
+    void close_or_leak() noexcept;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tagflow::io

@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: Apache-2.0
+// options: Boost.Program_options declarations, the three sources, validation, JSON.
+#include "config/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace po = boost::program_options;
+
+namespace tagflow::config {
+namespace {
+
+// TAGFLOW_* variables that are not options but are allowed in the environment.
+const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC"};
+
+template <typename T>
+po::typed_value<T>* val(T* field) {
+    return po::value<T>(field)->default_value(*field);
+}
+
+po::options_description describe(Options& o) {
+    po::options_description run("Run");
+    run.add_options()
+        ("help,h", "print this help and exit")
+        ("config", po::value<std::string>(&o.config_file), "config file (Boost.Program_options INI syntax: key = value)")
+        ("out", po::value<std::string>(&o.out), "run directory (required); the run file is OUT/tagflow.h5")
+        ("overwrite", val(&o.overwrite)->implicit_value(true), "replace an existing OUT/tagflow.h5")
+        ("steps", val(&o.steps), "training steps")
+        ("seed", val(&o.seed), "random seed (model init, prompts, sampling)")
+        ("mode", val(&o.mode), "scheduling mode: sync (disaggregated and multiplex are not in this build yet)")
+        ("task", val(&o.task), "built-in task: reverse")
+        ("digits", val(&o.digits), "digits per prompt of the reverse task")
+        ("threads", val(&o.threads), "torch threads per rank (0 = cores available to the rank / ranks sharing them)");
+    po::options_description tags("Tags (capability of each rank: rollout, train, critic)");
+    tags.add_options()
+        ("tags", val(&o.tags), "tags for every rank, e.g. rollout,train (the SPANK plugin sets TAGFLOW_TAGS)")
+        ("rank-tags", val(&o.rank_tags), "per-rank tags, e.g. \"0=rollout;1=rollout,train\"; unlisted ranks get rollout,train");
+    po::options_description model("Model");
+    model.add_options()
+        ("d-model", val(&o.d_model), "transformer width")
+        ("layers", val(&o.layers), "transformer layers")
+        ("heads", val(&o.heads), "attention heads (must divide d-model)")
+        ("d-ff", val(&o.d_ff), "MLP hidden width");
+    po::options_description rollout("Rollout");
+    rollout.add_options()
+        ("prompts-per-step", val(&o.prompts_per_step), "prompts per training step, over all rollout ranks")
+        ("group-size", val(&o.group_size), "responses per prompt (GRPO group size G)")
+        ("temperature", val(&o.temperature), "sampling temperature (> 0)")
+        ("top-p", val(&o.top_p), "nucleus sampling threshold in (0, 1]")
+        ("max-new-tokens", val(&o.max_new_tokens), "response token limit (0 = the task's own limit)");
+    po::options_description train("Train (GRPO)");
+    train.add_options()
+        ("lr", val(&o.lr), "AdamW learning rate")
+        ("clip-eps", val(&o.clip_eps), "PPO clip range epsilon")
+        ("kl-coef", val(&o.kl_coef), "KL penalty to the frozen initial policy (0 = off, no reference model)")
+        ("weight-decay", val(&o.weight_decay), "AdamW weight decay")
+        ("grad-clip", val(&o.grad_clip), "global gradient-norm clip (0 = off)")
+        ("micro-batch", val(&o.micro_batch), "sequences per forward/backward (0 = the whole local batch)")
+        ("bf16", val(&o.bf16)->implicit_value(true), "bf16 autocast for the trainer's matmuls")
+        ("shuffle-advantages", val(&o.shuffle_advantages)->implicit_value(true),
+         "control experiment: shuffle advantages across samples (must not learn)");
+    po::options_description eval("Evaluation");
+    eval.add_options()
+        ("eval-every", val(&o.eval_every), "held-out greedy evaluation every N steps (0 = only at the end)")
+        ("eval-prompts", val(&o.eval_prompts), "held-out prompts per evaluation");
+    po::options_description sys("Weight sync and system");
+    sys.add_options()
+        ("bucket-mb", val(&o.bucket_mb), "weight-sync / gradient all-reduce bucket size in MiB")
+        ("gemm-check", val(&o.gemm_check)->implicit_value(true), "measure fp32 GEMM GFLOP/s at start")
+        ("min-gflops", val(&o.min_gflops), "warn when the GEMM check is below this many GFLOP/s per rank");
+    po::options_description all("tagflow train options");
+    all.add(run).add(tags).add(model).add(rollout).add(train).add(eval).add(sys);
+    return all;
+}
+
+std::string json_escape(const std::string& s) {
+    std::string r;
+    for (char c : s) {
+        switch (c) {
+            case '"': r += "\\\""; break;
+            case '\\': r += "\\\\"; break;
+            case '\n': r += "\\n"; break;
+            case '\t': r += "\\t"; break;
+            default:
+                if (static_cast<unsigned char>(c) < 0x20) {
+                    char b[8];
+                    snprintf(b, sizeof b, "\\u%04x", c);
+                    r += b;
+                } else {
+                    r += c;
+                }
+        }
+    }
+    return r;
+}
+
+std::string json_literal(const boost::any& v) {
+    if (v.empty()) return "null";
+    if (auto p = boost::any_cast<std::string>(&v)) return "\"" + json_escape(*p) + "\"";
+    if (auto p = boost::any_cast<bool>(&v)) return *p ? "true" : "false";
+    if (auto p = boost::any_cast<int32_t>(&v)) return std::to_string(*p);
+    if (auto p = boost::any_cast<int64_t>(&v)) return std::to_string(*p);
+    if (auto p = boost::any_cast<double>(&v)) {
+        char b[64];
+        snprintf(b, sizeof b, "%.17g", *p);
+        return b;
+    }
+    return "null";
+}
+
+template <typename T>
+void check_range(const char* name, T v, T lo, T hi) {
+    if (!(v >= lo && v <= hi)) {
+        std::ostringstream m;
+        m << "--" << name << " " << v << ": must be between " << lo << " and " << hi;
+        throw ConfigError(m.str());
+    }
+}
+
+void validate(const Options& o) {
+    if (o.out.empty()) throw ConfigError("--out: missing (the run directory is required)");
+    check_range<int64_t>("steps", o.steps, 1, 1000000000);
+    check_range<int64_t>("seed", o.seed, 0, (int64_t{1} << 62));
+    if (o.mode != "sync" && o.mode != "disaggregated" && o.mode != "multiplex")
+        throw ConfigError("--mode " + o.mode + ": unknown mode (sync, disaggregated, multiplex)");
+    if (o.mode != "sync")
+        throw ConfigError("--mode " + o.mode + ": not available in this build yet (use sync)");
+    check_range<int32_t>("digits", o.digits, 1, 32);
+    check_range<int32_t>("threads", o.threads, 0, 1024);
+    check_range<int32_t>("d-model", o.d_model, 8, 8192);
+    check_range<int32_t>("layers", o.layers, 1, 128);
+    check_range<int32_t>("heads", o.heads, 1, 256);
+    if (o.d_model % o.heads != 0)
+        throw ConfigError("--heads " + std::to_string(o.heads) + ": must divide --d-model " +
+                          std::to_string(o.d_model));
+    check_range<int32_t>("d-ff", o.d_ff, 1, 65536);
+    check_range<int32_t>("prompts-per-step", o.prompts_per_step, 1, 1 << 20);
+    check_range<int32_t>("group-size", o.group_size, 2, 4096);
+    check_range<double>("temperature", o.temperature, 1e-3, 100.0);
+    if (!(o.top_p > 0.0 && o.top_p <= 1.0))
+        throw ConfigError("--top-p " + std::to_string(o.top_p) + ": must be in (0, 1]");
+    check_range<int32_t>("max-new-tokens", o.max_new_tokens, 0, 1 << 16);
+    check_range<double>("lr", o.lr, 0.0, 10.0);
+    check_range<double>("clip-eps", o.clip_eps, 0.0, 10.0);
+    check_range<double>("kl-coef", o.kl_coef, 0.0, 100.0);
+    check_range<double>("weight-decay", o.weight_decay, 0.0, 10.0);
+    check_range<double>("grad-clip", o.grad_clip, 0.0, 1e6);
+    check_range<int32_t>("micro-batch", o.micro_batch, 0, 1 << 20);
+    check_range<int32_t>("eval-every", o.eval_every, 0, 1000000000);
+    check_range<int32_t>("eval-prompts", o.eval_prompts, 1, 1 << 20);
+    check_range<double>("bucket-mb", o.bucket_mb, 1.0 / 1024, 4096.0);
+    check_range<double>("min-gflops", o.min_gflops, 0.0, 1e7);
+    for (double v : {o.temperature, o.top_p, o.lr, o.clip_eps, o.bucket_mb})
+        if (!std::isfinite(v)) throw ConfigError("a floating-point option is not finite");
+}
+
+// Rewrites a Boost error as one line naming the option and where the value came from.
+std::string describe_error(const po::error& e, const std::string& origin) {
+    std::string msg = e.what();
+    if (auto u = dynamic_cast<const po::unknown_option*>(&e))
+        return origin + "unknown option '" + u->get_option_name() + "' (see `tagflow train --help`)";
+    return origin + msg;
+}
+
+}  // namespace
+
+std::string env_name(const std::string& option) {
+    std::string r = "TAGFLOW_";
+    for (char c : option) r += (c == '-') ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return r;
+}
+
+std::map<std::string, std::string> tagflow_environment() {
+    std::map<std::string, std::string> env;
+    for (char** e = environ; e && *e; ++e) {
+        std::string kv(*e);
+        if (kv.rfind("TAGFLOW_", 0) != 0) continue;
+        auto eq = kv.find('=');
+        if (eq == std::string::npos) continue;
+        env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    return env;
+}
+
+ParseResult parse_train(int argc, const char* const* argv,
+                        const std::map<std::string, std::string>& env) {
+    ParseResult r;
+    Options& o = r.options;
+    po::options_description desc = describe(o);
+    po::variables_map vm;
+
+    // 1. command line (stored first: po::store never overwrites a stored value).
+    po::parsed_options cli(&desc);
+    try {
+        cli = po::command_line_parser(argc, argv).options(desc).run();
+    } catch (const po::error& e) {
+        throw ConfigError(describe_error(e, ""));
+    }
+    for (const auto& opt : cli.options)
+        if (opt.position_key >= 0)
+            throw ConfigError("unexpected argument '" + opt.value.at(0) + "' (options start with --)");
+    try {
+        po::store(cli, vm);
+    } catch (const po::error& e) {
+        throw ConfigError(describe_error(e, ""));
+    }
+    if (vm.count("help")) {
+        std::ostringstream h;
+        h << "usage: tagflow train --out DIR [options]\n"
+          << "Every option can also be set in a --config file (key = value) or as TAGFLOW_<NAME>\n"
+          << "(e.g. TAGFLOW_STEPS=100); the command line wins over the environment, which wins\n"
+          << "over the config file.\n\n"
+          << desc;
+        r.help = true;
+        r.help_text = h.str();
+        return r;
+    }
+    bool tags_on_cli = vm.count("tags") && !vm["tags"].defaulted();
+
+    // 2. environment: TAGFLOW_<OPTION>.
+    po::parsed_options envp(&desc);
+    for (const auto& [k, v] : env) {
+        bool ignored = false;
+        for (const char* n : kNonOptionEnv) ignored = ignored || k == n;
+        if (ignored) continue;
+        std::string name;
+        for (const auto& d : desc.options())
+            if (env_name(d->long_name()) == k) name = d->long_name();
+        if (name.empty() || name == "help")
+            throw ConfigError("environment variable " + k + ": not a tagflow option");
+        po::option opt(name, {v});
+        opt.original_tokens = {k + "=" + v};
+        envp.options.push_back(opt);
+    }
+    try {
+        po::store(envp, vm);
+    } catch (const po::error& e) {
+        throw ConfigError(describe_error(e, "environment: "));
+    }
+    bool tags_in_env = env.count("TAGFLOW_TAGS") > 0;
+
+    // 3. config file.
+    std::string cfg = vm.count("config") ? vm["config"].as<std::string>() : std::string();
+    if (!cfg.empty()) {
+        std::ifstream in(cfg);
+        if (!in) throw ConfigError("--config " + cfg + ": cannot open file");
+        try {
+            po::store(po::parse_config_file(in, desc, /*allow_unregistered=*/false), vm);
+        } catch (const po::error& e) {
+            throw ConfigError(describe_error(e, "--config " + cfg + ": "));
+        }
+    }
+    try {
+        po::notify(vm);
+    } catch (const po::error& e) {
+        throw ConfigError(describe_error(e, ""));
+    }
+    if (tags_on_cli)
+        o.tags_origin = "option";
+    else if (tags_in_env)
+        o.tags_origin = "env";
+    else if (!o.tags.empty())
+        o.tags_origin = "option";  // from the config file
+    auto ts = env.find("TAGFLOW_TAG_SOURCE");
+    if (ts != env.end()) o.tag_source = ts->second;
+    validate(o);
+
+    for (const auto& d : desc.options()) {
+        const std::string& n = d->long_name();
+        if (n == "help") continue;
+        r.resolved.emplace_back(n, vm.count(n) ? json_literal(vm[n].value()) : "null");
+    }
+    return r;
+}
+
+std::string to_json(const ParseResult& r) {
+    std::string s = "{";
+    bool first = true;
+    for (const auto& [k, v] : r.resolved) {
+        if (!first) s += ", ";
+        first = false;
+        s += "\"" + json_escape(k) + "\": " + v;
+    }
+    s += "}";
+    return s;
+}
+
+std::string to_table(const ParseResult& r) {
+    std::string s;
+    for (const auto& [k, v] : r.resolved) {
+        char line[512];
+        snprintf(line, sizeof line, "  %-20s %s\n", k.c_str(), v.c_str());
+        s += line;
+    }
+    return s;
+}
+
+}  // namespace tagflow::config

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: Apache-2.0
+// options: every option of `tagflow train`, its default, and where values come from.
+// Precedence (lowest to highest): defaults < config file (--config) < TAGFLOW_* environment
+// < command line. Parsing is pure (no MPI): every rank parses the same argv and environment
+// and finds the same errors. Does not create anything on disk.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+
+namespace tagflow::config {
+
+struct Options {
+    // ---- run ----
+    std::string out;          // run directory; the run file is out/tagflow.h5
+    std::string config_file;  // --config
+    int64_t steps = 400;
+    int64_t seed = 1;
+    std::string mode = "sync";
+    std::string task = "reverse";
+    int32_t digits = 5;
+    int32_t threads = 0;      // torch intra-op threads per rank; 0 = auto
+    bool overwrite = false;
+    // ---- tags ----
+    std::string tags;         // --tags / TAGFLOW_TAGS: one list for this rank
+    std::string rank_tags;    // --rank-tags "0=rollout;1=rollout,train"
+    std::string tags_origin;  // "option" (command line/config) or "env" (TAGFLOW_TAGS); set by parse
+    std::string tag_source;   // TAGFLOW_TAG_SOURCE as exported by the SPANK plugin (may be empty)
+    // ---- model ----
+    int32_t d_model = 64;
+    int32_t layers = 2;
+    int32_t heads = 4;
+    int32_t d_ff = 256;
+    // ---- rollout ----
+    int32_t prompts_per_step = 16;
+    int32_t group_size = 8;
+    double temperature = 1.0;
+    double top_p = 1.0;
+    int32_t max_new_tokens = 0;  // 0 = the task's own limit
+    // ---- train ----
+    double lr = 3e-3;
+    double clip_eps = 0.2;
+    double kl_coef = 0.0;
+    double weight_decay = 0.0;
+    double grad_clip = 1.0;
+    int32_t micro_batch = 0;     // 0 = whole local batch at once
+    bool bf16 = false;
+    bool shuffle_advantages = false;
+    // ---- eval ----
+    int32_t eval_every = 10;
+    int32_t eval_prompts = 128;
+    // ---- weight sync ----
+    double bucket_mb = 4.0;
+    // ---- system ----
+    bool gemm_check = true;
+    double min_gflops = 100.0;
+};
+
+/// What parse() found: the options, or a request for help.
+struct ParseResult {
+    Options options;
+    bool help = false;
+    std::string help_text;  // set when help is true
+    /// (name, JSON literal) of every option after resolution, in declaration order.
+    std::vector<std::pair<std::string, std::string>> resolved;
+};
+
+/// Parses `tagflow train` arguments (argv[0] is the subcommand name), the TAGFLOW_* variables in
+/// `env` and the --config file. Throws ConfigError with one line naming the option and problem.
+ParseResult parse_train(int argc, const char* const* argv, const std::map<std::string, std::string>& env);
+
+/// The TAGFLOW_* variables of the current process environment.
+std::map<std::string, std::string> tagflow_environment();
+
+/// {"name": value, ...} of the resolved options, one line.
+std::string to_json(const ParseResult& r);
+/// Human-readable two-column table of the resolved options (printed by rank 0 at start).
+std::string to_table(const ParseResult& r);
+
+/// Environment variable name of an option: "prompts-per-step" -> "TAGFLOW_PROMPTS_PER_STEP".
+std::string env_name(const std::string& option);
+
+}  // namespace tagflow::config

@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// tagflow: RL post-training for language-model policies on MPI + SLURM.
+// Thin entry point: subcommand dispatch and the error policy. Bad usage (found identically on
+// every rank before anything is written) returns 2 everywhere; any other error after the
+// first collective aborts the whole job so no rank is left waiting.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "common/mpi_env.hpp"
+#include "sched/gemm_check.hpp"
+#include "sched/train_command.hpp"
+#include "tagflow/config.hpp"
+
+namespace {
+
+const char kUsage[] =
+    "usage: tagflow <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  train     run GRPO post-training (see `tagflow train --help`)\n"
+    "  version   print the version and build features\n"
+    "\n"
+    "options:\n"
+    "  -h, --help  print this help and exit\n";
+
+int dispatch(int argc, char** argv) {
+    if (argc < 2) {
+        tagflow::log_error("missing command (try `tagflow --help`)");
+        return 2;
+    }
+    std::string cmd = argv[1];
+    if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+        tagflow::print0("%s", kUsage);
+        return 0;
+    }
+    if (cmd == "version" || cmd == "--version") {
+        tagflow::print0("tagflow %s (cuda %d, nccl %d)\n", TAGFLOW_VERSION, TAGFLOW_HAVE_CUDA, TAGFLOW_HAVE_NCCL);
+        return 0;
+    }
+    if (cmd == "train") return tagflow::sched::train_command(argc - 1, argv + 1);
+    tagflow::log_error("unknown command '%s' (try `tagflow --help`)", cmd.c_str());
+    return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    tagflow::sched::maybe_reexec_for_openblas(argv);
+    int rank = 0, size = 1;
+    try {
+        tagflow::MpiEnvironment env(argc, argv);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        tagflow::set_log_rank(rank, size);
+        try {
+            return dispatch(argc, argv);
+        } catch (const tagflow::ConfigError& e) {
+            // Same error on every rank: one line from rank 0, exit 2 everywhere.
+            if (rank == 0 && e.what()[0] != '\0') tagflow::log_error("%s", e.what());
+            return 2;
+        }
+    } catch (const std::exception& e) {
+        fprintf(stderr, "[tagflow %d/%d] fatal: %s\n", rank, size, e.what());
+        fflush(stderr);
+        int initialized = 0, finalized = 0;
+        MPI_Initialized(&initialized);
+        MPI_Finalized(&finalized);
+        if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
+}

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "profile/timeline.hpp"
+
+#include <time.h>
+
+#include <utility>
+
+namespace tagflow::profile {
+
+double unix_now() {
+    timespec ts{};
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+void Timeline::add(io::SpanKind kind, double t_start, double t_end, int32_t step) {
+    io::SpanRecord s;
+    s.rank = rank_;
+    s.kind = kind;
+    s.t_start = t_start;
+    s.t_end = t_end;
+    s.step = step;
+    spans_.push_back(s);
+}
+
+double Timeline::total(io::SpanKind kind) const {
+    double t = 0;
+    for (const auto& s : spans_)
+        if (s.kind == kind) t += s.t_end - s.t_start;
+    return t;
+}
+
+std::vector<io::SpanRecord> Timeline::take() { return std::exchange(spans_, {}); }
+
+}  // namespace tagflow::profile

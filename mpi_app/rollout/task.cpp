@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: Apache-2.0
+// task: the built-in `reverse` task (reverse a digit string, dense per-position reward)
+// and the factory. Prompt streams come from a counter-based hash of (seed, index), so any
+// rank can produce any prompt without shared state. Does not know about models.
+#include "rollout/task.hpp"
+
+#include <algorithm>
+#include <array>
+#include <random>
+
+#include "common/error.hpp"
+
+namespace tagflow::rollout {
+namespace {
+
+// splitmix64: a good 64-bit mixer; counter-based, so prompt i never depends on prompt i-1.
+uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+// Tokens: 0..9 digits, then BOS, SEP, EOS. Prompt = BOS d1..dn SEP; answer = dn..d1 EOS.
+constexpr int32_t kBos = 10;
+constexpr int32_t kSep = 11;
+constexpr int32_t kEos = 12;
+constexpr int32_t kVocab = 13;
+// One prompt in kEvalModulo (by a seeded hash of its digits) is held out.
+constexpr uint64_t kEvalModulo = 8;
+
+class ReverseTask final : public Task {
+public:
+    ReverseTask(uint64_t seed, const TaskParams& p)
+        : seed_(seed), max_digits_(p.digits),
+          min_digits_(p.min_digits == 0 ? p.digits : p.min_digits) {
+        if (max_digits_ < 1 || max_digits_ > 64)
+            throw ConfigError("task reverse: digits must be in [1, 64], got " +
+                              std::to_string(max_digits_));
+        if (min_digits_ < 1 || min_digits_ > max_digits_)
+            throw ConfigError("task reverse: min_digits must be 0 or in [1, digits], got " +
+                              std::to_string(p.min_digits));
+        // With very short strings the held-out set could be empty; require a few of each.
+        if (max_digits_ < 2)
+            throw ConfigError("task reverse: digits must be at least 2 (held-out set)");
+    }
+
+    std::string name() const override { return "reverse"; }
+    int32_t vocab_size() const override { return kVocab; }
+    int32_t eos_token() const override { return kEos; }
+    int32_t max_prompt_tokens() const override { return max_digits_ + 2; }
+    int32_t max_response_tokens() const override { return max_digits_ + 1; }
+
+    std::vector<int32_t> train_prompt(int64_t index) const override {
+        return draw(index, /*want_eval=*/false);
+    }
+    std::vector<int32_t> eval_prompt(int64_t index) const override {
+        return draw(index, /*want_eval=*/true);
+    }
+
+    float reward(const std::vector<int32_t>& prompt,
+                 const std::vector<int32_t>& response) const override {
+        const std::vector<int32_t> target = answer(prompt);
+        size_t len = std::find(response.begin(), response.end(), kEos) - response.begin();
+        const size_t denom = std::max(target.size(), len);
+        if (denom == 0) return 1.0f;
+        size_t correct = 0;
+        for (size_t i = 0; i < std::min(target.size(), len); ++i)
+            correct += response[i] == target[i];
+        return static_cast<float>(correct) / static_cast<float>(denom);
+    }
+
+    std::string render(const std::vector<int32_t>& tokens) const override {
+        std::string s;
+        for (int32_t t : tokens) {
+            if (t >= 0 && t <= 9) s += static_cast<char>('0' + t);
+            else if (t == kBos) s += '^';
+            else if (t == kSep) s += '=';
+            else if (t == kEos) s += '$';
+            else s += '?';
+        }
+        return s;
+    }
+
+    // Exact: for a response of L digits the score of prompt p is matches / max(n_p, L),
+    // and positions are independent given L, so the best digit per position is the one
+    // with the largest weighted count. Non-digit tokens never match, so they never help.
+    float best_constant_score(int64_t n_eval) const override {
+        if (n_eval <= 0) return 0.0f;
+        std::vector<std::vector<int32_t>> targets;
+        for (int64_t i = 0; i < n_eval; ++i) targets.push_back(answer(eval_prompt(i)));
+        double best = 0.0;
+        for (int32_t L = 0; L <= max_digits_; ++L) {
+            double total = 0.0;
+            for (int32_t pos = 0; pos < L; ++pos) {
+                std::array<double, 10> w{};
+                for (const auto& t : targets)
+                    if (pos < static_cast<int32_t>(t.size()))
+                        w[t[pos]] += 1.0 / std::max<size_t>(t.size(), L);
+                total += *std::max_element(w.begin(), w.end());
+            }
+            if (L == 0)  // the empty response scores 0 on every non-empty target
+                total = 0.0;
+            best = std::max(best, total / static_cast<double>(n_eval));
+        }
+        return static_cast<float>(best);
+    }
+
+private:
+    static std::vector<int32_t> answer(const std::vector<int32_t>& prompt) {
+        std::vector<int32_t> digits;
+        for (int32_t t : prompt)
+            if (t >= 0 && t <= 9) digits.push_back(t);
+        std::reverse(digits.begin(), digits.end());
+        return digits;
+    }
+
+    bool is_eval(const std::vector<int32_t>& digits) const {
+        uint64_t h = mix64(seed_ ^ 0x5eedULL);
+        for (int32_t d : digits) h = mix64(h ^ static_cast<uint64_t>(d + 1));
+        h = mix64(h ^ digits.size());
+        return h % kEvalModulo == 0;
+    }
+
+    // Rejection-sample from a per-(seed, stream, index) counter until the string falls on
+    // the wanted side of the held-out split. Deterministic; ~8 tries for eval prompts.
+    // (`% 10` of a 64-bit hash has a bias of ~1e-19: negligible.)
+    std::vector<int32_t> draw(int64_t index, bool want_eval) const {
+        const uint64_t stream = want_eval ? 0xe7a1ULL : 0x7a1eULL;
+        uint64_t state = mix64(mix64(seed_ ^ (stream << 48)) ^ static_cast<uint64_t>(index));
+        const uint64_t span = static_cast<uint64_t>(max_digits_ - min_digits_ + 1);
+        for (;;) {
+            state = mix64(state);
+            const int32_t n = min_digits_ + static_cast<int32_t>(state % span);
+            std::vector<int32_t> prompt;
+            prompt.reserve(n + 2);
+            prompt.push_back(kBos);
+            for (int32_t i = 0; i < n; ++i)
+                prompt.push_back(static_cast<int32_t>(mix64(state ^ (0xd1ULL << 32) ^ i) % 10));
+            prompt.push_back(kSep);
+            if (is_eval(answer(prompt)) == want_eval) return prompt;
+        }
+    }
+
+    uint64_t seed_;
+    int32_t max_digits_;
+    int32_t min_digits_;
+};
+
+}  // namespace
+
+std::vector<std::string> task_names() { return {"reverse"}; }
+
+std::unique_ptr<Task> make_task(const std::string& name, uint64_t seed, const TaskParams& params) {
+    if (name == "reverse") return std::make_unique<ReverseTask>(seed, params);
+    std::string known;
+    for (const auto& n : task_names()) known += (known.empty() ? "" : ", ") + n;
+    throw ConfigError("unknown task '" + name + "' (known: " + known + ")");
+}
+
+float random_policy_score(const Task& task, int64_t n_eval, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> tok(0, task.vocab_size() - 1);
+    double total = 0.0;
+    for (int64_t i = 0; i < n_eval; ++i) {
+        std::vector<int32_t> resp;
+        while (static_cast<int32_t>(resp.size()) < task.max_response_tokens()) {
+            resp.push_back(tok(rng));
+            if (resp.back() == task.eos_token()) break;
+        }
+        total += task.reward(task.eval_prompt(i), resp);
+    }
+    return n_eval > 0 ? static_cast<float>(total / static_cast<double>(n_eval)) : 0.0f;
+}
+
+}  // namespace tagflow::rollout

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// exchange: finished rollout samples as plain data, and their all-gather between ranks.
+// In sync mode every rank learns every sample of the step (the batch is small next to the
+// model); the streaming loader of later issues replaces this with point-to-point sends.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace tagflow::sched {
+
+struct RolloutSample {
+    int64_t id = 0;
+    int64_t group = 0;         // global prompt group == position in the task's prompt order
+    int32_t rank = 0;          // world rank that generated it
+    int32_t version = 0;       // policy version of every generated token
+    float reward = 0.f;
+    bool hit_eos = false;
+    double t_done = 0.0;
+    std::vector<int32_t> prompt;
+    std::vector<int32_t> response;
+    std::vector<float> logprobs;  // one per response token
+};
+
+/// Serialises samples into bytes and back (exposed for tests).
+std::vector<char> pack_samples(const std::vector<RolloutSample>& samples);
+std::vector<RolloutSample> unpack_samples(const char* data, size_t size);
+
+/// COLLECTIVE over `comm`: every rank gets the samples of all ranks, in rank order.
+std::vector<RolloutSample> allgather_samples(const std::vector<RolloutSample>& mine, MPI_Comm comm);
+
+}  // namespace tagflow::sched

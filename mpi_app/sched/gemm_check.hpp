@@ -1,0 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
+// gemm_check: measures this process's fp32 GEMM rate (torch::mm, 512x512) so a run on a
+// reference BLAS or generic OpenBLAS kernels is caught at start, not after hours.
+#pragma once
+
+namespace tagflow::sched {
+
+/// Best fp32 GFLOP/s of repeated 512x512 matmuls over about `seconds` seconds.
+double measure_gemm_gflops(double seconds = 0.3);
+
+/// Re-executes the program once with OPENBLAS_CORETYPE (and OPENBLAS_NUM_THREADS=1) set when
+/// they are unset and the CPU has AVX-512: OpenBLAS 0.3.21 misdetects recent Xeons and picks
+/// generic kernels (~65 instead of ~150 GFLOP/s per core). Must run before MPI_Init. Returns
+/// only if no re-exec happened.
+void maybe_reexec_for_openblas(char** argv);
+
+}  // namespace tagflow::sched

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+// sync_scheduler: the `sync` mode (veRL-style baseline). Per step: every rollout rank
+// generates its share of the prompt groups, all samples are exchanged, the train group
+// computes GRPO advantages and a step with bucketed gradient all-reduce, the train root
+// broadcasts the new weights in flat buckets to every rollout rank, and the step's rows go
+// to the run file through the io communicator. The Scheduler interface is the seam where
+// `disaggregated` and `multiplex` plug in.
+#pragma once
+#include <memory>
+#include <string>
+
+namespace tagflow::config {
+struct Options;
+}
+namespace tagflow::cluster {
+struct Roles;
+}
+namespace tagflow::io {
+class RunFile;
+}
+
+namespace tagflow::sched {
+
+/// What the run summary prints.
+struct RunSummary {
+    double first_reward = 0, last_reward = 0;
+    double first_eval = 0, last_eval = 0, best_eval = 0;
+    double best_constant = 0;
+    double samples_per_s = 0;
+    double elapsed = 0;
+    long steps = 0;
+};
+
+class Scheduler {
+ public:
+    virtual ~Scheduler() = default;
+    /// COLLECTIVE over MPI_COMM_WORLD: runs every step; returns the summary (valid on rank 0).
+    virtual RunSummary run() = 0;
+};
+
+/// The sync scheduler. `t0_unix` is the run's clock origin (same on every rank).
+std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
+                                               io::RunFile& run, double t0_unix);
+
+}  // namespace tagflow::sched

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// Unit tests of `tagflow train` option parsing: sources, precedence, every error path.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+
+using tagflow::ConfigError;
+using tagflow::config::parse_train;
+using Env = std::map<std::string, std::string>;
+
+namespace {
+
+tagflow::config::ParseResult parse(std::vector<std::string> args, const Env& env = {}) {
+    args.insert(args.begin(), "train");
+    std::vector<const char*> argv;
+    for (auto& a : args) argv.push_back(a.c_str());
+    return parse_train(static_cast<int>(argv.size()), argv.data(), env);
+}
+
+std::string error_of(std::vector<std::string> args, const Env& env = {}) {
+    try {
+        parse(std::move(args), env);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+std::string write_config(const std::string& text) {
+    char path[] = "/tmp/tagflow_test_cfg_XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    std::ofstream(path) << text;
+    return path;
+}
+
+}  // namespace
+
+TEST(Options, DefaultsNeedOnlyOut) {
+    auto r = parse({"--out", "/tmp/x"});
+    EXPECT_EQ(r.options.out, "/tmp/x");
+    EXPECT_EQ(r.options.mode, "sync");
+    EXPECT_EQ(r.options.task, "reverse");
+    EXPECT_GT(r.options.steps, 0);
+    EXPECT_FALSE(r.help);
+}
+
+TEST(Options, HelpListsEveryOptionWithDefault) {
+    auto r = parse({"--help"});
+    ASSERT_TRUE(r.help);
+    for (const char* name : {"--out", "--steps", "--seed", "--mode", "--tags", "--rank-tags", "--lr",
+                             "--group-size", "--bucket-mb", "--config", "--bf16", "--eval-every"})
+        EXPECT_NE(r.help_text.find(name), std::string::npos) << name;
+    EXPECT_NE(r.help_text.find("(=400)"), std::string::npos) << "defaults are shown";
+}
+
+TEST(Options, PrecedenceConfigEnvCli) {
+    std::string cfg = write_config("steps = 7\nseed = 3\nlr = 0.5\n# comment\n");
+    auto r = parse({"--out", "o", "--config", cfg, "--steps", "9"}, Env{{"TAGFLOW_SEED", "5"}});
+    EXPECT_EQ(r.options.steps, 9);    // CLI beats config
+    EXPECT_EQ(r.options.seed, 5);     // env beats config
+    EXPECT_DOUBLE_EQ(r.options.lr, 0.5);  // config beats default
+    auto r2 = parse({"--out", "o", "--seed", "8"}, Env{{"TAGFLOW_SEED", "5"}});
+    EXPECT_EQ(r2.options.seed, 8);    // CLI beats env
+    std::remove(cfg.c_str());
+}
+
+TEST(Options, OutFromEnvironment) {
+    auto r = parse({}, Env{{"TAGFLOW_OUT", "/tmp/y"}, {"TAGFLOW_PROMPTS_PER_STEP", "4"}});
+    EXPECT_EQ(r.options.out, "/tmp/y");
+    EXPECT_EQ(r.options.prompts_per_step, 4);
+}
+
+TEST(Options, UnknownOptionNamesIt) {
+    std::string e = error_of({"--out", "o", "--stpes", "3"});
+    EXPECT_NE(e.find("--stpes"), std::string::npos) << e;
+    EXPECT_NE(e.find("unknown option"), std::string::npos) << e;
+}
+
+TEST(Options, InvalidValueNamesOption) {
+    std::string e = error_of({"--out", "o", "--steps", "many"});
+    EXPECT_NE(e.find("steps"), std::string::npos) << e;
+    EXPECT_NE(e.find("many"), std::string::npos) << e;
+}
+
+TEST(Options, OutOfRangeNamesOptionAndBounds) {
+    std::string e = error_of({"--out", "o", "--steps", "0"});
+    EXPECT_NE(e.find("--steps 0"), std::string::npos) << e;
+    EXPECT_NE(e.find("between"), std::string::npos) << e;
+    EXPECT_NE(error_of({"--out", "o", "--top-p", "1.5"}).find("--top-p"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "o", "--temperature", "0"}).find("--temperature"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "o", "--heads", "3"}).find("--heads 3"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "o", "--group-size", "1"}).find("--group-size"), std::string::npos);
+}
+
+TEST(Options, MissingOutIsAnError) {
+    EXPECT_NE(error_of({}).find("--out"), std::string::npos);
+}
+
+TEST(Options, MissingConfigFile) {
+    std::string e = error_of({"--out", "o", "--config", "/nonexistent/run.ini"});
+    EXPECT_NE(e.find("/nonexistent/run.ini"), std::string::npos) << e;
+    EXPECT_NE(e.find("cannot open"), std::string::npos) << e;
+}
+
+TEST(Options, UnknownKeyInConfigFile) {
+    std::string cfg = write_config("stepz = 3\n");
+    std::string e = error_of({"--out", "o", "--config", cfg});
+    EXPECT_NE(e.find("stepz"), std::string::npos) << e;
+    EXPECT_NE(e.find(cfg), std::string::npos) << e;
+    std::remove(cfg.c_str());
+}
+
+TEST(Options, BadValueInEnvironmentNamesVariable) {
+    std::string e = error_of({"--out", "o"}, Env{{"TAGFLOW_STEPS", "lots"}});
+    EXPECT_NE(e.find("environment"), std::string::npos) << e;
+    EXPECT_NE(e.find("lots"), std::string::npos) << e;
+}
+
+TEST(Options, UnknownTagflowVariableIsAnError) {
+    std::string e = error_of({"--out", "o"}, Env{{"TAGFLOW_STPES", "3"}});
+    EXPECT_NE(e.find("TAGFLOW_STPES"), std::string::npos) << e;
+}
+
+TEST(Options, PluginVariablesAreAccepted) {
+    auto r = parse({"--out", "o"}, Env{{"TAGFLOW_TAGS", "rollout"}, {"TAGFLOW_TAG_SOURCE", "map"}});
+    EXPECT_EQ(r.options.tags, "rollout");
+    EXPECT_EQ(r.options.tags_origin, "env");
+    EXPECT_EQ(r.options.tag_source, "map");
+    auto r2 = parse({"--out", "o", "--tags", "train"}, Env{{"TAGFLOW_TAGS", "rollout"}});
+    EXPECT_EQ(r2.options.tags, "train");
+    EXPECT_EQ(r2.options.tags_origin, "option");
+}
+
+TEST(Options, ModeValidation) {
+    EXPECT_NE(error_of({"--out", "o", "--mode", "fast"}).find("--mode fast"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "o", "--mode", "multiplex"}).find("not available"), std::string::npos);
+}
+
+TEST(Options, StrayPositionalArgument) {
+    EXPECT_NE(error_of({"--out", "o", "extra"}).find("extra"), std::string::npos);
+}
+
+TEST(Options, JsonHasEveryResolvedOption) {
+    auto r = parse({"--out", "o\"q", "--steps", "12"});
+    std::string j = tagflow::config::to_json(r);
+    EXPECT_EQ(j.front(), '{');
+    EXPECT_EQ(j.back(), '}');
+    EXPECT_NE(j.find("\"steps\": 12"), std::string::npos) << j;
+    EXPECT_NE(j.find("\"out\": \"o\\\"q\""), std::string::npos) << j;
+    EXPECT_NE(j.find("\"lr\": "), std::string::npos) << j;
+}
+
+TEST(Options, EnvNames) {
+    EXPECT_EQ(tagflow::config::env_name("prompts-per-step"), "TAGFLOW_PROMPTS_PER_STEP");
+}
