@@ -17,7 +17,8 @@ namespace tagflow::config {
 namespace {
 
 // TAGFLOW_* variables that are not options but are allowed in the environment.
-const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC"};
+// TAGFLOW_RUN is the run file the notebooks open.
+const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC", "TAGFLOW_RUN"};
 
 template <typename T>
 po::typed_value<T>* val(T* field) {
@@ -223,8 +224,7 @@ ParseResult parse_train(int argc, const char* const* argv,
     }
     bool tags_on_cli = vm.count("tags") && !vm["tags"].defaulted();
 
-    // 2. environment: TAGFLOW_<OPTION>.
-    po::parsed_options envp(&desc);
+    // 2. environment: TAGFLOW_<OPTION>, stored one by one so an error names the variable.
     for (const auto& [k, v] : env) {
         bool ignored = false;
         for (const char* n : kNonOptionEnv) ignored = ignored || k == n;
@@ -234,14 +234,15 @@ ParseResult parse_train(int argc, const char* const* argv,
             if (env_name(d->long_name()) == k) name = d->long_name();
         if (name.empty() || name == "help")
             throw ConfigError("environment variable " + k + ": not a tagflow option");
+        po::parsed_options envp(&desc);
         po::option opt(name, {v});
         opt.original_tokens = {k + "=" + v};
         envp.options.push_back(opt);
-    }
-    try {
-        po::store(envp, vm);
-    } catch (const po::error& e) {
-        throw ConfigError(describe_error(e, "environment: "));
+        try {
+            po::store(envp, vm);
+        } catch (const po::error& e) {
+            throw ConfigError("environment variable " + k + "='" + v + "': invalid value for --" + name);
+        }
     }
     bool tags_in_env = env.count("TAGFLOW_TAGS") > 0;
 

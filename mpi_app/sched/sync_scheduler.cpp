@@ -77,10 +77,11 @@ class SyncScheduler final : public Scheduler {
         sum.best_constant = task_->best_constant_score(opt_.eval_prompts);
         // Version 0: every rollout rank starts from the train root's initial weights.
         sync_weights(0);
-        double eval0 = evaluate_on_root(0);
-        sum.first_eval = sum.best_eval = sum.last_eval = eval0;
+        double eval0 = evaluate_local(0);
         std::vector<io::EvalRecord> evals;
-        if (roles_.is_train_root()) evals.push_back({0, task_->name(), static_cast<float>(eval0), opt_.eval_prompts});
+        if (is_eval_rank()) evals.push_back({0, task_->name(), static_cast<float>(eval0), opt_.eval_prompts});
+        TAGFLOW_MPI_CHECK(MPI_Bcast(&eval0, 1, MPI_DOUBLE, roles_.rollout_ranks.front(), MPI_COMM_WORLD));
+        sum.first_eval = sum.best_eval = sum.last_eval = eval0;
         write_step_rows({}, {}, {}, evals);
         print0("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
                static_cast<long long>(opt_.steps), eval0, sum.best_constant);
@@ -133,15 +134,14 @@ class SyncScheduler final : public Scheduler {
         return ps;
     }
 
-    double evaluate_on_root(int32_t step) {
-        double score = -1;
-        if (roles_.is_train_root()) {
-            torch::NoGradGuard ng;
-            profile::Span span(timeline_, SpanKind::kRollout, step);
-            score = rollout::evaluate(policy_, *task_, opt_.eval_prompts);
-        }
-        TAGFLOW_MPI_CHECK(MPI_Bcast(&score, 1, MPI_DOUBLE, roles_.train_root, MPI_COMM_WORLD));
-        return score;
+    // Held-out greedy evaluation is generation, so it runs on a rollout rank (the first one,
+    // which holds the newest weights right after the sync); -1 on every other rank.
+    bool is_eval_rank() const { return roles_.world_rank == roles_.rollout_ranks.front(); }
+    double evaluate_local(int32_t step) {
+        if (!is_eval_rank()) return -1;
+        torch::NoGradGuard ng;
+        profile::Span span(timeline_, SpanKind::kRollout, step);
+        return rollout::evaluate(policy_, *task_, opt_.eval_prompts);
     }
 
     std::vector<RolloutSample> generate(int32_t s) {
@@ -255,19 +255,16 @@ class SyncScheduler final : public Scheduler {
         }
         train::SyncStats ss = sync_weights(s + 1);
         const bool eval_now = (opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps;
-        double eval = -1;
-        if (eval_now && roles_.is_train_root()) {
-            torch::NoGradGuard ng;
-            profile::Span span(timeline_, SpanKind::kRollout, s);
-            eval = rollout::evaluate(policy_, *task_, opt_.eval_prompts);
-        }
+        const double eval = eval_now ? evaluate_local(s) : -1;
+        // Summed over ranks below: -1 from nobody when there is no evaluation this step.
+        stats[kEval] = (eval_now && is_eval_rank()) ? eval + 1.0 : 0.0;
         if (roles_.is_train_root()) {
-            stats[kEval] = eval;
             stats[kSyncBytes] = static_cast<double>(ss.bytes);
             stats[kSyncT0] = last_sync_t0_;
             stats[kSyncT1] = last_sync_t1_;
         } else {
-            for (int k = 0; k < kIdle; ++k) stats[k] = 0;  // only the root's values count
+            for (int k = 0; k < kIdle; ++k)
+                if (k != kEval) stats[k] = 0;  // only the root's values count
         }
         {
             profile::Span span(timeline_, SpanKind::kIdle, s);
@@ -299,7 +296,7 @@ class SyncScheduler final : public Scheduler {
         row.staleness_max = 0;
         row.samples_per_s = static_cast<float>(static_cast<double>(row.samples) / std::max(1e-9, t_end - t_start));
         row.idle_frac = static_cast<float>(stats[kIdle] / (roles_.world_size * std::max(1e-9, t_end - t_start)));
-        out.eval = stats[kEval];
+        out.eval = stats[kEval] - 1.0;  // -1: no evaluation this step
 
         std::vector<io::SampleRecord> samples;
         for (const auto& r : mine) samples.push_back(to_record(r));
@@ -307,8 +304,9 @@ class SyncScheduler final : public Scheduler {
         if (roles_.world_rank == 0) steps.push_back(row);
         std::vector<io::EvalRecord> evals;
         std::vector<io::SyncRecord> syncs;
+        if (eval_now && is_eval_rank())
+            evals.push_back({s + 1, task_->name(), static_cast<float>(eval), opt_.eval_prompts});
         if (roles_.is_train_root()) {
-            if (eval >= 0) evals.push_back({s + 1, task_->name(), static_cast<float>(eval), opt_.eval_prompts});
             syncs.push_back({s + 1, ss.bytes, last_sync_t0_, last_sync_t1_, "mpi_bcast"});
         }
         {

@@ -46,6 +46,14 @@ int choose_threads(int requested) {
     return std::max(1, std::min(affinity, hw / local));
 }
 
+// What OPENBLAS_CORETYPE suits this CPU (OpenBLAS 0.3.21 misdetects recent ones).
+const char* openblas_hint() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "AVX-512: SkylakeX";
+    if (__builtin_cpu_supports("avx2")) return "AVX2: Haswell";
+    return "no AVX2: expect slow maths";
+}
+
 // mkdir -p for the run directory (rank 0 only).
 void make_dirs(const std::string& path) {
     std::string cur;
@@ -127,9 +135,10 @@ int train_command(int argc, char** argv) {
         }
         if (g < opt.min_gflops)
             log_warn("*** SLOW MATHS: fp32 GEMM runs at %.0f GFLOP/s, below --min-gflops %.0f. This looks like the "
-                     "reference Netlib BLAS or generic OpenBLAS kernels: install libopenblas0-pthread "
-                     "(share/setup.sh does) and set OPENBLAS_CORETYPE for this CPU (e.g. SkylakeX). ***",
-                     g, opt.min_gflops);
+                     "reference Netlib BLAS (~4 GFLOP/s) or generic OpenBLAS kernels: install "
+                     "libopenblas0-pthread (share/setup.sh does) and set OPENBLAS_CORETYPE for this CPU "
+                     "(%s). ***",
+                     g, opt.min_gflops, openblas_hint());
     }
 
     if (rank == 0) make_dirs(opt.out);

@@ -161,8 +161,10 @@ void write_json(const BenchOp& op, const BenchArgs& a, int nranks, const std::ve
                    "\"algbw\": %.6f, \"busbw\": %.6f, \"wrong\": %lld",
                 r.bytes, r.count, op.type, r.time_us, r.algbw, r.busbw, static_cast<long long>(r.wrong));
         for (size_t k = 0; k < op.extra_columns.size() && k < r.extra.size(); ++k)
-            fprintf(f, ", \"%s\": %.6g", json_escape(op.extra_columns[k]).c_str(),
-                    std::isfinite(r.extra[k]) ? r.extra[k] : 0.0);
+            if (std::isfinite(r.extra[k]))
+                fprintf(f, ", \"%s\": %.6g", json_escape(op.extra_columns[k]).c_str(), r.extra[k]);
+            else
+                fprintf(f, ", \"%s\": null", json_escape(op.extra_columns[k]).c_str());
         fprintf(f, "}%s\n", i + 1 < rows.size() ? "," : "");
     }
     fprintf(f, "  ],\n  \"out_of_bounds\": %lld,\n  \"avg_busbw\": %.6f\n}\n",
@@ -184,8 +186,12 @@ int run_sweep(const BenchOp& op, const BenchArgs& a) {
            a.warmup, a.check, a.average == 0 ? "rank0" : a.average == 1 ? "avg" : a.average == 2 ? "min" : "max");
     for (const auto& [k, v] : a.opts) print0("# -O %s=%s\n", k.c_str(), v.c_str());
     std::string extra_hdr;
-    for (const char* c : op.extra_columns) extra_hdr += std::string(" ") + c;
-    print0("#\n# %10s %12s %8s | %10s %9s %9s %7s |%s\n", "size(B)", "count", "type", "time(us)",
+    for (const char* c : op.extra_columns) {
+        char b[64];
+        snprintf(b, sizeof b, " %11s", c);
+        extra_hdr += b;
+    }
+    print0("#\n# %10s %12s %8s | %10s %11s %11s %7s |%s\n", "size(B)", "count", "type", "time(us)",
            "algbw(GB/s)", "busbw(GB/s)", "#wrong", extra_hdr.c_str());
 
     std::vector<Row> rows;
@@ -223,7 +229,7 @@ int run_sweep(const BenchOp& op, const BenchArgs& a) {
         std::string ex;
         for (double v : r.extra) {
             char b[32];
-            snprintf(b, sizeof b, " %11.3f", v);
+            snprintf(b, sizeof b, " %11.5g", v);
             ex += b;
         }
         print0("%12zu %12zu %8s | %10.1f %11.3f %11.3f %7lld |%s\n", r.bytes, r.count, op.type,

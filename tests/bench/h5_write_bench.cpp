@@ -60,6 +60,8 @@ int32_t value(int rep, size_t global_index) {
 void init(BenchState& s, int rep) {
     Data& d = s.data<Data>();
     for (size_t i = 0; i < d.buf.size(); ++i) d.buf[i] = value(rep, d.first + i);
+    // Self-test of the #wrong path: write one wrong value in the checked repetition.
+    if (rep == 1 && s.rank == 0 && !d.buf.empty() && s.args->opt_int("corrupt", 0)) d.buf[0] ^= 1;
 }
 
 void run(BenchState& s) {
@@ -138,7 +140,8 @@ BenchOp make_op() {
     op.op_options = {"-O mode=coll|indep   H5FD_MPIO transfer mode (default coll)",
                      "-O flush=1|0         H5Fflush(GLOBAL) after every append (default 1)",
                      "-O chunk=N           chunk size in elements (default 65536)",
-                     "-O dd=1|0            measure the dd baseline (default 1)"};
+                     "-O dd=1|0            measure the dd baseline (default 1)",
+                     "-O corrupt=1         self-test: write one wrong value (exit code 1)"};
     return op;
 }
 

@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
     const double thresholds[3] = {0.5, 0.85, 0.9};
     int64_t hit_step[3] = {-1, -1, -1};
     double hit_time[3] = {-1, -1, -1};
-    double start_score = -1, last_score = 0, t_gen = 0, t_train = 0, t_eval = 0;
+    double start_score = -1, last_score = 0, t_gen = 0, t_train = 0, t_opt = 0, t_eval = 0;
     now_s();
     int64_t step = 0;
     for (;; ++step) {
@@ -156,7 +156,9 @@ int main(int argc, char** argv) {
         double gnorm = 0;
         for (int e = 0; e < epochs; ++e) {
             st = learner.accumulate(batch, ntok);
+            const double t2 = now_s();
             gnorm = learner.step();
+            t_opt += now_s() - t2;
         }
         t_train += now_s() - t1;
         if (do_eval)
@@ -166,9 +168,9 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
     }
     std::printf("SUMMARY %s seed=%llu start=%.3f final=%.3f best_const=%.3f steps=%lld time=%.1f "
-                "gen=%.1f train=%.1f eval=%.1f", tag.c_str(), static_cast<unsigned long long>(seed),
+                "gen=%.1f train=%.1f (opt %.1f) eval=%.1f", tag.c_str(), static_cast<unsigned long long>(seed),
                 start_score, last_score, best_const, static_cast<long long>(step), now_s(), t_gen,
-                t_train, t_eval);
+                t_train, t_opt, t_eval);
     for (int k = 0; k < 3; ++k)
         std::printf(" | %.2f@step%lld/%.1fs", thresholds[k], static_cast<long long>(hit_step[k]), hit_time[k]);
     std::printf("\n");

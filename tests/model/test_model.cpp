@@ -136,7 +136,9 @@ TEST(Generate, GreedyIsArgmaxAndLogprobsMatchForward) {
             auto lp = torch::log_softmax(logits / t, -1);
             for (size_t j = 0; j < comps[i].response.size(); ++j) {
                 const int64_t pos = static_cast<int64_t>(prompts[i].size() + j) - 1;
-                if (temp == 0.0) EXPECT_EQ(logits[pos].argmax().item<int64_t>(), comps[i].response[j]);
+                if (temp == 0.0) {
+                    EXPECT_EQ(logits[pos].argmax().item<int64_t>(), comps[i].response[j]);
+                }
                 EXPECT_NEAR(lp[pos][comps[i].response[j]].item<float>(), comps[i].logprobs[j], 1e-4);
             }
         }

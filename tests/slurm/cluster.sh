@@ -15,7 +15,7 @@
 set -euo pipefail
 
 NODES=(node1 node2 node3 node4)
-START_TIMEOUT=${TAGFLOW_SLURM_START_TIMEOUT:-30}
+START_TIMEOUT=${TFTEST_SLURM_START_TIMEOUT:-30}
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -24,8 +24,9 @@ die() { echo "cluster.sh: $*" >&2; exit 1; }
 pid_is_ours() { # PID DIR
     local pid=$1 dir=$2
     [[ -r /proc/$pid/cmdline ]] || return 1
-    if tr '\0' ' ' < "/proc/$pid/cmdline" | grep -qF -- "$dir/"; then return 0; fi
-    if tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$dir/etc/slurm.conf"; then
+    # processes may vanish while we look: silence the redirections too
+    if { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2> /dev/null | grep -qF -- "$dir/"; then return 0; fi
+    if { tr '\0' '\n' < "/proc/$pid/environ"; } 2> /dev/null | grep -qxF "SLURM_CONF=$dir/etc/slurm.conf"; then
         return 0
     fi
     return 1
@@ -133,7 +134,7 @@ MpiDefault=pmix
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,default_queue_depth=50
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,default_queue_depth=50,bf_interval=1
 GresTypes=gpu
 ReturnToService=2
 MinJobAge=300
@@ -167,7 +168,7 @@ EOF
     cat > "$dir/env.sh" <<EOF
 # source me: talk to the tagflow test cluster in $dir
 export SLURM_CONF=$dir/etc/slurm.conf
-export TAGFLOW_SLURM_DIR=$dir
+export TFTEST_SLURM_DIR=$dir
 export OMPI_MCA_btl=self,tcp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 EOF

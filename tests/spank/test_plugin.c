@@ -23,12 +23,13 @@ static int run_init(spank_context_t ctx, int ac, char** av) {
     return slurm_spank_init(NULL, ac, av);
 }
 
-/* "map=PATH" in fresh memory (argv entries must not alias each other); freed at exit */
+/* "map=PATH" in its own buffer: argv entries built in one test must not alias each other */
 static char* map_arg(const char* path) {
-    size_t n = strlen(path) + 5;
-    char* buf = malloc(n);
-    if (buf == NULL) abort();
-    snprintf(buf, n, "map=%s", path);
+    static char pool[16][1100];
+    static int next;
+    char* buf = pool[next];
+    next = (next + 1) % 16;
+    snprintf(buf, sizeof(pool[0]), "map=%s", path);
     return buf;
 }
 

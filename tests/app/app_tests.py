@@ -1,0 +1,296 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""End-to-end tests of the `tagflow` binary under real mpirun: usage errors, run-file
+invariants, tags to roles, a rank killed mid-run, learning vs. the shuffled control.
+
+    app_tests.py CASE --tagflow BIN --workdir DIR
+Each case prints what it measured and exits non-zero on failure.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
+import tagflow_run  # noqa: E402
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+for k in list(ENV):
+    if k.startswith("TAGFLOW_"):
+        del ENV[k]
+# Small and fast: these tests check plumbing, not learning.
+FAST = ["--steps", "4", "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "2",
+        "--eval-prompts", "16", "--gemm-check", "false"]
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+    print("ok:", msg)
+
+
+def mpirun(a, np, args, env=None, timeout=300):
+    cmd = ["mpirun", "-n", str(np), a.tagflow] + args
+    t0 = time.time()
+    p = subprocess.run(cmd, env=dict(ENV, **(env or {})), capture_output=True, text=True, timeout=timeout)
+    p.wall = time.time() - t0
+    return p
+
+
+def fresh(a, name):
+    d = os.path.join(a.workdir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    return d
+
+
+# ---------------------------------------------------------------- usage errors
+BAD = [
+    (["--steps", "0"], {}, "--steps 0"),
+    (["--steps", "many"], {}, "many"),
+    (["--stpes", "3"], {}, "--stpes"),
+    (["--top-p", "2"], {}, "--top-p"),
+    (["--config", "/nonexistent.ini"], {}, "/nonexistent.ini"),
+    (["--tags", "rollout,bogus"], {}, "bogus"),
+    (["--tags", "rollout"], {}, "no rank is tagged train"),
+    (["--rank-tags", "0=train;1=train"], {}, "no rank is tagged rollout"),
+    (["--rank-tags", "7=train"], {}, "rank 7"),
+    (["--mode", "warp"], {}, "--mode warp"),
+    ([], {"TAGFLOW_STEPS": "x"}, "TAGFLOW_STEPS"),
+    ([], {"TAGFLOW_BOGUS": "1"}, "TAGFLOW_BOGUS"),
+    ([], {"TAGFLOW_TAGS": "gpu"}, "'gpu'"),
+]
+
+
+def case_bad_usage(a):
+    for args, env, needle in BAD:
+        out = fresh(a, "bad")
+        p = mpirun(a, 2, ["train", "--out", out] + args, env=env, timeout=60)
+        errs = [l for l in p.stderr.splitlines() if "error" in l]
+        what = " ".join(args) + " " + " ".join(f"{k}={v}" for k, v in env.items())
+        check(p.returncode == 2, f"[{what}] exit code 2 (got {p.returncode}) in {p.wall:.1f}s")
+        check(any(needle in l for l in errs), f"[{what}] error names {needle!r}: {errs}")
+        check(len(errs) <= 2, f"[{what}] one error line per rank with the problem at most ({len(errs)})")
+        check(not os.path.exists(out), f"[{what}] no run directory created")
+    p = mpirun(a, 2, ["bogus-command"], timeout=60)
+    check(p.returncode == 2 and "bogus-command" in p.stderr, "unknown subcommand exits 2 and names it")
+    # An existing run is never silently replaced.
+    out = fresh(a, "existing")
+    os.makedirs(out)
+    open(os.path.join(out, "tagflow.h5"), "w").write("keep me")
+    p = mpirun(a, 2, ["train", "--out", out] + FAST, timeout=60)
+    check(p.returncode == 2 and "already exists" in p.stderr, "existing run file refused with exit 2")
+    check(open(os.path.join(out, "tagflow.h5")).read() == "keep me", "existing run file untouched")
+
+
+def case_help(a):
+    for args in (["--help"], ["train", "--help"]):
+        p = subprocess.run([a.tagflow] + args, env=ENV, capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0, f"tagflow {' '.join(args)} exits 0")
+        if args[0] == "train":
+            for opt in ("--out", "--steps", "--seed", "--mode", "--tags", "--rank-tags", "--config", "--lr"):
+                check(opt in p.stdout, f"train --help lists {opt}")
+            check("(=400)" in p.stdout or re.search(r"\(=\d+\)", p.stdout), "train --help shows defaults")
+
+
+# ---------------------------------------------------------------- a real run
+def run_ok(a, name, np, extra, env=None):
+    out = fresh(a, name)
+    p = mpirun(a, np, ["train", "--out", out] + FAST + extra, env=env)
+    sys.stdout.write(p.stdout[-3000:])
+    if p.returncode != 0:
+        sys.stdout.write(p.stderr[-3000:])
+    check(p.returncode == 0, f"{name}: {np}-rank run exits 0 ({p.wall:.1f}s)")
+    return os.path.join(out, "tagflow.h5"), p
+
+
+def spans_by_rank(f):
+    tl = tagflow_run.table(f, "timeline")
+    return {r: set(g["kind"]) for r, g in tl.groupby("rank")}
+
+
+def case_invariants(a):
+    path, p = run_ok(a, "inv", 2, ["--seed", "7"])
+    check("summary:" in p.stdout and path in p.stdout, "summary names the run file")
+    check(len(re.findall(r"^step\s+\d+/4\s+reward", p.stdout, re.M)) == 4, "one progress line per step")
+    with tagflow_run.open_run(path) as f:
+        bad = tagflow_run.check_invariants(f)
+        check(not bad, f"schema v1 invariants hold: {bad}")
+        cfg = tagflow_run.config(f)
+        check(cfg["seed"] == 7 and cfg["steps"] == 4 and cfg["mode"] == "sync", "config attribute is the resolved JSON")
+        check(int(f.attrs["world_size"]) == 2, "world_size attribute")
+        check(len(f["steps"]["step"]) == 4, "one /steps row per step")
+        check(len(f["samples"]["id"]) == 4 * 4 * 4, "every sample of every step is in /samples")
+        check(len(f["consumed"]["id"]) == 4 * 4 * 4, "every sample consumed once")
+        ev = f["eval"]["step"][()].tolist()
+        check(ev == [0, 2, 4], f"eval at start, every 2 steps and at the end: {ev}")
+        ranks = tagflow_run.table(f, "ranks")
+        check(list(ranks["tags"]) == ["rollout,train"] * 2 and list(ranks["tag_source"]) == ["default"] * 2,
+              "colocated default tags recorded in /ranks")
+        versions = f["samples"]["version_max"][()]
+        check(versions.min() == 0 and versions.max() == 3, "policy version recorded per token, one per step")
+        syncs = f["syncs"]["version"][()].tolist()
+        check(syncs == [0, 1, 2, 3, 4], f"one weight sync per step plus the initial one: {syncs}")
+        kinds = spans_by_rank(f)
+        check(all({"rollout", "train", "weight_sync", "io"} <= kinds[r] for r in (0, 1)), "timeline spans per rank")
+
+
+def case_roles(a):
+    # rank 0 rollout only, rank 1 rollout+train (issue example), from --rank-tags
+    path, _ = run_ok(a, "roles", 2, ["--rank-tags", "0=rollout;1=rollout,train"])
+    with tagflow_run.open_run(path) as f:
+        check(not tagflow_run.check_invariants(f), "invariants hold")
+        ranks = tagflow_run.table(f, "ranks")
+        check(list(ranks["tags"]) == ["rollout", "rollout,train"], "tags per rank in /ranks")
+        check(list(ranks["tag_source"]) == ["rank-tags"] * 2, "tag source rank-tags")
+        kinds = spans_by_rank(f)
+        check("train" not in kinds[0], f"rollout-only rank 0 never trains: {sorted(kinds[0])}")
+        check("train" in kinds[1], "rank 1 trains")
+        check(set(f["samples"]["rank"][()].tolist()) == {0, 1}, "both ranks generate")
+    # a train-only rank never generates; tags from the environment (as the SPANK plugin sets them)
+    path, _ = run_ok(a, "roles_env", 2, ["--rank-tags", "0=train"],
+                     env={"TAGFLOW_TAGS": "rollout", "TAGFLOW_TAG_SOURCE": "map"})
+    with tagflow_run.open_run(path) as f:
+        ranks = tagflow_run.table(f, "ranks")
+        check(list(ranks["tags"]) == ["train", "rollout"], "rank-tags beats TAGFLOW_TAGS for the rank it names")
+        check(list(ranks["tag_source"]) == ["rank-tags", "map"], "TAGFLOW_TAG_SOURCE recorded")
+        kinds = spans_by_rank(f)
+        check("rollout" not in kinds[0], f"train-only rank 0 never rolls out: {sorted(kinds[0])}")
+        check(set(f["samples"]["rank"][()].tolist()) == {1}, "only rank 1 generates")
+
+
+def case_np4(a):
+    path, _ = run_ok(a, "np4", 4, ["--rank-tags", "0=rollout;1=rollout,train;2=train;3=rollout,critic,train",
+                                    "--threads", "1"])
+    with tagflow_run.open_run(path) as f:
+        check(not tagflow_run.check_invariants(f), "invariants hold at 4 ranks")
+        kinds = spans_by_rank(f)
+        check("train" not in kinds[0] and "rollout" not in kinds[2], "roles follow tags at 4 ranks")
+        check(set(f["samples"]["rank"][()].tolist()) == {0, 1, 3}, "rollout ranks 0, 1, 3 generate")
+
+
+def case_single(a):
+    out = fresh(a, "single")
+    p = subprocess.run([a.tagflow, "train", "--out", out] + FAST, env=ENV, capture_output=True, text=True,
+                       timeout=300)
+    check(p.returncode == 0, "singleton run without mpirun works")
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        check(not tagflow_run.check_invariants(f), "invariants hold at 1 rank")
+
+
+# ---------------------------------------------------------------- crash behaviour
+def rank_pids(mpirun_pid):
+    """pid of each rank (OMPI_COMM_WORLD_RANK) started by this mpirun (its direct children)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] == "Z" or int(fields[1]) != mpirun_pid:
+            continue
+        for kv in env:
+            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                out[int(kv.split(b"=")[1])] = int(pid)
+    return out
+
+
+def case_sigkill(a):
+    out = fresh(a, "sigkill")
+    log = open(os.path.join(a.workdir, "sigkill.log"), "w")
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--steps", "1000", "--gemm-check", "false",
+           "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "1000"]
+    p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=log, text=True)
+    steps_seen = 0
+    deadline = time.time() + 120
+    for line in p.stdout:
+        m = re.match(r"step\s+(\d+)/", line)
+        if m and "reward" in line:
+            steps_seen = int(m.group(1))
+        if steps_seen >= 5 or time.time() > deadline:
+            break
+    check(steps_seen >= 5, f"run reached step {steps_seen} before the kill")
+    pids = rank_pids(p.pid)
+    check(1 in pids, f"found rank 1's pid: {pids}")
+    t_kill = time.time()
+    os.kill(pids[1], signal.SIGKILL)
+    try:
+        p.stdout.read()
+        rc = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Failure("mpirun still running 60 s after a rank was killed")
+    dt = time.time() - t_kill
+    check(rc != 0, f"mpirun exits non-zero ({rc}) after SIGKILL of rank 1")
+    check(dt < 30, f"other ranks gone {dt:.1f}s after the kill (< 30 s)")
+    time.sleep(0.5)
+    leftover = rank_pids(p.pid)
+    check(not leftover, f"no rank left running: {leftover}")
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        n = len(f["steps"]["step"])
+        check(n >= steps_seen - 1, f"run file opens in h5py with {n} flushed steps (saw {steps_seen})")
+        bad = tagflow_run.check_invariants(f)
+        check(not bad, f"flushed part is consistent: {bad}")
+
+
+# ---------------------------------------------------------------- learning
+def eval_curve(path):
+    with tagflow_run.open_run(path) as f:
+        return f["eval"]["step"][()].tolist(), f["eval"]["score"][()].tolist()
+
+
+def case_learning(a):
+    common = ["--steps", str(a.steps), "--eval-every", "10", "--seed", "3", "--gemm-check", "false"]
+    out = fresh(a, "learn")
+    p = mpirun(a, 2, ["train", "--out", out] + common, timeout=900)
+    check(p.returncode == 0, f"learning run exits 0 ({p.wall:.0f}s)")
+    steps, scores = eval_curve(os.path.join(out, "tagflow.h5"))
+    print("learning eval:", list(zip(steps, [round(s, 3) for s in scores])))
+    out_c = fresh(a, "control")
+    p = mpirun(a, 2, ["train", "--out", out_c, "--shuffle-advantages"] + common, timeout=900)
+    check(p.returncode == 0, f"control run exits 0 ({p.wall:.0f}s)")
+    csteps, cscores = eval_curve(os.path.join(out_c, "tagflow.h5"))
+    print("control eval: ", list(zip(csteps, [round(s, 3) for s in cscores])))
+    gain = max(scores) - scores[0]
+    cgain = max(cscores) - cscores[0]
+    check(scores[0] <= 0.15, f"starts near random ({scores[0]:.3f})")
+    check(gain >= a.margin, f"held-out greedy score rises by {gain:.3f} >= {a.margin}")
+    check(abs(cscores[-1] - cscores[0]) <= 0.1 and cgain < a.margin,
+          f"shuffled-advantage control stays within 0.1 of its start ({cscores[0]:.3f} -> {cscores[-1]:.3f}, max gain {cgain:.3f})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--tagflow", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--steps", type=int, default=120)
+    ap.add_argument("--margin", type=float, default=0.3)
+    a = ap.parse_args()
+    a.workdir = os.path.join(a.workdir, a.case)
+    os.makedirs(a.workdir, exist_ok=True)
+    try:
+        globals()["case_" + a.case](a)
+    except Failure as e:
+        print("FAIL:", e)
+        return 1
+    print("PASS", a.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
