@@ -13,10 +13,6 @@
 #include "common/error.hpp"
 
 namespace tagflow::model {
-namespace {
-// Largest T * keys * d_head per (row, head) for which attention uses broadcasting.
-constexpr int64_t kBroadcastAttentionMax = 8192;
-}  // namespace
 
 PolicyImpl::PolicyImpl(const PolicyConfig& cfg, uint64_t seed) : cfg_(cfg) {
     if (cfg.vocab < 2 || cfg.d_model < 1 || cfg.n_layers < 1 || cfg.n_heads < 1 ||
@@ -130,15 +126,10 @@ torch::Tensor PolicyImpl::run(const torch::Tensor& tokens, KVCache* cache) {
             k = cache->k[li].narrow(2, 0, total);
             v = cache->v[li].narrow(2, 0, total);
         }
-        // CPU bmm without MKL loops over B*H tiny GEMMs (each with its own packing); for
-        // short sequences a broadcast multiply-and-sum is several times faster.
-        const bool small = T * total * dh <= kBroadcastAttentionMax;
-        auto att = (small ? (q.unsqueeze(3) * k.unsqueeze(2)).sum(-1)
-                          : torch::matmul(q, k.transpose(-2, -1))) * scale;  // [B, H, T, total]
+        auto att = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [B, H, T, total]
         if (need_mask) att = att.masked_fill(allowed.logical_not(), -INFINITY);
         att = torch::softmax(att, -1);
-        auto y = small ? (att.unsqueeze(-1) * v.unsqueeze(2)).sum(3) : torch::matmul(att, v);
-        y = y.transpose(1, 2).reshape({B, T, d});
+        auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, d});
         x = x + L.proj->forward(y);
         x = x + L.fc2->forward(torch::gelu(L.fc1->forward(L.ln2->forward(x))));
     }

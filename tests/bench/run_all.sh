@@ -21,6 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 args_for() {
     case "$1" in
         h5_write) echo "-b 1M -e 256M -f 4 -n 3 -w 1 -c 1" ;;
+        train_step) echo "-b 8K -e 512K -f 4 -n 5 -w 2 -c 1" ;;
         *)        echo "-b 8 -e 64M -f 2 -n 20 -w 5 -c 1" ;;
     esac
 }

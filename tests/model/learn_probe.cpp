@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <map>
 #include <random>
 #include <string>
@@ -32,6 +33,13 @@ struct Args {
         return it == kv.end() ? def : it->second;
     }
 };
+
+// CPU seconds of this process: less noisy than wall time on a shared machine.
+double cpu_s() {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double now_s() {
     using clock = std::chrono::steady_clock;
@@ -114,6 +122,8 @@ int main(int argc, char** argv) {
     const double thresholds[3] = {0.5, 0.85, 0.9};
     int64_t hit_step[3] = {-1, -1, -1};
     double hit_time[3] = {-1, -1, -1};
+    double hit_cpu[3] = {-1, -1, -1};
+    const double cpu0 = cpu_s();
     double start_score = -1, last_score = 0, t_gen = 0, t_train = 0, t_opt = 0, t_eval = 0;
     now_s();
     int64_t step = 0;
@@ -130,6 +140,7 @@ int main(int argc, char** argv) {
                 if (hit_step[k] < 0 && last_score >= thresholds[k]) {
                     hit_step[k] = step;
                     hit_time[k] = now_s();
+                    hit_cpu[k] = cpu_s() - cpu0;
                 }
         }
         if (step == max_steps || now_s() > time_limit || last_score >= stop_at) break;
@@ -162,17 +173,18 @@ int main(int argc, char** argv) {
         }
         t_train += now_s() - t1;
         if (do_eval)
-            std::printf("step %5lld t %6.1fs reward %.3f eval %.3f ent %.3f clip %.3f dlp %.4f gnorm %.3f\n",
-                        static_cast<long long>(step), now_s(), reward_mean, last_score, st.entropy,
+            std::printf("step %5lld t %6.1fs cpu %6.1fs reward %.3f eval %.3f ent %.3f clip %.3f dlp %.4f gnorm %.3f\n",
+                        static_cast<long long>(step), now_s(), cpu_s() - cpu0, reward_mean, last_score, st.entropy,
                         st.clip_frac, st.logprob_diff_mean, gnorm);
         std::fflush(stdout);
     }
-    std::printf("SUMMARY %s seed=%llu start=%.3f final=%.3f best_const=%.3f steps=%lld time=%.1f "
+    std::printf("SUMMARY %s seed=%llu start=%.3f final=%.3f best_const=%.3f steps=%lld time=%.1f cpu=%.1f "
                 "gen=%.1f train=%.1f (opt %.1f) eval=%.1f", tag.c_str(), static_cast<unsigned long long>(seed),
-                start_score, last_score, best_const, static_cast<long long>(step), now_s(), t_gen,
+                start_score, last_score, best_const, static_cast<long long>(step), now_s(), cpu_s() - cpu0, t_gen,
                 t_train, t_opt, t_eval);
     for (int k = 0; k < 3; ++k)
-        std::printf(" | %.2f@step%lld/%.1fs", thresholds[k], static_cast<long long>(hit_step[k]), hit_time[k]);
+        std::printf(" | %.2f@step%lld/%.1fs/cpu%.1fs", thresholds[k],
+                    static_cast<long long>(hit_step[k]), hit_time[k], hit_cpu[k]);
     std::printf("\n");
     return 0;
 }

@@ -7,7 +7,7 @@
 # checked against the directory). Needs root. Does not run any test itself.
 #
 #   cluster.sh start STATEFILE PLUGIN.so MAPFILE   # writes the cluster dir into STATEFILE
-#   cluster.sh stop  STATEFILE                     # stops it and removes the directory
+#   cluster.sh stop  STATEFILE                     # stops it, keeps logs in STATEFILE.logs/
 #   cluster.sh env   STATEFILE                     # prints the cluster dir (source DIR/env.sh)
 #
 # A cluster left over from a killed run (STATEFILE still present) is stopped by
@@ -56,7 +56,7 @@ our_pids() { # DIR: daemons first (slurmd, slurmctld), then stepds, munged last
     return 0
 }
 
-stop_dir() { # DIR
+stop_dir() { # DIR [keep-logs]
     local dir=$1 pid t alive
     [[ -d $dir && -f $dir/.tagflow-slurm-test ]] || return 0
     if [[ -r $dir/env.sh ]]; then
@@ -83,6 +83,9 @@ stop_dir() { # DIR
             kill -KILL "$pid" 2>/dev/null || true
         fi
     done
+    if [[ ${2:-} == keep-logs && -d $dir/log ]]; then
+        cp -r -- "$dir/log" "$dir.logs" 2> /dev/null || true
+    fi
     rm -rf -- "$dir"
 }
 
@@ -225,10 +228,13 @@ cmd_start() { # STATEFILE PLUGIN MAP
     echo "$dir"
 }
 
-cmd_stop() { # STATEFILE
-    local state=$1
+cmd_stop() { # STATEFILE: keeps the daemons' logs in STATEFILE.logs/ for post-mortems
+    local state=$1 dir
     [[ -f $state ]] || return 0
-    stop_dir "$(cat "$state")"
+    dir=$(cat "$state")
+    stop_dir "$dir" keep-logs
+    rm -rf -- "$state.logs"
+    [[ -d $dir.logs ]] && mv -- "$dir.logs" "$state.logs"
     rm -f -- "$state"
 }
 

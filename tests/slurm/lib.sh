@@ -42,6 +42,11 @@ tf_wait() {
         sleep 0.1
     done
     scontrol show job "$id" >&2 || true
+    squeue -s -j "$id" >&2 || true
+    if [[ -n ${T_OUT:-} && -r $T_OUT/$id.out ]]; then
+        echo "--- $T_OUT/$id.out:" >&2
+        cat "$T_OUT/$id.out" >&2
+    fi
     tf_fail "job $id not finished after ${timeout}s"
 }
 
