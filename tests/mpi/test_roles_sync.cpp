@@ -64,10 +64,16 @@ TEST(Roles, SplitByRankTags) {
     EXPECT_EQ(r.train_root, 1);
     EXPECT_EQ(r.rollout.is_null(), !r.is_rollout());
     EXPECT_EQ(r.train.is_null(), !r.is_train());
-    if (!r.train.is_null()) EXPECT_EQ(r.train.size(), static_cast<int>(r.train_ranks.size()));
-    if (!r.rollout.is_null()) EXPECT_EQ(r.rollout.size(), static_cast<int>(r.rollout_ranks.size()));
+    if (!r.train.is_null()) {
+        EXPECT_EQ(r.train.size(), static_cast<int>(r.train_ranks.size()));
+    }
+    if (!r.rollout.is_null()) {
+        EXPECT_EQ(r.rollout.size(), static_cast<int>(r.rollout_ranks.size()));
+    }
     // The sync communicator has the train root as its rank 0.
-    if (!r.sync.is_null() && r.is_train_root()) EXPECT_EQ(r.sync.rank(), 0);
+    if (!r.sync.is_null() && r.is_train_root()) {
+        EXPECT_EQ(r.sync.rank(), 0);
+    }
     EXPECT_EQ(r.sources[static_cast<size_t>(me)], "rank-tags");
 }
 

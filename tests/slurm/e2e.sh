@@ -219,9 +219,9 @@ case_bad_plugstack() {
 case_mpi_pmix() {
     [[ -x ${TFTEST_MPI_TAGS:-} ]] || tf_fail "TFTEST_MPI_TAGS not set to the mpi_tags binary"
     local j
-    j=$(sb -N3 -w 'node[1-3]' --ntasks-per-node=1 --rl-tags=auto \
+    j=$(sb -t 5 -N3 -w 'node[1-3]' --ntasks-per-node=1 --rl-tags=auto \
         --wrap "srun --mpi=pmix -K1 $TFTEST_MPI_TAGS | sort")
-    tf_expect_state "$j" "COMPLETED 0:0"
+    tf_expect_state "$j" "COMPLETED 0:0" 240
     tf_expect_has "$j.out" "rank 0/3 node node1 tags rollout,train,critic source map allreduce ok"
     tf_expect_has "$j.out" "rank 1/3 node node2 tags rollout,critic source map allreduce ok"
     tf_expect_has "$j.out" "rank 2/3 node node3 tags rollout source map allreduce ok"
@@ -240,8 +240,8 @@ case_hetjob_pmix() {
 srun --mpi=pmix -K1 --het-group=0,1 $TFTEST_MPI_TAGS | sort
 EOF
     local j
-    j=$(sb job.sh)
-    tf_expect_state "$j" "COMPLETED 0:0"
+    j=$(sb -t 5 job.sh)
+    tf_expect_state "$j" "COMPLETED 0:0" 240
     tf_expect_has "$j.out" "rank 0/3 node node3 tags rollout source map allreduce ok"
     tf_expect_has "$j.out" "rank 1/3 node node1 tags rollout,train,critic source map allreduce ok"
     tf_expect_has "$j.out" "rank 2/3 node node1 tags rollout,train,critic source map allreduce ok"
@@ -261,9 +261,9 @@ case_jobscript_single_pool() {
     need_tagflow
     local j
     j=$(TF_BIN=$TFTEST_TAGFLOW_BIN TF_OUT=$T_OUT/run TF_STEPS=2 \
-        sbatch --parsable -t 5 -o "$T_OUT/%j.out" --constraint='h100|t4' --nodes=2 \
+        sbatch --parsable -t 6 -o "$T_OUT/%j.out" --constraint='h100|t4' --nodes=2 \
         --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1 "$JOBSCRIPTS/grpo_single_pool.sbatch")
-    tf_expect_state "$j" "COMPLETED 0:0" 300
+    tf_expect_state "$j" "COMPLETED 0:0" 360
     "$HERE/check_run.py" "$T_OUT/run/tagflow.h5" --expect "0=rollout,train,critic;1=rollout" ||
         tf_fail "run file check failed (job output: $T_OUT/$j.out)"
     tf_ok "grpo_single_pool.sbatch: tag_source map on every rank, the T4 rank never trains"
@@ -274,12 +274,12 @@ case_jobscript_hetjob() {
     need_tagflow
     sed -e 's/--nodes=[0-9]*/--nodes=1/g' -e 's/--cpus-per-task=[0-9]*/--cpus-per-task=1/g' \
         -e 's/--ntasks-per-node=[0-9]*/--ntasks-per-node=1/g' \
-        -e 's/--time=[0-9:]*/--time=5/' "$JOBSCRIPTS/grpo_hetjob.sbatch" > het.sbatch
+        -e 's/--time=[0-9:]*/--time=6/' "$JOBSCRIPTS/grpo_hetjob.sbatch" > het.sbatch
     grep -q '^#SBATCH hetjob' het.sbatch || tf_fail "grpo_hetjob.sbatch has no '#SBATCH hetjob'"
     local j
     j=$(TF_BIN=$TFTEST_TAGFLOW_BIN TF_OUT=$T_OUT/run TF_STEPS=2 \
         sbatch --parsable -o "$T_OUT/%j.out" het.sbatch)
-    tf_expect_state "$j" "COMPLETED 0:0" 300
+    tf_expect_state "$j" "COMPLETED 0:0" 360
     "$HERE/check_run.py" "$T_OUT/run/tagflow.h5" --expect "0=rollout;1=rollout,train,critic" ||
         tf_fail "run file check failed (job output: $T_OUT/$j.out)"
     tf_ok "grpo_hetjob.sbatch: T4 pool rank 0 rollout-only and never trains, H100 pool trains"
