@@ -160,3 +160,10 @@ TEST(Options, JsonHasEveryResolvedOption) {
 TEST(Options, EnvNames) {
     EXPECT_EQ(tagflow::config::env_name("prompts-per-step"), "TAGFLOW_PROMPTS_PER_STEP");
 }
+
+TEST(Options, ShippedExampleConfigParses) {
+    const std::string cfg = std::string(TAGFLOW_SOURCE_DIR) + "/share/examples/reverse.ini";
+    auto r = parse({"--out", "o", "--config", cfg});
+    EXPECT_EQ(r.options.task, "reverse");
+    EXPECT_EQ(r.options.group_size, 8);
+}
