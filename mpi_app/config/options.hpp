@@ -33,7 +33,7 @@ struct Options {
     // ---- model ----
     int32_t d_model = 64;
     int32_t layers = 2;
-    int32_t heads = 4;
+    int32_t heads = 2;
     int32_t d_ff = 256;
     // ---- rollout ----
     int32_t prompts_per_step = 16;
@@ -42,7 +42,7 @@ struct Options {
     double top_p = 1.0;
     int32_t max_new_tokens = 0;  // 0 = the task's own limit
     // ---- train ----
-    double lr = 3e-3;
+    double lr = 5e-4;  // 3e-3 and 1e-3 collapse entropy and stall below 0.85 on reverse
     double clip_eps = 0.2;
     double kl_coef = 0.0;
     double weight_decay = 0.0;

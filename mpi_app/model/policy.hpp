@@ -19,7 +19,7 @@ struct PolicyConfig {
     int64_t vocab = 13;     ///< token ids are in [0, vocab)
     int64_t d_model = 64;
     int64_t n_layers = 2;
-    int64_t n_heads = 4;
+    int64_t n_heads = 2;
     int64_t d_ff = 256;
     int64_t max_seq = 32;   ///< longest prompt + response the position table covers
 };

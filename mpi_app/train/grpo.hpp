@@ -35,7 +35,7 @@ TrainSample make_train_sample(const std::vector<int32_t>& prompt,
                               const rollout::Completion& completion, float advantage);
 
 struct GrpoConfig {
-    double lr = 3e-3;
+    double lr = 5e-4;
     double clip_eps = 0.2;
     double kl_coef = 0.0;       ///< 0 = no reference model is kept
     double weight_decay = 0.0;  ///< AdamW decay on matrices (not biases, norms)
