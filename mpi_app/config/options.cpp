@@ -60,6 +60,7 @@ po::options_description describe(Options& o) {
         ("lr", val(&o.lr), "AdamW learning rate")
         ("clip-eps", val(&o.clip_eps), "PPO clip range epsilon")
         ("kl-coef", val(&o.kl_coef), "KL penalty to the frozen initial policy (0 = off, no reference model)")
+        ("entropy-coef", val(&o.entropy_coef), "bonus on the mean token entropy (keeps exploring; 0 = off)")
         ("weight-decay", val(&o.weight_decay), "AdamW weight decay")
         ("grad-clip", val(&o.grad_clip), "global gradient-norm clip (0 = off)")
         ("micro-batch", val(&o.micro_batch), "sequences per forward/backward (0 = the whole local batch)")
@@ -150,6 +151,7 @@ void validate(const Options& o) {
     check_range<double>("lr", o.lr, 0.0, 10.0);
     check_range<double>("clip-eps", o.clip_eps, 0.0, 10.0);
     check_range<double>("kl-coef", o.kl_coef, 0.0, 100.0);
+    check_range<double>("entropy-coef", o.entropy_coef, 0.0, 10.0);
     check_range<double>("weight-decay", o.weight_decay, 0.0, 10.0);
     check_range<double>("grad-clip", o.grad_clip, 0.0, 1e6);
     check_range<int32_t>("micro-batch", o.micro_batch, 0, 1 << 20);

@@ -55,6 +55,7 @@ class SyncScheduler final : public Scheduler {
             gc.lr = opt.lr;
             gc.clip_eps = opt.clip_eps;
             gc.kl_coef = opt.kl_coef;
+            gc.entropy_coef = opt.entropy_coef;
             gc.weight_decay = opt.weight_decay;
             gc.grad_clip = opt.grad_clip;
             gc.temperature = opt.temperature;
