@@ -165,7 +165,11 @@ EOF
     done
     cp -- "$map" "$dir/etc/tagflow.map"
     chmod 600 "$dir/etc/tagflow.map" # root-only on purpose: the plugin reads it as root
-    echo "required $plugin map=$dir/etc/tagflow.map" > "$dir/etc/plugstack.conf"
+    # Install the plugin into the cluster dir, as an admin would: sbatch of a non-root user
+    # must be able to load it, and the build tree may sit below a directory only root can enter.
+    mkdir -p "$dir/lib"
+    install -m 755 -- "$plugin" "$dir/lib/spank_tagflow.so"
+    echo "required $dir/lib/spank_tagflow.so map=$dir/etc/tagflow.map" > "$dir/etc/plugstack.conf"
     cp "$dir/etc/plugstack.conf" "$dir/etc/plugstack.conf.good"
     cp "$dir/etc/tagflow.map" "$dir/etc/tagflow.map.good"
     cat > "$dir/env.sh" <<EOF
