@@ -83,7 +83,9 @@ class SyncScheduler final : public Scheduler {
         if (is_eval_rank()) evals.push_back({0, task_->name(), static_cast<float>(eval0), opt_.eval_prompts});
         TAGFLOW_MPI_CHECK(MPI_Bcast(&eval0, 1, MPI_DOUBLE, roles_.rollout_ranks.front(), MPI_COMM_WORLD));
         sum.first_eval = sum.best_eval = sum.last_eval = eval0;
-        write_step_rows({}, {}, {}, evals);
+        std::vector<io::SyncRecord> syncs;
+        if (roles_.is_train_root()) syncs.push_back({0, param_bytes(), last_sync_t0_, last_sync_t1_, "mpi_bcast"});
+        write_rows({}, {}, {}, evals, syncs);
         print0("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
                static_cast<long long>(opt_.steps), eval0, sum.best_constant);
 
@@ -312,21 +314,16 @@ class SyncScheduler final : public Scheduler {
         }
         {
             profile::Span span(timeline_, SpanKind::kIo, s);
-            run_.append_samples(samples);
-            run_.append_consumed(consumed);
-            run_.append_steps(steps);
-            run_.append_eval(evals);
-            run_.append_syncs(syncs);
-            run_.append_timeline(timeline_.take());
-            run_.flush();
+            write_rows(samples, consumed, steps, evals, syncs);
         }
         return out;
     }
 
-    void write_step_rows(const std::vector<io::SampleRecord>& samples, const std::vector<io::ConsumedRecord>& consumed,
-                         const std::vector<io::StepRecord>& steps, const std::vector<io::EvalRecord>& evals) {
-        std::vector<io::SyncRecord> syncs;
-        if (roles_.is_train_root()) syncs.push_back({0, param_bytes(), last_sync_t0_, last_sync_t1_, "mpi_bcast"});
+    // COLLECTIVE (io communicator): one step's rows of every table, then a flush, so a crash
+    // leaves the file readable up to here.
+    void write_rows(const std::vector<io::SampleRecord>& samples, const std::vector<io::ConsumedRecord>& consumed,
+                    const std::vector<io::StepRecord>& steps, const std::vector<io::EvalRecord>& evals,
+                    const std::vector<io::SyncRecord>& syncs) {
         run_.append_samples(samples);
         run_.append_consumed(consumed);
         run_.append_steps(steps);
