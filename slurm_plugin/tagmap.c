@@ -278,11 +278,56 @@ static const char* tf_kv(const char* word, const char* key) {
     return NULL;
 }
 
+/* Parses the "compute=X membw=Y" words w[first..nw) of a `kind` line ("hardware",
+ * "normalize") into *compute and *membw: both required, positive, given once. When one is
+ * missing the error reads "<subject> needs compute=" (or "needs both ..." with `say_both`). */
+static int tf_parse_compute_membw(const struct tf_map* map, int line, char** w, int first, int nw,
+                                  const char* kind, const char* subject, int say_both,
+                                  double* compute, double* membw, char* err, size_t errlen) {
+    char clip[48];
+    int have_c = 0, have_m = 0;
+
+    for (int i = first; i < nw; i++) {
+        const char* v;
+        double* dst;
+        int* have;
+
+        if ((v = tf_kv(w[i], "compute")) != NULL) {
+            dst = compute;
+            have = &have_c;
+        } else if ((v = tf_kv(w[i], "membw")) != NULL) {
+            dst = membw;
+            have = &have_m;
+        } else {
+            tf_maperr(err, errlen, map->file, line,
+                      "unknown %s attribute '%s' (expected compute= and membw=)", kind,
+                      tf_clip(w[i], clip, sizeof(clip)));
+            return -1;
+        }
+        if (*have) {
+            tf_maperr(err, errlen, map->file, line, "'%.*s' given twice",
+                      (int)(strchr(w[i], '=') - w[i] + 1), w[i]);
+            return -1;
+        }
+        if (tf_parse_number(v, dst) != 0 || *dst <= 0.0) {
+            tf_maperr(err, errlen, map->file, line, "'%s': value must be a positive number",
+                      tf_clip(w[i], clip, sizeof(clip)));
+            return -1;
+        }
+        *have = 1;
+    }
+    if (!have_c || !have_m) {
+        tf_maperr(err, errlen, map->file, line, "%s needs %s", subject,
+                  say_both ? "both compute= and membw=" : !have_c ? "compute=" : "membw=");
+        return -1;
+    }
+    return 0;
+}
+
 static int tf_parse_hardware(struct tf_map* map, int line, char** w, int nw, char* err,
                              size_t errlen) {
     struct tf_hw hw;
     char clip[48];
-    int have_c = 0, have_m = 0;
 
     memset(&hw, 0, sizeof(hw));
     hw.line = line;
@@ -306,40 +351,11 @@ static int tf_parse_hardware(struct tf_map* map, int line, char** w, int nw, cha
                       hw.name, map->hw[i].line);
             return -1;
         }
-    for (int i = 2; i < nw; i++) {
-        const char* v;
-        double* dst;
-        int* have;
-
-        if ((v = tf_kv(w[i], "compute")) != NULL) {
-            dst = &hw.compute;
-            have = &have_c;
-        } else if ((v = tf_kv(w[i], "membw")) != NULL) {
-            dst = &hw.membw;
-            have = &have_m;
-        } else {
-            tf_maperr(err, errlen, map->file, line,
-                      "unknown hardware attribute '%s' (expected compute= and membw=)",
-                      tf_clip(w[i], clip, sizeof(clip)));
-            return -1;
-        }
-        if (*have) {
-            tf_maperr(err, errlen, map->file, line, "'%.*s' given twice",
-                      (int)(strchr(w[i], '=') - w[i] + 1), w[i]);
-            return -1;
-        }
-        if (tf_parse_number(v, dst) != 0 || *dst <= 0.0) {
-            tf_maperr(err, errlen, map->file, line, "'%s': value must be a positive number",
-                      tf_clip(w[i], clip, sizeof(clip)));
-            return -1;
-        }
-        *have = 1;
-    }
-    if (!have_c || !have_m) {
-        tf_maperr(err, errlen, map->file, line, "hardware '%s' needs %s", hw.name,
-                  !have_c ? "compute=" : "membw=");
+    char subject[TF_NAME_MAX + 16];
+    snprintf(subject, sizeof(subject), "hardware '%s'", hw.name);
+    if (tf_parse_compute_membw(map, line, w, 2, nw, "hardware", subject, 0, &hw.compute,
+                               &hw.membw, err, errlen) != 0)
         return -1;
-    }
     if (map->nhw >= TF_MAX_HW) {
         tf_maperr(err, errlen, map->file, line, "too many hardware lines (at most %d)", TF_MAX_HW);
         return -1;
@@ -350,46 +366,13 @@ static int tf_parse_hardware(struct tf_map* map, int line, char** w, int nw, cha
 
 static int tf_parse_normalize(struct tf_map* map, int line, char** w, int nw, char* err,
                               size_t errlen) {
-    char clip[48];
-    int have_c = 0, have_m = 0;
-
     if (map->has_normalize) {
         tf_maperr(err, errlen, map->file, line, "'normalize' given twice");
         return -1;
     }
-    for (int i = 1; i < nw; i++) {
-        const char* v;
-        double* dst;
-        int* have;
-
-        if ((v = tf_kv(w[i], "compute")) != NULL) {
-            dst = &map->norm_compute;
-            have = &have_c;
-        } else if ((v = tf_kv(w[i], "membw")) != NULL) {
-            dst = &map->norm_membw;
-            have = &have_m;
-        } else {
-            tf_maperr(err, errlen, map->file, line,
-                      "unknown normalize attribute '%s' (expected compute= and membw=)",
-                      tf_clip(w[i], clip, sizeof(clip)));
-            return -1;
-        }
-        if (*have) {
-            tf_maperr(err, errlen, map->file, line, "'%.*s' given twice",
-                      (int)(strchr(w[i], '=') - w[i] + 1), w[i]);
-            return -1;
-        }
-        if (tf_parse_number(v, dst) != 0 || *dst <= 0.0) {
-            tf_maperr(err, errlen, map->file, line, "'%s': value must be a positive number",
-                      tf_clip(w[i], clip, sizeof(clip)));
-            return -1;
-        }
-        *have = 1;
-    }
-    if (!have_c || !have_m) {
-        tf_maperr(err, errlen, map->file, line, "'normalize' needs both compute= and membw=");
+    if (tf_parse_compute_membw(map, line, w, 1, nw, "normalize", "'normalize'", 1,
+                               &map->norm_compute, &map->norm_membw, err, errlen) != 0)
         return -1;
-    }
     map->has_normalize = 1;
     return 0;
 }
