@@ -188,6 +188,24 @@ def case_single(a):
         check(not tagflow_run.check_invariants(f), "invariants hold at 1 rank")
 
 
+def case_reproducible(a):
+    """Same seed and rank count => the same tokens, rewards and weights' effects, bit for bit."""
+    runs = []
+    for name in ("rep_a", "rep_b"):
+        path, _ = run_ok(a, name, 2, ["--seed", "11"])
+        with tagflow_run.open_run(path) as f:
+            runs.append((f["samples"]["tokens"][()], f["samples"]["logprobs"][()], f["steps"]["reward_mean"][()],
+                         f["eval"]["score"][()]))
+    import numpy as np
+    check(np.array_equal(runs[0][0], runs[1][0]), "same seed: identical generated tokens")
+    check(np.array_equal(runs[0][1], runs[1][1], equal_nan=True), "same seed: identical log-probabilities")
+    check(np.array_equal(runs[0][2], runs[1][2]) and np.array_equal(runs[0][3], runs[1][3]),
+          "same seed: identical rewards and evals")
+    path, _ = run_ok(a, "rep_c", 2, ["--seed", "12"])
+    with tagflow_run.open_run(path) as f:
+        check(not np.array_equal(f["samples"]["tokens"][()], runs[0][0]), "another seed: other tokens")
+
+
 # ---------------------------------------------------------------- crash behaviour
 def rank_pids(mpirun_pid):
     """pid of each rank (OMPI_COMM_WORLD_RANK) started by this mpirun (its direct children)."""
