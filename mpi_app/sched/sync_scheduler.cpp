@@ -36,11 +36,10 @@ enum StatSlot {
 
 class SyncScheduler final : public Scheduler {
  public:
-    SyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run, double t0_unix)
-        : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), timeline_(clock_, roles.world_rank) {
-        rollout::TaskParams tp;
-        tp.digits = opt.digits;
-        task_ = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), tp);
+    SyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run, double t0_unix,
+                  std::unique_ptr<rollout::Task> task)
+        : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), timeline_(clock_, roles.world_rank),
+          task_(std::move(task)) {
         model::PolicyConfig pc;
         pc.vocab = task_->vocab_size();
         pc.d_model = opt.d_model;
@@ -379,8 +378,9 @@ class SyncScheduler final : public Scheduler {
 }  // namespace
 
 std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
-                                               io::RunFile& run, double t0_unix) {
-    return std::make_unique<SyncScheduler>(opt, roles, run, t0_unix);
+                                               io::RunFile& run, double t0_unix,
+                                               std::unique_ptr<rollout::Task> task) {
+    return std::make_unique<SyncScheduler>(opt, roles, run, t0_unix, std::move(task));
 }
 
 }  // namespace tagflow::sched

@@ -18,6 +18,9 @@ struct Roles;
 namespace tagflow::io {
 class RunFile;
 }
+namespace tagflow::rollout {
+class Task;
+}
 
 namespace tagflow::sched {
 
@@ -40,6 +43,7 @@ class Scheduler {
 
 /// The sync scheduler. `t0_unix` is the run's clock origin (same on every rank).
 std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
-                                               io::RunFile& run, double t0_unix);
+                                               io::RunFile& run, double t0_unix,
+                                               std::unique_ptr<rollout::Task> task);
 
 }  // namespace tagflow::sched

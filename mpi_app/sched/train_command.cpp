@@ -20,6 +20,7 @@
 #include "config/options.hpp"
 #include "io/run_file.hpp"
 #include "profile/timeline.hpp"
+#include "rollout/task.hpp"
 #include "sched/gemm_check.hpp"
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
@@ -110,6 +111,11 @@ int train_command(int argc, char** argv) {
         throw ConfigError("");
     }
 
+    // The task is built (and its parameters checked) on every rank before anything is written.
+    rollout::TaskParams task_params;
+    task_params.digits = opt.digits;
+    std::unique_ptr<rollout::Task> task = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), task_params);
+
     // ---- from here on the run exists; errors abort the job ----
     double t0 = profile::unix_now();
     TAGFLOW_MPI_CHECK(MPI_Bcast(&t0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
@@ -170,7 +176,7 @@ int train_command(int argc, char** argv) {
     run.append_ranks(ranks);
     run.flush();
 
-    auto scheduler = make_sync_scheduler(opt, roles, run, t0);
+    auto scheduler = make_sync_scheduler(opt, roles, run, t0, std::move(task));
     RunSummary s = scheduler->run();
     run.close();
     print0("summary: %ld steps in %.1fs (%.1f samples/s); reward first step %.3f -> last step %.3f; "

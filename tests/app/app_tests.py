@@ -66,6 +66,8 @@ BAD = [
     (["--rank-tags", "0=train;1=train"], {}, "no rank is tagged rollout"),
     (["--rank-tags", "7=train"], {}, "rank 7"),
     (["--mode", "warp"], {}, "--mode warp"),
+    (["--task", "nope"], {}, "unknown task 'nope'"),
+    (["--digits", "1"], {}, "digits"),
     ([], {"TAGFLOW_STEPS": "x"}, "TAGFLOW_STEPS"),
     ([], {"TAGFLOW_BOGUS": "1"}, "TAGFLOW_BOGUS"),
     ([], {"TAGFLOW_TAGS": "gpu"}, "'gpu'"),
