@@ -35,7 +35,7 @@ po::options_description describe(Options& o) {
         ("steps", val(&o.steps), "training steps")
         ("seed", val(&o.seed), "random seed (model init, prompts, sampling)")
         ("mode", val(&o.mode), "scheduling mode: sync (disaggregated and multiplex are not in this build yet)")
-        ("task", val(&o.task), "built-in task: reverse")
+        ("task", val(&o.task), "task: reverse or sort (built in), or one registered with rollout::register_task")
         ("digits", val(&o.digits), "digits per prompt of the reverse task")
         ("threads", val(&o.threads), "torch threads per rank (0 = cores available to the rank / ranks sharing them)");
     po::options_description tags("Tags (capability of each rank: rollout, train, critic)");

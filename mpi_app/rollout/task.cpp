@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// task: the built-in `reverse` task (reverse a digit string, dense per-position reward)
-// and the factory. Prompt streams come from a counter-based hash of (seed, index), so any
+// task: the built-in digit-string tasks (`reverse`, `sort`: dense per-position reward)
+// and the task registry behind make_task(). Prompt streams come from a counter-based hash of (seed, index), so any
 // rank can produce any prompt without shared state. Does not know about models.
 #include "rollout/task.hpp"
 
 #include <algorithm>
 #include <array>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include "common/error.hpp"
@@ -29,23 +31,26 @@ constexpr int32_t kVocab = 13;
 // One prompt in kEvalModulo (by a seeded hash of its digits) is held out.
 constexpr uint64_t kEvalModulo = 8;
 
-class ReverseTask final : public Task {
+// A digit string in, a digit string out: `reverse` answers with the digits reversed, `sort`
+// with them in ascending order. Same prompts, tokens, held-out split and reward shape.
+class DigitTask final : public Task {
 public:
-    ReverseTask(uint64_t seed, const TaskParams& p)
-        : seed_(seed), max_digits_(p.digits),
+    enum class Kind { kReverse, kSort };
+
+    DigitTask(Kind kind, uint64_t seed, const TaskParams& p)
+        : kind_(kind), seed_(seed), max_digits_(p.digits),
           min_digits_(p.min_digits == 0 ? p.digits : p.min_digits) {
+        const std::string n = "task " + name();
         if (max_digits_ < 1 || max_digits_ > 64)
-            throw ConfigError("task reverse: digits must be in [1, 64], got " +
-                              std::to_string(max_digits_));
+            throw ConfigError(n + ": digits must be in [1, 64], got " + std::to_string(max_digits_));
         if (min_digits_ < 1 || min_digits_ > max_digits_)
-            throw ConfigError("task reverse: min_digits must be 0 or in [1, digits], got " +
+            throw ConfigError(n + ": min_digits must be 0 or in [1, digits], got " +
                               std::to_string(p.min_digits));
         // With very short strings the held-out set could be empty; require a few of each.
-        if (max_digits_ < 2)
-            throw ConfigError("task reverse: digits must be at least 2 (held-out set)");
+        if (max_digits_ < 2) throw ConfigError(n + ": digits must be at least 2 (held-out set)");
     }
 
-    std::string name() const override { return "reverse"; }
+    std::string name() const override { return kind_ == Kind::kReverse ? "reverse" : "sort"; }
     int32_t vocab_size() const override { return kVocab; }
     int32_t eos_token() const override { return kEos; }
     int32_t max_prompt_tokens() const override { return max_digits_ + 2; }
@@ -107,12 +112,25 @@ public:
     }
 
 private:
-    static std::vector<int32_t> answer(const std::vector<int32_t>& prompt) {
+    std::vector<int32_t> answer(const std::vector<int32_t>& prompt) const {
         std::vector<int32_t> digits;
         for (int32_t t : prompt)
             if (t >= 0 && t <= 9) digits.push_back(t);
-        std::reverse(digits.begin(), digits.end());
+        if (kind_ == Kind::kReverse)
+            std::reverse(digits.begin(), digits.end());
+        else
+            std::sort(digits.begin(), digits.end());
         return digits;
+    }
+
+    // What the held-out split hashes: the answer for `reverse` (one answer per prompt), the
+    // prompt's digits for `sort` (many prompts share a sorted answer; all would fall together).
+    std::vector<int32_t> split_key(const std::vector<int32_t>& prompt) const {
+        if (kind_ == Kind::kReverse) return answer(prompt);
+        std::vector<int32_t> d;
+        for (int32_t t : prompt)
+            if (t >= 0 && t <= 9) d.push_back(t);
+        return d;
     }
 
     bool is_eval(const std::vector<int32_t>& digits) const {
@@ -138,24 +156,68 @@ private:
             for (int32_t i = 0; i < n; ++i)
                 prompt.push_back(static_cast<int32_t>(mix64(state ^ (0xd1ULL << 32) ^ i) % 10));
             prompt.push_back(kSep);
-            if (is_eval(answer(prompt)) == want_eval) return prompt;
+            if (is_eval(split_key(prompt)) == want_eval) return prompt;
         }
     }
 
+    Kind kind_;
     uint64_t seed_;
     int32_t max_digits_;
     int32_t min_digits_;
 };
 
+struct Registered {
+    std::string description;
+    TaskFactory factory;
+};
+
+// The registry, with the built-ins in it from the first use on.
+std::map<std::string, Registered>& registry() {
+    static std::map<std::string, Registered> r = [] {
+        std::map<std::string, Registered> m;
+        m["reverse"] = {"reverse a digit string; reward = fraction of correct positions",
+                        [](uint64_t seed, const TaskParams& p) {
+                            return std::make_unique<DigitTask>(DigitTask::Kind::kReverse, seed, p);
+                        }};
+        m["sort"] = {"sort a digit string ascending; reward = fraction of correct positions",
+                     [](uint64_t seed, const TaskParams& p) {
+                         return std::make_unique<DigitTask>(DigitTask::Kind::kSort, seed, p);
+                     }};
+        return m;
+    }();
+    return r;
+}
+std::mutex g_registry_mutex;
+
 }  // namespace
 
-std::vector<std::string> task_names() { return {"reverse"}; }
+void register_task(const std::string& name, const std::string& description, TaskFactory factory) {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    if (name.empty() || !factory) throw Error("register_task: empty name or factory");
+    if (!registry().emplace(name, Registered{description, std::move(factory)}).second)
+        throw Error("register_task: a task named '" + name + "' is already registered");
+}
+
+std::vector<std::string> task_names() {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    std::vector<std::string> names;
+    for (const auto& [n, r] : registry()) names.push_back(n);
+    return names;
+}
 
 std::unique_ptr<Task> make_task(const std::string& name, uint64_t seed, const TaskParams& params) {
-    if (name == "reverse") return std::make_unique<ReverseTask>(seed, params);
-    std::string known;
-    for (const auto& n : task_names()) known += (known.empty() ? "" : ", ") + n;
-    throw ConfigError("unknown task '" + name + "' (known: " + known + ")");
+    TaskFactory factory;
+    {
+        std::lock_guard<std::mutex> lock(g_registry_mutex);
+        auto it = registry().find(name);
+        if (it != registry().end()) factory = it->second.factory;
+    }
+    if (!factory) {
+        std::string known;
+        for (const auto& n : task_names()) known += (known.empty() ? "" : ", ") + n;
+        throw ConfigError("unknown task '" + name + "' (known: " + known + ")");
+    }
+    return factory(seed, params);
 }
 
 float random_policy_score(const Task& task, int64_t n_eval, uint64_t seed) {

@@ -4,6 +4,7 @@
 // Does not generate or train (see generate.hpp, train/grpo.hpp).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,10 +47,18 @@ public:
     virtual float best_constant_score(int64_t n_eval) const = 0;
 };
 
+/// Builds a task from the run's seed and parameters; throws tagflow::ConfigError on bad params.
+using TaskFactory = std::function<std::unique_ptr<Task>(uint64_t seed, const TaskParams& params)>;
+
+/// Adds a task to the registry make_task() consults (built-ins: reverse, sort). Call it before
+/// `tagflow train` builds its task, e.g. first thing in your own main(); see
+/// share/doc/tasks.md. Throws tagflow::Error if the name is empty or already taken.
+void register_task(const std::string& name, const std::string& description, TaskFactory factory);
+
 /// Builds a task by name. Throws tagflow::ConfigError on an unknown name or bad params.
 std::unique_ptr<Task> make_task(const std::string& name, uint64_t seed,
                                 const TaskParams& params = TaskParams{});
-/// The names make_task() accepts.
+/// The names make_task() accepts, sorted.
 std::vector<std::string> task_names();
 
 /// Mean reward of responses drawn uniformly from the vocabulary (stopping at EOS, at most

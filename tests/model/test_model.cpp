@@ -5,6 +5,7 @@
 // every translation unit that includes LibTorch costs ~15 s to compile.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -350,4 +351,43 @@ TEST(Grpo, GradientsNormaliseAcrossRanksAndMicroBatches) {
     EXPECT_GT(learner.step(), 0.0);
     EXPECT_FALSE(torch::equal(before, q->parameters()[0]));
     for (auto& g : learner.gradients()) EXPECT_EQ(g.abs().sum().item<float>(), 0.0f);
+}
+
+// ---- task registry and the sort task ----
+TEST(Task, SortTaskRewardsSortedDigits) {
+    auto task = rollout::make_task("sort", 1);
+    EXPECT_EQ(task->name(), "sort");
+    auto p = task->train_prompt(0);
+    std::vector<int32_t> digits(p.begin() + 1, p.end() - 1);
+    std::sort(digits.begin(), digits.end());
+    auto perfect = digits;
+    perfect.push_back(task->eos_token());
+    EXPECT_FLOAT_EQ(task->reward(p, perfect), 1.0f);
+    std::reverse(digits.begin(), digits.end());
+    EXPECT_LE(task->reward(p, digits), 1.0f);
+    EXPECT_LE(rollout::random_policy_score(*task, 256, 3), 0.1f);
+    // Held-out prompts never appear among training prompts.
+    std::set<std::vector<int32_t>> train;
+    for (int i = 0; i < 4000; ++i) train.insert(task->train_prompt(i));
+    for (int i = 0; i < 300; ++i) EXPECT_EQ(train.count(task->eval_prompt(i)), 0u);
+}
+
+TEST(Task, RegistryAcceptsUserTasksAndRejectsDuplicates) {
+    auto names = rollout::task_names();
+    EXPECT_NE(std::find(names.begin(), names.end(), "reverse"), names.end());
+    EXPECT_NE(std::find(names.begin(), names.end(), "sort"), names.end());
+    rollout::register_task("my-reverse", "a user's task", [](uint64_t seed, const rollout::TaskParams& p) {
+        return rollout::make_task("reverse", seed, p);
+    });
+    EXPECT_EQ(rollout::make_task("my-reverse", 3)->name(), "reverse");
+    EXPECT_THROW(rollout::register_task("sort", "again", [](uint64_t, const rollout::TaskParams&) {
+                     return std::unique_ptr<rollout::Task>();
+                 }),
+                 tagflow::Error);
+    try {
+        rollout::make_task("nope", 1);
+        FAIL();
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("my-reverse"), std::string::npos) << e.what();
+    }
 }
