@@ -22,11 +22,12 @@ pkgs=(cmake ninja-build g++ pkg-config
       libtorch-dev libopenblas0-pthread
       libopenmpi-dev openmpi-bin
       libhdf5-openmpi-dev hdf5-tools
-      libboost-program-options-dev libgtest-dev
+      libboost-program-options-dev libgtest-dev nlohmann-json3-dev
       python3-h5py python3-numpy python3-matplotlib python3-pandas)
 if [ "$with_tests" = 1 ]; then
     pkgs+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge
-           jupyter-nbconvert python3-ipykernel python3-nbformat)
+           jupyter-nbconvert python3-ipykernel python3-nbformat
+           python3-torch)  # the independent reference forward of tests/llama
 fi
 
 missing=()

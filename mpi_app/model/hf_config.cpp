@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+// hf_config: config.json parsing and writing (see hf_config.hpp).
+#include "model/hf_config.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace tagflow::model {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string& src, const std::string& what) {
+    throw ConfigError(src + ": " + what);
+}
+
+int64_t get_int(const json& j, const std::string& src, const char* key, bool required,
+                int64_t def) {
+    if (!j.contains(key) || j[key].is_null()) {
+        if (required) fail(src, std::string("missing required key '") + key + "'");
+        return def;
+    }
+    const json& v = j[key];
+    if (!v.is_number_integer()) fail(src, std::string("key '") + key + "' must be an integer, got " + v.dump());
+    const int64_t x = v.get<int64_t>();
+    if (x <= 0) fail(src, std::string("key '") + key + "' must be positive, got " + v.dump());
+    return x;
+}
+
+double get_num(const json& j, const std::string& src, const char* key, bool required, double def) {
+    if (!j.contains(key) || j[key].is_null()) {
+        if (required) fail(src, std::string("missing required key '") + key + "'");
+        return def;
+    }
+    const json& v = j[key];
+    if (!v.is_number()) fail(src, std::string("key '") + key + "' must be a number, got " + v.dump());
+    const double x = v.get<double>();
+    if (!(x > 0)) fail(src, std::string("key '") + key + "' must be positive, got " + v.dump());
+    return x;
+}
+
+bool get_bool(const json& j, const std::string& src, const char* key, bool def) {
+    if (!j.contains(key) || j[key].is_null()) return def;
+    if (!j[key].is_boolean()) fail(src, std::string("key '") + key + "' must be true/false, got " + j[key].dump());
+    return j[key].get<bool>();
+}
+
+std::string get_str(const json& j, const std::string& src, const char* key, bool required,
+                    const std::string& def) {
+    if (!j.contains(key) || j[key].is_null()) {
+        if (required) fail(src, std::string("missing required key '") + key + "'");
+        return def;
+    }
+    if (!j[key].is_string()) fail(src, std::string("key '") + key + "' must be a string, got " + j[key].dump());
+    return j[key].get<std::string>();
+}
+
+}  // namespace
+
+void HfConfig::validate(const std::string& src) const {
+    if (model_type != "llama" && model_type != "qwen2")
+        fail(src, "model_type '" + model_type + "' is not supported (llama, qwen2)");
+    if (hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers <= 0 ||
+        num_attention_heads <= 0 || num_key_value_heads <= 0 || head_dim <= 0 || vocab_size <= 0 ||
+        max_position_embeddings <= 0)
+        fail(src, "sizes must be positive");
+    if (num_attention_heads % num_key_value_heads != 0)
+        fail(src, "num_attention_heads (" + std::to_string(num_attention_heads) +
+                      ") must be a multiple of num_key_value_heads (" +
+                      std::to_string(num_key_value_heads) + ")");
+    if (head_dim % 2 != 0) fail(src, "head_dim (" + std::to_string(head_dim) + ") must be even for RoPE");
+    if (!(rms_norm_eps > 0) || !(rope_theta > 0)) fail(src, "rms_norm_eps and rope_theta must be positive");
+    if (torch_dtype != "float32" && torch_dtype != "float16" && torch_dtype != "bfloat16")
+        fail(src, "torch_dtype '" + torch_dtype + "' is not supported (float32, float16, bfloat16)");
+}
+
+HfConfig parse_hf_config(const std::string& text, const std::string& src) {
+    json j;
+    try {
+        j = json::parse(text);
+    } catch (const json::exception& e) {
+        fail(src, std::string("not valid JSON: ") + e.what());
+    }
+    if (!j.is_object()) fail(src, "top level must be a JSON object");
+    HfConfig c;
+    c.model_type = get_str(j, src, "model_type", true, "");
+    if (c.model_type != "llama" && c.model_type != "qwen2")
+        fail(src, "model_type '" + c.model_type + "' is not supported (llama, qwen2)");
+    c.hidden_size = get_int(j, src, "hidden_size", true, 0);
+    c.intermediate_size = get_int(j, src, "intermediate_size", true, 0);
+    c.num_hidden_layers = get_int(j, src, "num_hidden_layers", true, 0);
+    c.num_attention_heads = get_int(j, src, "num_attention_heads", true, 0);
+    c.vocab_size = get_int(j, src, "vocab_size", true, 0);
+    c.num_key_value_heads = get_int(j, src, "num_key_value_heads", false, c.num_attention_heads);
+    if (!j.contains("head_dim") || j["head_dim"].is_null()) {
+        if (c.hidden_size % c.num_attention_heads != 0)
+            fail(src, "hidden_size must be a multiple of num_attention_heads when head_dim is absent");
+        c.head_dim = c.hidden_size / c.num_attention_heads;
+    } else {
+        c.head_dim = get_int(j, src, "head_dim", true, 0);
+    }
+    c.max_position_embeddings = get_int(j, src, "max_position_embeddings", false, 2048);
+    c.rms_norm_eps = get_num(j, src, "rms_norm_eps", true, 0);
+    c.rope_theta = get_num(j, src, "rope_theta", false, 10000.0);
+    c.tie_word_embeddings = get_bool(j, src, "tie_word_embeddings", false);
+    c.torch_dtype = get_str(j, src, "torch_dtype", false, "float32");
+    const std::string act = get_str(j, src, "hidden_act", false, "silu");
+    if (act != "silu") fail(src, "hidden_act '" + act + "' is not supported (silu)");
+    if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+        fail(src, "rope_scaling is not supported");
+    if (get_bool(j, src, "mlp_bias", false)) fail(src, "mlp_bias=true is not supported");
+    if (get_bool(j, src, "use_sliding_window", false)) fail(src, "use_sliding_window=true is not supported");
+    if (c.model_type == "qwen2") {
+        c.qkv_bias = true;  // Qwen2Attention hard-codes bias on q/k/v, none on o
+        c.o_bias = false;
+    } else {
+        c.qkv_bias = c.o_bias = get_bool(j, src, "attention_bias", false);
+    }
+    c.validate(src);
+    return c;
+}
+
+HfConfig load_hf_config(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw ConfigError(path + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse_hf_config(ss.str(), path);
+}
+
+std::string to_hf_json(const HfConfig& c) {
+    json j;
+    j["architectures"] = {c.model_type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM"};
+    j["model_type"] = c.model_type;
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["num_hidden_layers"] = c.num_hidden_layers;
+    j["num_attention_heads"] = c.num_attention_heads;
+    j["num_key_value_heads"] = c.num_key_value_heads;
+    j["head_dim"] = c.head_dim;
+    j["vocab_size"] = c.vocab_size;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.rms_norm_eps;
+    j["rope_theta"] = c.rope_theta;
+    j["tie_word_embeddings"] = c.tie_word_embeddings;
+    j["torch_dtype"] = c.torch_dtype;
+    j["hidden_act"] = "silu";
+    if (c.model_type == "llama") j["attention_bias"] = c.qkv_bias;
+    return j.dump(2) + "\n";
+}
+
+}  // namespace tagflow::model

@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// hf_config: a Hugging Face `config.json` of the Llama/Qwen2 family -> HfConfig, and back.
+// Validates keys, types and consistency (heads divisible by kv heads, even head_dim, ...)
+// and throws ConfigError naming the file and key. Does not build a model (see llama.hpp).
+// Unsupported features (rope_scaling, sliding window, mlp_bias, non-silu activations)
+// are rejected rather than silently ignored.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace tagflow::model {
+
+struct HfConfig {
+    std::string model_type = "llama";  ///< "llama" or "qwen2"
+    int64_t hidden_size = 0;
+    int64_t intermediate_size = 0;
+    int64_t num_hidden_layers = 0;
+    int64_t num_attention_heads = 0;
+    int64_t num_key_value_heads = 0;   ///< default: num_attention_heads
+    int64_t head_dim = 0;              ///< default: hidden_size / num_attention_heads
+    int64_t vocab_size = 0;
+    int64_t max_position_embeddings = 2048;
+    double rms_norm_eps = 1e-6;
+    double rope_theta = 10000.0;
+    bool tie_word_embeddings = false;
+    bool qkv_bias = false;  ///< qwen2: always; llama: attention_bias
+    bool o_bias = false;    ///< llama with attention_bias only
+    std::string torch_dtype = "float32";
+
+    /// Throws ConfigError (prefixed with `source`) if the fields are inconsistent.
+    void validate(const std::string& source = "config") const;
+};
+
+/// Parses config.json text. `source` (a path) is used in messages.
+HfConfig parse_hf_config(const std::string& json_text, const std::string& source = "config.json");
+/// Reads and parses a config.json file.
+HfConfig load_hf_config(const std::string& path);
+/// Serialises to config.json text in the Hugging Face layout (with "architectures").
+std::string to_hf_json(const HfConfig& c);
+
+}  // namespace tagflow::model

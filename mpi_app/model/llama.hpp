@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// llama: a Llama/Qwen2-family decoder (RMSNorm, rotate-half RoPE with rope_theta, grouped-
+// query attention, SwiGLU MLP, optional q/k/v biases and tied embeddings) following the
+// Hugging Face conventions, with HF parameter names (named_parameters() yields exactly
+// "model.layers.0.self_attn.q_proj.weight", ...), a KV-cache path, and safetensors
+// load/save of whole checkpoint directories (single file or sharded with an index).
+// Computes in fp32 on whatever device the parameters are on. Does not sample (rollout/),
+// and does not support rope_scaling or sliding-window attention.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
+
+namespace tagflow::model {
+
+// ---- torch glue for safetensors ----
+
+/// Loads every tensor of one safetensors file, converted to `dtype` (fp32 by default).
+std::map<std::string, torch::Tensor> load_safetensors(const std::string& path,
+                                                      torch::Dtype dtype = torch::kFloat);
+/// Writes named tensors (any device, any float dtype) as `dtype` to one safetensors file.
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                      st::DType dtype = st::DType::F32,
+                      const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
+
+// ---- model ----
+
+/// `x * rsqrt(mean(x^2) + eps) * weight`, computed in fp32.
+class RMSNormImpl : public torch::nn::Module {
+public:
+    RMSNormImpl(int64_t dim, double eps);
+    torch::Tensor forward(const torch::Tensor& x);
+    torch::Tensor weight;
+
+private:
+    double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+/// Per-layer key/value cache: k[l], v[l] are [B, kv_heads, len, head_dim] (grown by concat).
+struct LlamaKVCache {
+    std::vector<torch::Tensor> k, v;
+    int64_t len = 0;  ///< positions already in the cache; new tokens get positions len, len+1, ...
+};
+
+class LlamaAttentionImpl : public torch::nn::Module {
+public:
+    explicit LlamaAttentionImpl(const HfConfig& c);
+    /// x [B,T,H*D]; cos/sin [T,D]; `k_cache`/`v_cache` (may be undefined) are extended in place.
+    torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          torch::Tensor* k_cache, torch::Tensor* v_cache);
+    torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+private:
+    int64_t heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(LlamaAttention);
+
+class LlamaMLPImpl : public torch::nn::Module {
+public:
+    explicit LlamaMLPImpl(const HfConfig& c);
+    torch::Tensor forward(const torch::Tensor& x);  ///< down(silu(gate(x)) * up(x))
+    torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMLP);
+
+class LlamaDecoderLayerImpl : public torch::nn::Module {
+public:
+    explicit LlamaDecoderLayerImpl(const HfConfig& c);
+    torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                          torch::Tensor* k_cache, torch::Tensor* v_cache);
+    RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+    LlamaAttention self_attn{nullptr};
+    LlamaMLP mlp{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+/// The HF "model." prefix: embed_tokens, layers.{i}, norm.
+class LlamaBackboneImpl : public torch::nn::Module {
+public:
+    explicit LlamaBackboneImpl(const HfConfig& c);
+    torch::nn::Embedding embed_tokens{nullptr};
+    torch::nn::ModuleList layers{nullptr};
+    RMSNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaBackbone);
+
+class LlamaModelImpl : public torch::nn::Module {
+public:
+    /// Builds the model with parameters drawn by reset_parameters(seed).
+    explicit LlamaModelImpl(const HfConfig& cfg, uint64_t seed = 0);
+
+    /// Full causal forward: tokens [B,T] int64 (positions 0..T-1) -> logits [B,T,V] fp32.
+    torch::Tensor forward(const torch::Tensor& tokens);
+    /// An empty cache for this model.
+    LlamaKVCache make_cache() const;
+    /// Appends tokens [B,t] at positions cache.len.. and returns their logits [B,t,V];
+    /// the same numbers as forward() on the whole sequence (within float rounding).
+    torch::Tensor forward_cached(const torch::Tensor& tokens, LlamaKVCache& cache);
+
+    /// Random weights from `seed` (no global RNG): linear/embedding N(0, std), biases
+    /// N(0, std), norm weights 1 + N(0, std) so that tests exercise every parameter.
+    void reset_parameters(uint64_t seed, double std = 0.02);
+
+    /// Parameters under their Hugging Face names (no lm_head.weight when tied).
+    std::vector<std::pair<std::string, torch::Tensor>> hf_state_dict() const;
+    /// Copies named tensors into the parameters. Unknown names, wrong shapes and (with
+    /// `strict`) missing names throw tagflow::Error. A redundant lm_head.weight of a tied
+    /// model and legacy "*.rotary_emb.inv_freq" buffers are ignored.
+    void load_hf_state_dict(const std::map<std::string, torch::Tensor>& tensors, bool strict = true);
+
+    /// Reads `dir`/config.json and `dir`/model.safetensors, or the shards listed in
+    /// `dir`/model.safetensors.index.json. Weights are converted to fp32.
+    static std::shared_ptr<LlamaModelImpl> from_pretrained(const std::string& dir);
+    /// Writes config.json plus model.safetensors, or, when the weights exceed `shard_bytes`
+    /// (> 0), model-0000k-of-0000n.safetensors shards and model.safetensors.index.json.
+    /// `dtype` is the on-disk dtype (config.json's torch_dtype is set to match).
+    void save_pretrained(const std::string& dir, int64_t shard_bytes = 0,
+                         st::DType dtype = st::DType::F32) const;
+
+    const HfConfig& config() const { return cfg_; }
+    LlamaBackbone model{nullptr};
+    torch::nn::Linear lm_head{nullptr};  ///< null when tie_word_embeddings
+
+private:
+    torch::Tensor run(const torch::Tensor& tokens, LlamaKVCache* cache);
+    HfConfig cfg_;
+    torch::Tensor inv_freq_;  ///< [head_dim/2] fp32, 1 / theta^(2i/d); not a parameter
+};
+TORCH_MODULE(LlamaModel);
+
+}  // namespace tagflow::model

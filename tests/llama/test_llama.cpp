@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: Apache-2.0
+// test_llama: safetensors round trip and every malformed-header rejection, config.json
+// parsing errors, HF parameter names, KV-cache vs full forward, tied embeddings, sharded
+// and bf16 checkpoint round trips. The cross-check against an independent Python forward
+// is reference_forward.py (see CMakeLists.txt).
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "model/hf_config.hpp"
+#include "model/llama.hpp"
+#include "model/safetensors.hpp"
+
+namespace fs = std::filesystem;
+using namespace tagflow::model;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+    fs::path p = fs::temp_directory_path() / ("tagflow_llama_" + std::to_string(::getpid()) + "_" + name);
+    fs::remove_all(p);
+    return p;
+}
+
+void write_raw(const fs::path& p, uint64_t header_len, const std::string& header, const std::string& data) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header_len >> (8 * i)) & 0xff));
+    out << header << data;
+}
+
+/// Writes a file with an honest header length and expects st::Reader to reject it with a
+/// message containing the file name and every string in `needles`.
+void expect_reject(const std::string& tag, const std::string& header, std::size_t data_bytes,
+                   const std::vector<std::string>& needles) {
+    const fs::path p = scratch(tag + ".safetensors");
+    write_raw(p, header.size(), header, std::string(data_bytes, '\0'));
+    try {
+        st::Reader r(p.string());
+        ADD_FAILURE() << tag << ": accepted " << header;
+    } catch (const st::SafetensorsError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(p.string()), std::string::npos) << tag << ": " << msg;
+        for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << tag << ": " << msg;
+    }
+    fs::remove(p);
+}
+
+HfConfig qwen2_config() {
+    HfConfig c;
+    c.model_type = "qwen2";
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = 97;
+    c.max_position_embeddings = 64;
+    c.rope_theta = 1e6;
+    c.qkv_bias = true;
+    return c;
+}
+
+HfConfig llama_tied_config() {
+    HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = 48;
+    c.intermediate_size = 96;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 6;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.vocab_size = 101;
+    c.max_position_embeddings = 64;
+    c.tie_word_embeddings = true;
+    return c;
+}
+
+torch::Tensor some_tokens(int64_t vocab) {
+    return torch::arange(0, 2 * 13, torch::kLong).mul(37).remainder(vocab).view({2, 13});
+}
+
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+const char* kQwenJson = R"({"model_type":"qwen2","hidden_size":64,"intermediate_size":128,
+  "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"vocab_size":97,
+  "rms_norm_eps":1e-6,"rope_theta":1000000.0,"max_position_embeddings":128,
+  "tie_word_embeddings":false,"torch_dtype":"bfloat16","hidden_act":"silu"})";
+
+}  // namespace
+
+// ---------------- safetensors ----------------
+
+TEST(Safetensors, RoundTripAllDtypes) {
+    const fs::path p = scratch("rt.safetensors");
+    torch::manual_seed(0);
+    const torch::Tensor a = torch::randn({3, 5}), b = torch::randn({7}), c = torch::randn({2, 2, 2});
+    for (st::DType d : {st::DType::F32, st::DType::F16, st::DType::BF16}) {
+        save_safetensors(p.string(), {{"a", a}, {"b", b}, {"c.x", c}}, d, {{"format", "pt"}});
+        st::Reader r(p.string());
+        EXPECT_EQ(r.header().metadata.at("format"), "pt");
+        ASSERT_EQ(r.header().tensors.size(), 3u);
+        EXPECT_EQ(r.header().data_start % 8, 0u);
+        EXPECT_EQ(r.header().find("a")->dtype, d);
+        auto m = load_safetensors(p.string());
+        const auto td = d == st::DType::F32 ? torch::kFloat : d == st::DType::F16 ? torch::kHalf : torch::kBFloat16;
+        for (auto [name, t] : std::vector<std::pair<std::string, torch::Tensor>>{{"a", a}, {"b", b}, {"c.x", c}}) {
+            ASSERT_TRUE(m.count(name));
+            EXPECT_EQ(m[name].scalar_type(), torch::kFloat);
+            EXPECT_EQ(m[name].sizes(), t.sizes());
+            EXPECT_TRUE(torch::equal(m[name], t.to(td).to(torch::kFloat))) << name << " " << st::dtype_name(d);
+        }
+    }
+    fs::remove(p);
+}
+
+TEST(Safetensors, EmptyAndScalarTensors) {
+    const fs::path p = scratch("empty.safetensors");
+    save_safetensors(p.string(), {{"e", torch::zeros({0, 4})}, {"s", torch::tensor(2.5f)}});
+    auto m = load_safetensors(p.string());
+    EXPECT_EQ(m["e"].sizes(), torch::IntArrayRef({0, 4}));
+    EXPECT_EQ(m["s"].dim(), 0);
+    EXPECT_EQ(m["s"].item<float>(), 2.5f);
+    fs::remove(p);
+}
+
+TEST(Safetensors, RejectsBadHeaderLength) {
+    const fs::path p = scratch("len.safetensors");
+    {  // shorter than the 8-byte length field
+        std::ofstream(p, std::ios::binary) << "abc";
+        EXPECT_THROW(st::Reader{p.string()}, st::SafetensorsError);
+    }
+    write_raw(p, 0, "", "");
+    try {
+        st::Reader r(p.string());
+        ADD_FAILURE();
+    } catch (const st::SafetensorsError& e) {
+        EXPECT_NE(std::string(e.what()).find("bad header length"), std::string::npos) << e.what();
+    }
+    write_raw(p, st::kMaxHeaderBytes + 1, "{}", "");
+    EXPECT_THROW(st::Reader{p.string()}, st::SafetensorsError);
+    write_raw(p, 1000, "{}", "");  // header larger than the file
+    try {
+        st::Reader r(p.string());
+        ADD_FAILURE();
+    } catch (const st::SafetensorsError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("larger than the file"), std::string::npos) << m;
+        EXPECT_NE(m.find(p.string()), std::string::npos) << m;
+    }
+    fs::remove(p);
+}
+
+TEST(Safetensors, RejectsMalformedHeaders) {
+    expect_reject("nonjson", "{\"a\": [1, 2", 0, {"not valid JSON"});
+    expect_reject("notobject", "[1, 2, 3]", 0, {"must be a JSON object"});
+    expect_reject("unknown_dtype", R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", 2,
+                  {"'w'", "unknown or unsupported dtype 'Q4'"});
+    expect_reject("i64_dtype", R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8,
+                  {"'w'", "'I64'"});
+    expect_reject("mismatch", R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20,
+                  {"'w'", "shape/offset mismatch"});
+    expect_reject("out_of_range", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+                  {"'w'", "out of range"});
+    expect_reject("overlap",
+                  R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                      "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                  12, {"'b'", "overlap"});
+    expect_reject("gap", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, {"'a'", "gap"});
+    expect_reject("trailing", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12,
+                  {"trailing bytes"});
+    expect_reject("reversed", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", 4,
+                  {"'a'", "end 0 < begin 4"});
+    expect_reject("negative_shape", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4,
+                  {"'a'", "non-negative"});
+    expect_reject("missing_field", R"({"a":{"dtype":"F32","shape":[1]}})", 4, {"'a'", "data_offsets"});
+    expect_reject("extra_field", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4,
+                  {"'a'", "unexpected field 'x'"});
+    expect_reject("bad_metadata", R"({"__metadata__":{"k":1}})", 0, {"__metadata__"});
+    expect_reject("duplicate",
+                  R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},
+                      "a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                  8, {"'a'", "appears twice"});
+    expect_reject("entry_not_object", R"({"a":5})", 0, {"'a'", "must be an object"});
+}
+
+TEST(Safetensors, WriterRejectsBadInput) {
+    const fs::path p = scratch("w.safetensors");
+    const float x[2] = {1, 2};
+    EXPECT_THROW(st::write_file(p.string(), {{"a", st::DType::F32, {3}, x, 8}}), st::SafetensorsError);
+    EXPECT_THROW(st::write_file(p.string(), {{"a", st::DType::F32, {2}, x, 8}, {"a", st::DType::F32, {2}, x, 8}}),
+                 st::SafetensorsError);
+    EXPECT_FALSE(fs::exists(p));
+}
+
+// ---------------- config.json ----------------
+
+TEST(HfConfig, ParsesQwen2) {
+    const HfConfig c = parse_hf_config(kQwenJson);
+    EXPECT_EQ(c.model_type, "qwen2");
+    EXPECT_EQ(c.head_dim, 16);
+    EXPECT_EQ(c.num_key_value_heads, 2);
+    EXPECT_TRUE(c.qkv_bias);
+    EXPECT_FALSE(c.o_bias);
+    EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+    EXPECT_EQ(c.torch_dtype, "bfloat16");
+    const HfConfig back = parse_hf_config(to_hf_json(c));
+    EXPECT_EQ(back.hidden_size, c.hidden_size);
+    EXPECT_EQ(back.num_key_value_heads, c.num_key_value_heads);
+    EXPECT_DOUBLE_EQ(back.rms_norm_eps, c.rms_norm_eps);
+    EXPECT_EQ(back.qkv_bias, c.qkv_bias);
+}
+
+TEST(HfConfig, DefaultsForLlama) {
+    const HfConfig c = parse_hf_config(R"({"model_type":"llama","hidden_size":32,"intermediate_size":64,
+        "num_hidden_layers":1,"num_attention_heads":4,"vocab_size":10,"rms_norm_eps":1e-5})");
+    EXPECT_EQ(c.num_key_value_heads, 4);
+    EXPECT_EQ(c.head_dim, 8);
+    EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+    EXPECT_FALSE(c.tie_word_embeddings);
+    EXPECT_FALSE(c.qkv_bias);
+}
+
+TEST(HfConfig, Errors) {
+    auto with = [](const std::string& key, const nlohmann::json& v) {
+        nlohmann::json j = nlohmann::json::parse(kQwenJson);
+        if (v.is_discarded()) j.erase(key); else j[key] = v;
+        return j.dump();
+    };
+    const nlohmann::json erase = nlohmann::json(nlohmann::json::value_t::discarded);
+    struct Case { std::string text, needle; };
+    const std::vector<Case> cases = {
+        {"{not json", "not valid JSON"},
+        {"[1]", "JSON object"},
+        {with("hidden_size", erase), "missing required key 'hidden_size'"},
+        {with("vocab_size", erase), "missing required key 'vocab_size'"},
+        {with("rms_norm_eps", erase), "missing required key 'rms_norm_eps'"},
+        {with("model_type", erase), "missing required key 'model_type'"},
+        {with("hidden_size", "64"), "'hidden_size' must be an integer"},
+        {with("num_hidden_layers", 0), "'num_hidden_layers' must be positive"},
+        {with("rms_norm_eps", -1.0), "'rms_norm_eps' must be positive"},
+        {with("tie_word_embeddings", "yes"), "'tie_word_embeddings' must be true/false"},
+        {with("num_key_value_heads", 3), "multiple of num_key_value_heads"},
+        {with("model_type", "gpt2"), "model_type 'gpt2' is not supported"},
+        {with("head_dim", 15), "must be even"},
+        {with("rope_scaling", nlohmann::json{{"type", "linear"}}), "rope_scaling"},
+        {with("hidden_act", "gelu"), "hidden_act"},
+        {with("torch_dtype", "int8"), "torch_dtype"},
+    };
+    for (const auto& c : cases) {
+        try {
+            parse_hf_config(c.text, "cfg.json");
+            ADD_FAILURE() << "accepted: " << c.text;
+        } catch (const tagflow::ConfigError& e) {
+            const std::string m = e.what();
+            EXPECT_NE(m.find("cfg.json"), std::string::npos) << m;
+            EXPECT_NE(m.find(c.needle), std::string::npos) << m;
+        }
+    }
+    EXPECT_THROW(load_hf_config("/nonexistent/config.json"), tagflow::ConfigError);
+}
+
+// ---------------- model ----------------
+
+TEST(Llama, HuggingFaceParameterNames) {
+    LlamaModel m(qwen2_config(), 1);
+    std::set<std::string> names;
+    for (const auto& [n, t] : m->hf_state_dict()) names.insert(n);
+    for (const char* n : {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
+                          "model.layers.1.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight",
+                          "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+                          "model.layers.0.self_attn.k_proj.bias", "model.layers.0.self_attn.v_proj.bias",
+                          "model.layers.0.self_attn.o_proj.weight", "model.layers.1.mlp.gate_proj.weight",
+                          "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight"})
+        EXPECT_TRUE(names.count(n)) << n;
+    EXPECT_FALSE(names.count("model.layers.0.self_attn.o_proj.bias"));
+    EXPECT_EQ(names.size(), 3u + 2u * 12u);
+    EXPECT_EQ(m->model->layers[0]->as<LlamaDecoderLayerImpl>()->self_attn->k_proj->weight.sizes(),
+              torch::IntArrayRef({2 * 16, 64}));
+}
+
+TEST(Llama, KVCacheMatchesFullForward) {
+    for (const HfConfig& c : {qwen2_config(), llama_tied_config()}) {
+        LlamaModel m(c, 0);
+        m->reset_parameters(7, 0.1);
+        torch::NoGradGuard ng;
+        const torch::Tensor tok = some_tokens(c.vocab_size);
+        const torch::Tensor full = m->forward(tok);
+        EXPECT_EQ(full.sizes(), torch::IntArrayRef({2, 13, c.vocab_size}));
+        auto cache = m->make_cache();
+        std::vector<torch::Tensor> parts;
+        int64_t pos = 0;
+        for (int64_t n : {4, 1, 1, 3, 1, 2, 1}) {
+            parts.push_back(m->forward_cached(tok.narrow(1, pos, n), cache));
+            pos += n;
+        }
+        EXPECT_EQ(cache.len, 13);
+        EXPECT_EQ(cache.k[0].sizes(), torch::IntArrayRef({2, c.num_key_value_heads, 13, c.head_dim}));
+        const double d = max_diff(torch::cat(parts, 1), full);
+        EXPECT_LT(d, 1e-4) << c.model_type;
+        // Causality: a prefix's logits do not depend on later tokens.
+        EXPECT_LT(max_diff(m->forward(tok.narrow(1, 0, 6)), full.narrow(1, 0, 6)), 1e-4);
+    }
+}
+
+TEST(Llama, TiedEmbeddings) {
+    const HfConfig c = llama_tied_config();
+    LlamaModel m(c, 3);
+    EXPECT_TRUE(m->lm_head.is_empty());
+    for (const auto& [n, t] : m->hf_state_dict()) EXPECT_NE(n, "lm_head.weight");
+    const fs::path dir = scratch("tied");
+    m->save_pretrained(dir.string());
+    st::Reader r((dir / "model.safetensors").string());
+    EXPECT_EQ(r.header().find("lm_head.weight"), nullptr);
+    auto back = LlamaModelImpl::from_pretrained(dir.string());
+    torch::NoGradGuard ng;
+    const torch::Tensor tok = some_tokens(c.vocab_size);
+    EXPECT_TRUE(torch::equal(back->forward(tok), m->forward(tok)));
+    // The output projection really is the embedding: changing one changes the other.
+    const torch::Tensor before = back->forward(tok);
+    back->model->embed_tokens->weight[5].add_(1.0);
+    const torch::Tensor after = back->forward(tok);
+    EXPECT_GT(max_diff(after.select(2, 5), before.select(2, 5)), 1e-3);
+    fs::remove_all(dir);
+}
+
+TEST(Llama, ShardedSaveLoadRoundTrip) {
+    const HfConfig c = qwen2_config();
+    LlamaModel m(c, 11);
+    const fs::path dir = scratch("sharded");
+    m->save_pretrained(dir.string(), /*shard_bytes=*/30000);
+    ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+    EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
+    std::ifstream in(dir / "model.safetensors.index.json");
+    const nlohmann::json idx = nlohmann::json::parse(in);
+    std::set<std::string> shard_files;
+    for (auto it = idx["weight_map"].begin(); it != idx["weight_map"].end(); ++it)
+        shard_files.insert(it.value().get<std::string>());
+    EXPECT_GT(shard_files.size(), 2u);
+    char first[64];
+    std::snprintf(first, sizeof first, "model-00001-of-%05zu.safetensors", shard_files.size());
+    EXPECT_TRUE(shard_files.count(first)) << first;
+    EXPECT_EQ(idx["weight_map"].size(), m->hf_state_dict().size());
+    uint64_t total = 0;
+    for (const auto& [n, t] : m->hf_state_dict()) total += static_cast<uint64_t>(t.numel()) * 4;
+    EXPECT_EQ(idx["metadata"]["total_size"].get<uint64_t>(), total);
+
+    auto back = LlamaModelImpl::from_pretrained(dir.string());
+    const auto a = m->hf_state_dict(), b = back->hf_state_dict();
+    ASSERT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(a[i].first, b[i].first);
+        EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+    }
+    // Re-saving as one file replaces the index.
+    back->save_pretrained(dir.string());
+    EXPECT_FALSE(fs::exists(dir / "model.safetensors.index.json"));
+    EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
+    auto again = LlamaModelImpl::from_pretrained(dir.string());
+    torch::NoGradGuard ng;
+    EXPECT_TRUE(torch::equal(again->forward(some_tokens(c.vocab_size)), m->forward(some_tokens(c.vocab_size))));
+    fs::remove_all(dir);
+}
+
+TEST(Llama, Bf16CheckpointLoadsAsFp32) {
+    const HfConfig c = qwen2_config();
+    LlamaModel m(c, 5);
+    const fs::path dir = scratch("bf16");
+    m->save_pretrained(dir.string(), 0, st::DType::BF16);
+    EXPECT_EQ(load_hf_config((dir / "config.json").string()).torch_dtype, "bfloat16");
+    st::Reader r((dir / "model.safetensors").string());
+    EXPECT_EQ(r.header().find("model.norm.weight")->dtype, st::DType::BF16);
+    auto back = LlamaModelImpl::from_pretrained(dir.string());
+    for (const auto& [n, t] : back->hf_state_dict()) EXPECT_EQ(t.scalar_type(), torch::kFloat) << n;
+    const auto a = m->hf_state_dict(), b = back->hf_state_dict();
+    for (std::size_t i = 0; i < a.size(); ++i)
+        EXPECT_TRUE(torch::equal(b[i].second, a[i].second.to(torch::kBFloat16).to(torch::kFloat))) << a[i].first;
+    fs::remove_all(dir);
+}
+
+TEST(Llama, LoadErrors) {
+    const HfConfig c = qwen2_config();
+    LlamaModel m(c, 2);
+    const fs::path dir = scratch("errs");
+    EXPECT_THROW(LlamaModelImpl::from_pretrained(dir.string()), tagflow::ConfigError);  // no config.json
+    m->save_pretrained(dir.string());
+    auto sd = m->hf_state_dict();
+    // Missing tensor.
+    std::vector<std::pair<std::string, torch::Tensor>> missing(sd.begin() + 1, sd.end());
+    save_safetensors((dir / "model.safetensors").string(), missing);
+    try {
+        LlamaModelImpl::from_pretrained(dir.string());
+        ADD_FAILURE();
+    } catch (const tagflow::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(sd.front().first), std::string::npos) << e.what();
+    }
+    // Unexpected tensor.
+    auto extra = sd;
+    extra.emplace_back("model.layers.9.mlp.up_proj.weight", torch::zeros({2}));
+    save_safetensors((dir / "model.safetensors").string(), extra);
+    EXPECT_THROW(LlamaModelImpl::from_pretrained(dir.string()), tagflow::Error);
+    // Wrong shape.
+    auto bad = sd;
+    bad[0].second = torch::zeros({3, 3});
+    save_safetensors((dir / "model.safetensors").string(), bad);
+    EXPECT_THROW(LlamaModelImpl::from_pretrained(dir.string()), tagflow::Error);
+    // No weights at all.
+    fs::remove(dir / "model.safetensors");
+    EXPECT_THROW(LlamaModelImpl::from_pretrained(dir.string()), tagflow::Error);
+    fs::remove_all(dir);
+}
