@@ -20,6 +20,7 @@
 #include "model/hf_config.hpp"
 #include "model/llama.hpp"
 #include "model/safetensors.hpp"
+#include "fixtures.hpp"
 
 namespace fs = std::filesystem;
 using namespace tagflow::model;
@@ -55,36 +56,8 @@ void expect_reject(const std::string& tag, const std::string& header, std::size_
     fs::remove(p);
 }
 
-HfConfig qwen2_config() {
-    HfConfig c;
-    c.model_type = "qwen2";
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 97;
-    c.max_position_embeddings = 64;
-    c.rope_theta = 1e6;
-    c.qkv_bias = true;
-    return c;
-}
-
-HfConfig llama_tied_config() {
-    HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = 48;
-    c.intermediate_size = 96;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 6;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = 101;
-    c.max_position_embeddings = 64;
-    c.tie_word_embeddings = true;
-    return c;
-}
+using fixtures::llama_tied_config;
+using fixtures::qwen2_config;
 
 torch::Tensor some_tokens(int64_t vocab) {
     return torch::arange(0, 2 * 13, torch::kLong).mul(37).remainder(vocab).view({2, 13});

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "model/llama.hpp"
+#include "fixtures.hpp"
 
 using tagflow::model::HfConfig;
 using tagflow::model::LlamaModel;
@@ -25,30 +26,10 @@ int main(int argc, char** argv) {
         HfConfig c;
         int64_t shard_bytes = 0;
         if (kind == "qwen2") {  // GQA 4:2, q/k/v biases, untied, sharded
-            c.model_type = "qwen2";
-            c.hidden_size = 64;
-            c.intermediate_size = 128;
-            c.num_hidden_layers = 2;
-            c.num_attention_heads = 4;
-            c.num_key_value_heads = 2;
-            c.head_dim = 16;
-            c.vocab_size = 97;
-            c.rms_norm_eps = 1e-6;
-            c.rope_theta = 1000000.0;
-            c.qkv_bias = true;
+            c = tagflow::model::fixtures::qwen2_config();
             shard_bytes = 40000;
         } else if (kind == "llama") {  // GQA 6:2, no biases, tied embeddings, single file
-            c.model_type = "llama";
-            c.hidden_size = 48;
-            c.intermediate_size = 96;
-            c.num_hidden_layers = 2;
-            c.num_attention_heads = 6;
-            c.num_key_value_heads = 2;
-            c.head_dim = 8;
-            c.vocab_size = 101;
-            c.rms_norm_eps = 1e-5;
-            c.rope_theta = 500000.0;
-            c.tie_word_embeddings = true;
+            c = tagflow::model::fixtures::llama_tied_config();
         } else {
             std::fprintf(stderr, "unknown kind '%s'\n", kind.c_str());
             return 2;

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: Apache-2.0
+// fixtures: the two small checkpoint shapes the llama tests and the reference check share.
+#pragma once
+#include "model/hf_config.hpp"
+
+namespace tagflow::model::fixtures {
+
+/// Qwen2-style: GQA 4:2, q/k/v biases, untied embeddings, rope_theta 1e6.
+inline HfConfig qwen2_config() {
+    HfConfig c;
+    c.model_type = "qwen2";
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = 97;
+    c.max_position_embeddings = 64;
+    c.rms_norm_eps = 1e-6;
+    c.rope_theta = 1e6;
+    c.qkv_bias = true;
+    return c;
+}
+
+/// Llama-style: GQA 6:2, no biases, tied embeddings, rope_theta 5e5.
+inline HfConfig llama_tied_config() {
+    HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = 48;
+    c.intermediate_size = 96;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 6;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.vocab_size = 101;
+    c.max_position_embeddings = 64;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 500000.0;
+    c.tie_word_embeddings = true;
+    return c;
+}
+
+}  // namespace tagflow::model::fixtures
