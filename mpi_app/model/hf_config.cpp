@@ -16,13 +16,21 @@ using nlohmann::json;
     throw ConfigError(src + ": " + what);
 }
 
+// The value of `key`, or nullptr when it is absent or null (an error when `required`).
+const json* lookup(const json& j, const std::string& src, const char* key, bool required) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) {
+        if (required) fail(src, std::string("missing required key '") + key + "'");
+        return nullptr;
+    }
+    return &*it;
+}
+
 int64_t get_int(const json& j, const std::string& src, const char* key, bool required,
                 int64_t def) {
-    if (!j.contains(key) || j[key].is_null()) {
-        if (required) fail(src, std::string("missing required key '") + key + "'");
-        return def;
-    }
-    const json& v = j[key];
+    const json* p = lookup(j, src, key, required);
+    if (!p) return def;
+    const json& v = *p;
     if (!v.is_number_integer()) fail(src, std::string("key '") + key + "' must be an integer, got " + v.dump());
     const int64_t x = v.get<int64_t>();
     if (x <= 0) fail(src, std::string("key '") + key + "' must be positive, got " + v.dump());
@@ -30,11 +38,9 @@ int64_t get_int(const json& j, const std::string& src, const char* key, bool req
 }
 
 double get_num(const json& j, const std::string& src, const char* key, bool required, double def) {
-    if (!j.contains(key) || j[key].is_null()) {
-        if (required) fail(src, std::string("missing required key '") + key + "'");
-        return def;
-    }
-    const json& v = j[key];
+    const json* p = lookup(j, src, key, required);
+    if (!p) return def;
+    const json& v = *p;
     if (!v.is_number()) fail(src, std::string("key '") + key + "' must be a number, got " + v.dump());
     const double x = v.get<double>();
     if (!(x > 0)) fail(src, std::string("key '") + key + "' must be positive, got " + v.dump());
@@ -42,19 +48,18 @@ double get_num(const json& j, const std::string& src, const char* key, bool requ
 }
 
 bool get_bool(const json& j, const std::string& src, const char* key, bool def) {
-    if (!j.contains(key) || j[key].is_null()) return def;
-    if (!j[key].is_boolean()) fail(src, std::string("key '") + key + "' must be true/false, got " + j[key].dump());
-    return j[key].get<bool>();
+    const json* v = lookup(j, src, key, false);
+    if (!v) return def;
+    if (!v->is_boolean()) fail(src, std::string("key '") + key + "' must be true/false, got " + v->dump());
+    return v->get<bool>();
 }
 
 std::string get_str(const json& j, const std::string& src, const char* key, bool required,
                     const std::string& def) {
-    if (!j.contains(key) || j[key].is_null()) {
-        if (required) fail(src, std::string("missing required key '") + key + "'");
-        return def;
-    }
-    if (!j[key].is_string()) fail(src, std::string("key '") + key + "' must be a string, got " + j[key].dump());
-    return j[key].get<std::string>();
+    const json* v = lookup(j, src, key, required);
+    if (!v) return def;
+    if (!v->is_string()) fail(src, std::string("key '") + key + "' must be a string, got " + v->dump());
+    return v->get<std::string>();
 }
 
 }  // namespace
