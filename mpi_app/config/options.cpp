@@ -104,7 +104,7 @@ std::string json_escape(const std::string& s) {
 
 std::string json_literal(const boost::any& v) {
     if (v.empty()) return "null";
-    if (auto p = boost::any_cast<std::string>(&v)) return "\"" + json_escape(*p) + "\"";
+    if (auto p = boost::any_cast<std::string>(&v)) return json_string(*p);
     if (auto p = boost::any_cast<bool>(&v)) return *p ? "true" : "false";
     if (auto p = boost::any_cast<int32_t>(&v)) return std::to_string(*p);
     if (auto p = boost::any_cast<int64_t>(&v)) return std::to_string(*p);
@@ -172,6 +172,8 @@ std::string describe_error(const po::error& e, const std::string& origin) {
 }
 
 }  // namespace
+
+std::string json_string(const std::string& s) { return "\"" + json_escape(s) + "\""; }
 
 std::string env_name(const std::string& option) {
     std::string r = "TAGFLOW_";
@@ -288,7 +290,7 @@ std::string to_json(const ParseResult& r) {
     for (const auto& [k, v] : r.resolved) {
         if (!first) s += ", ";
         first = false;
-        s += "\"" + json_escape(k) + "\": " + v;
+        s += json_string(k) + ": " + v;
     }
     s += "}";
     return s;

@@ -82,6 +82,9 @@ std::string to_json(const ParseResult& r);
 /// Human-readable two-column table of the resolved options (printed by rank 0 at start).
 std::string to_table(const ParseResult& r);
 
+/// `s` as a JSON string literal, quotes included.
+std::string json_string(const std::string& s);
+
 /// Environment variable name of an option: "prompts-per-step" -> "TAGFLOW_PROMPTS_PER_STEP".
 std::string env_name(const std::string& option);
 

@@ -67,15 +67,6 @@ void make_dirs(const std::string& path) {
     }
 }
 
-std::string json_escape_str(const std::string& s) {
-    std::string r;
-    for (char c : s) {
-        if (c == '"' || c == '\\') r += '\\';
-        r += c;
-    }
-    return r;
-}
-
 }  // namespace
 
 int train_command(int argc, char** argv) {
@@ -150,11 +141,11 @@ int train_command(int argc, char** argv) {
     if (rank == 0) make_dirs(opt.out);
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     io::RunAttributes attrs;
+    // The resolved options plus what the run derived from its surroundings.
+    pr.resolved.emplace_back("world_size", std::to_string(roles.world_size));
+    pr.resolved.emplace_back("threads", std::to_string(threads));
+    pr.resolved.emplace_back("tag_source", config::json_string(opt.tag_source));
     attrs.config_json = config::to_json(pr);
-    attrs.config_json.insert(attrs.config_json.size() - 1,
-                             ", \"world_size\": " + std::to_string(roles.world_size) + ", \"threads\": " +
-                                 std::to_string(threads) + ", \"tag_source\": \"" +
-                                 json_escape_str(opt.tag_source) + "\"");
     attrs.tagflow_version = TAGFLOW_VERSION;
     attrs.world_size = roles.world_size;
     attrs.t0_unix = t0;
