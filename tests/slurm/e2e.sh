@@ -216,11 +216,30 @@ case_bad_plugstack() {
 }
 
 # MPI under srun --mpi=pmix across three virtual nodes: every rank sees its node's tags
+# pmix_job [#SBATCH-LINES [SRUN-ARGS...]]: a batch script running mpi_tags in one
+# `srun --mpi=pmix` step, its lines sorted. Slurm's PMIx plugin sporadically fails to wire
+# up the stepds of a multi-node step (notably a heterogeneous one) and then hangs until
+# PMIxTimeout (upstream: openpmix/openpmix#3098; seen twice in ~100 runs here, under load).
+# That is not what these tests check: a step gets 1 minute and one retry, every failed
+# attempt is reported in the job output, and a second failure fails the test.
+pmix_job() {
+    local header=${1:-}
+    shift || true
+    printf '#!/bin/bash\n%s\n' "$header"
+    cat <<EOS
+for attempt in 1 2; do
+    srun --mpi=pmix -K1 -t 1 $* $TFTEST_MPI_TAGS > ranks.\$attempt && { sort ranks.\$attempt; exit 0; }
+    echo "pmix step attempt \$attempt failed (exit \$?)" >&2
+done
+exit 1
+EOS
+}
+
 case_mpi_pmix() {
     [[ -x ${TFTEST_MPI_TAGS:-} ]] || tf_fail "TFTEST_MPI_TAGS not set to the mpi_tags binary"
     local j
-    j=$(sb -t 5 -N3 -w 'node[1-3]' --ntasks-per-node=1 --rl-tags=auto \
-        --wrap "srun --mpi=pmix -K1 $TFTEST_MPI_TAGS | sort")
+    pmix_job > job.sh
+    j=$(sb -t 5 -N3 -w 'node[1-3]' --ntasks-per-node=1 --rl-tags=auto job.sh)
     tf_expect_state "$j" "COMPLETED 0:0" 240
     tf_expect_has "$j.out" "rank 0/3 node node1 tags rollout,train,critic source map allreduce ok"
     tf_expect_has "$j.out" "rank 1/3 node node2 tags rollout,critic source map allreduce ok"
@@ -231,14 +250,10 @@ case_mpi_pmix() {
 # Heterogeneous job (rollout pool on T4 + train pool on H100) with one PMIx MPI_COMM_WORLD
 case_hetjob_pmix() {
     [[ -x ${TFTEST_MPI_TAGS:-} ]] || tf_fail "TFTEST_MPI_TAGS not set to the mpi_tags binary"
-    cat > job.sh <<EOF
-#!/bin/bash
-#SBATCH --rl-tags=auto
+    pmix_job '#SBATCH --rl-tags=auto
 #SBATCH --constraint=t4 --gres=gpu:t4:1 --ntasks=1
 #SBATCH hetjob
-#SBATCH --constraint=h100 --gres=gpu:h100:2 --ntasks=2
-srun --mpi=pmix -K1 --het-group=0,1 $TFTEST_MPI_TAGS | sort
-EOF
+#SBATCH --constraint=h100 --gres=gpu:h100:2 --ntasks=2' --het-group=0,1 > job.sh
     local j
     j=$(sb -t 5 job.sh)
     tf_expect_state "$j" "COMPLETED 0:0" 240

@@ -47,6 +47,13 @@ tf_wait() {
         echo "--- $T_OUT/$id.out:" >&2
         cat "$T_OUT/$id.out" >&2
     fi
+    # what the daemons said about this job (hetjob components have the next ids)
+    local log
+    for log in "$TFTEST_SLURM_DIR"/log/slurm*.log; do
+        [[ -r $log ]] || continue
+        echo "--- $log (job $id):" >&2
+        grep -E "(\[|=|\(| )($id|$((id + 1)))([].+)]| |$)" "$log" | tail -n 25 >&2 || true
+    done
     tf_fail "job $id not finished after ${timeout}s"
 }
 
