@@ -10,17 +10,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace at {
-class Tensor;
-}
+#include "train/collectives.hpp"
 
 namespace tagflow::train {
-
-struct SyncStats {
-    int64_t bytes = 0;    // payload bytes moved per rank
-    int32_t buckets = 0;  // collectives issued
-    double seconds = 0;
-};
 
 /// Splits `total_elems` elements into buckets of at most `bucket_bytes` (fp32). Pure.
 std::vector<std::pair<size_t, size_t>> bucket_ranges(size_t total_elems, size_t bucket_bytes);
