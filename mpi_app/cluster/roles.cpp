@@ -46,7 +46,10 @@ Roles build_roles(const RankTags& local, const std::string& local_error) {
         r.all_tags.push_back(b);
         if (b & kRollout) r.rollout_ranks.push_back(rank);
         if (b & kTrain) r.train_ranks.push_back(rank);
+        if (b & kCritic) r.critic_ranks.push_back(rank);
     }
+    r.critic_colocated = r.critic_ranks.empty();
+    if (r.critic_colocated) r.critic_ranks = r.train_ranks;
     r.sources = allgather_strings(local.source, 16);
     r.hosts = allgather_strings(processor_name(), 64);
     if (r.train_ranks.empty()) {
@@ -69,6 +72,7 @@ Roles build_roles(const RankTags& local, const std::string& local_error) {
     bool in_sync = r.is_rollout() || r.is_train_root();
     // key 0 for the train root so it is rank 0 of the sync communicator.
     r.sync = world.split(in_sync ? 0 : MPI_UNDEFINED, r.is_train_root() ? -1 : r.world_rank);
+    r.critic = world.split(r.is_critic() ? 0 : MPI_UNDEFINED, r.world_rank);
     return r;
 }
 

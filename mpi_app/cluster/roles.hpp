@@ -3,6 +3,7 @@
 //   io     — dup of MPI_COMM_WORLD, the one fixed communicator the run file is written through
 //   rollout— ranks tagged rollout;  train — ranks tagged train
 //   sync   — train root + every rollout rank (weight broadcast, root is rank 0 of it)
+//   critic — ranks tagged critic, or the train ranks when no rank is (PPO's value model)
 // Later modes (multiplex) re-split from here; this file does not schedule anything.
 #pragma once
 #include <cstdint>
@@ -23,16 +24,22 @@ struct Roles {
     std::vector<std::string> hosts;     // by world rank
     std::vector<int> rollout_ranks;     // world ranks, ascending
     std::vector<int> train_ranks;       // world ranks, ascending
+    std::vector<int> critic_ranks;      // world ranks tagged critic, else = train_ranks
+    bool critic_colocated = true;       // true when no rank is tagged critic
     int train_root = -1;                // lowest world rank tagged train
 
     Comm io;
     Comm rollout;  // null on ranks without the rollout tag
     Comm train;    // null on ranks without the train tag
     Comm sync;     // null on ranks that neither are the train root nor roll out
+    Comm critic;   // null on ranks outside critic_ranks
 
     bool is_rollout() const { return (my_tags & kRollout) != 0; }
     bool is_train() const { return (my_tags & kTrain) != 0; }
     bool is_train_root() const { return world_rank == train_root; }
+    bool is_critic() const {
+        return critic_colocated ? is_train() : (my_tags & kCritic) != 0;
+    }
 };
 
 /// COLLECTIVE over MPI_COMM_WORLD. `local` is this rank's tags, or an error message in

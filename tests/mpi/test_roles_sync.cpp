@@ -8,7 +8,7 @@
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
 #include "sched/exchange.hpp"
-#include "train/weight_sync.hpp"
+#include "train/weight_sync_mpi.hpp"
 
 using namespace tagflow;
 
@@ -43,6 +43,26 @@ TEST(Roles, ColocatedDefault) {
     EXPECT_EQ(r.sync.size(), world_size());
     EXPECT_EQ(r.io.size(), world_size());
     EXPECT_EQ(r.hosts.size(), static_cast<size_t>(world_size()));
+    // No rank tagged critic: the critic runs with the actor on the train ranks.
+    EXPECT_TRUE(r.critic_colocated);
+    EXPECT_EQ(r.critic_ranks, r.train_ranks);
+    EXPECT_EQ(r.critic.size(), world_size());
+}
+
+TEST(Roles, CriticRanksFromTags) {
+    // The last rank carries the critic tag (with rollout so that np 1 still has a rollout rank).
+    std::string spec;
+    for (int i = 0; i < world_size(); ++i)
+        spec += std::to_string(i) + "=" + (i == world_size() - 1 ? "rollout,train,critic" : "rollout,train") + ";";
+    auto t = cluster::resolve_rank_tags(world_rank(), world_size(), "", "", "", spec);
+    cluster::Roles r = cluster::build_roles(t, "");
+    EXPECT_FALSE(r.critic_colocated);
+    EXPECT_EQ(r.critic_ranks, std::vector<int>{world_size() - 1});
+    EXPECT_EQ(r.is_critic(), world_rank() == world_size() - 1);
+    EXPECT_EQ(r.critic.is_null(), !r.is_critic());
+    if (r.is_critic()) {
+        EXPECT_EQ(r.critic.size(), 1);
+    }
 }
 
 TEST(Roles, SplitByRankTags) {
