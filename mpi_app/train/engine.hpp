@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+// engine: the ONE interface every training backend implements (veRL 0.7's BaseEngine): given
+// a module (policy or critic) and its forward, an Engine runs micro-batched forward/backward
+// with gradient accumulation over right-padded sequences, sums gradients over a data-parallel
+// group through train::Collectives, takes clipped AdamW steps, and saves/loads weights plus
+// optimiser state. Also here: the training-sequence type every worker consumes, its packing
+// into micro-batches, and the global counts losses are normalised by.
+// Does not know any RL loss (train/losses.hpp, train/workers.hpp) and does not include MPI or
+// CUDA: the LibTorch backend (train/torch_engine.hpp) runs on whatever device it is given.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "train/collectives.hpp"
+
+namespace tagflow::train {
+
+/// What an Engine trains: the module (its parameters are trained in place, so the caller's
+/// handle sees every step) and its forward, tokens [B,T] int64 on the module's device ->
+/// logits [B,T,V] (a policy) or values [B,T] (a critic). See workers.hpp for ready handles.
+struct ModelHandle {
+    std::shared_ptr<torch::nn::Module> module;
+    std::function<torch::Tensor(const torch::Tensor&)> forward;
+    std::string kind = "model";  ///< "policy", "value", ... (messages only)
+};
+
+struct OptimConfig {
+    double lr = 1e-6;
+    double beta1 = 0.9, beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.01;  ///< AdamW decay on matrices only (not biases, norms)
+    double grad_clip = 1.0;      ///< max global L2 norm; <= 0 disables clipping
+};
+
+struct EngineConfig {
+    OptimConfig optim;
+    int64_t micro_batch = 8;         ///< sequences per forward/backward (>= 1)
+    int64_t micro_batch_tokens = 0;  ///< padded tokens (rows x longest) per micro-batch; 0 = no budget
+    bool bf16 = false;               ///< bf16 autocast for the forward (CPU or CUDA autocast by device)
+    std::string device = "cpu";      ///< a torch device string, e.g. "cuda:0" in a CUDA LibTorch build
+    bool trainable = true;           ///< false: frozen (reference model): no gradients, no optimiser
+};
+
+/// One training sequence: prompt + response. Per-response-token fields have one entry per
+/// response token (tokens.size() - prompt_len) or are empty when unused; `advantages` may
+/// also have exactly one entry, broadcast over the response (sequence-level estimators).
+struct TrainSeq {
+    std::vector<int32_t> tokens;
+    int32_t prompt_len = 0;              ///< >= 1: the first response token is predicted from the prompt
+    std::vector<uint8_t> loss_mask;      ///< per response token; empty = all 1
+    std::vector<float> old_logprobs;     ///< behaviour log-probs for the PPO ratio (actor)
+    std::vector<float> rollout_logprobs; ///< rollout-engine log-probs (diagnostic); empty = old_logprobs
+    std::vector<float> ref_logprobs;     ///< reference log-probs (actor KL loss)
+    std::vector<float> advantages;       ///< actor
+    std::vector<float> returns;          ///< critic targets
+    std::vector<float> old_values;       ///< critic values at rollout time (value clipping)
+    float weight = 1.0f;                 ///< multiplies this sequence's loss (0 = dropped)
+
+    size_t n_resp() const { return tokens.size() > static_cast<size_t>(prompt_len) ? tokens.size() - prompt_len : 0; }
+};
+
+/// Builds a TrainSeq from what the scheduler has per sample (old_logprobs = rollout_logprobs).
+TrainSeq make_train_seq(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response,
+                        const std::vector<float>& rollout_logprobs);
+
+/// Global normalisers of a loss: response tokens whose loss_mask is 1 (x weight is NOT
+/// applied) and sequences with at least one such token. Losses divide by these, so the
+/// caller must pass counts over the WHOLE data-parallel batch (see allreduce_counts).
+struct BatchCounts {
+    double tokens = 0;
+    double seqs = 0;
+};
+BatchCounts count_batch(const std::vector<TrainSeq>& batch);
+/// COLLECTIVE over comm (nullptr = one rank): the counts summed over the group, moved
+/// through a tensor on `device` (the engine's; NCCL collectives need device tensors).
+BatchCounts allreduce_counts(const BatchCounts& local, Collectives* comm,
+                             const torch::Device& device = torch::kCPU);
+
+/// One right-padded micro-batch on the engine's device. Slot t of row b holds input token t
+/// and predicts token t + 1, so response token j of a row sits at slot prompt_len - 1 + j.
+/// Float fields are [n,T] (0 outside the response) and undefined when the batch lacks them.
+struct MicroBatch {
+    torch::Tensor inputs, targets;  ///< [n,T] int64
+    torch::Tensor mask;             ///< [n,T] float: 1 at response tokens with loss_mask 1
+    torch::Tensor old_logp, rollout_logp, ref_logp, adv, returns, old_values;
+    torch::Tensor weight;           ///< [n,1] float
+    size_t begin = 0, end = 0;      ///< rows are batch[begin, end)
+};
+
+/// Splits [0, batch.size()) into consecutive micro-batches of at most `max_seqs` sequences
+/// and (when max_tokens > 0) at most max_tokens padded tokens; a longer sequence goes alone.
+std::vector<std::pair<size_t, size_t>> split_micro_batches(const std::vector<TrainSeq>& batch, int64_t max_seqs,
+                                                           int64_t max_tokens);
+/// Packs batch[begin, end). A field is packed when some sequence has it, and then every
+/// sequence must have it with the right length. Throws tagflow::Error naming the sample.
+MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, size_t end,
+                            const torch::Device& device);
+/// The response part of per-slot values [n,T] (any device) appended to `out`, one vector per row.
+void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>& batch, size_t begin,
+                     std::vector<std::vector<float>>& out);
+
+/// Called once per micro-batch with the module's fp32 output (logits [n,T,V] or values
+/// [n,T]); returns the micro-batch loss (already normalised by global counts) or an
+/// undefined tensor in forward-only passes.
+using LossFn = std::function<torch::Tensor(const MicroBatch& mb, const torch::Tensor& out)>;
+
+class Engine {
+public:
+    virtual ~Engine() = default;
+    virtual std::string backend() const = 0;  ///< e.g. "torch"
+    virtual torch::Device device() const = 0;
+    virtual const EngineConfig& config() const = 0;
+    virtual torch::nn::Module& module() = 0;
+
+    /// The module's forward on tokens [B,T] (moved to device), bf16 autocast when configured;
+    /// output in fp32. Gradients flow unless the caller holds a NoGradGuard.
+    virtual torch::Tensor forward(const torch::Tensor& tokens) = 0;
+    /// Micro-batches `batch` (EngineConfig::micro_batch / micro_batch_tokens), runs forward and
+    /// `fn` on each, and with `train` adds the gradient of each returned loss to the gradients
+    /// (gradient accumulation); without `train` runs under NoGradGuard. Returns the sum of the
+    /// returned losses (0 for undefined ones).
+    virtual double forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train = true) = 0;
+    /// Adds d loss / d params to the gradients.
+    virtual void backward(const torch::Tensor& loss) = 0;
+    /// COLLECTIVE over comm: gradients <- sum over the group (nullptr or size 1: nothing).
+    virtual SyncStats allreduce_grads(Collectives* comm) = 0;
+    /// Clips the global gradient norm, AdamW step, zeroes gradients. Returns the norm before
+    /// clipping. Call allreduce_grads first when data-parallel.
+    virtual double step() = 0;
+    virtual void zero_grad() = 0;
+    virtual void set_lr(double lr) = 0;
+    virtual double lr() const = 0;
+    virtual int64_t global_step() const = 0;  ///< optimiser steps taken (restored by load)
+    virtual std::vector<torch::Tensor> parameters() const = 0;
+    virtual std::vector<torch::Tensor> gradients() const = 0;  ///< parameters() order, defined
+
+    /// Weights + optimiser state + step counter + lr. load() expects an engine built with the
+    /// same module shapes; it throws tagflow::Error on a mismatch or unreadable data.
+    virtual void save(std::ostream& out) const = 0;
+    virtual void load(std::istream& in) = 0;
+    /// save()/load() through `dir`/engine_state.pt (the directory is created).
+    void save_dir(const std::string& dir) const;
+    void load_dir(const std::string& dir);
+};
+
+/// The LibTorch engine (CPU, or CUDA in a CUDA build: see EngineConfig::device). Moves the
+/// module to the device. Throws ConfigError on a bad config.
+std::unique_ptr<Engine> make_engine(ModelHandle model, const EngineConfig& cfg);
+
+}  // namespace tagflow::train

@@ -1,0 +1,318 @@
+// SPDX-License-Identifier: Apache-2.0
+// workers: model handles, and the actor / critic / reference workers' loss functions,
+// statistics and mini-batch/epoch update loops on top of an Engine. See workers.hpp.
+#include "train/workers.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <torch/torch.h>
+
+#include "common/error.hpp"
+#include "train/losses.hpp"
+
+namespace tagflow::train {
+
+ModelHandle policy_handle(model::LlamaModel m) {
+    ModelHandle h;
+    h.module = m.ptr();
+    h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
+    h.kind = "policy";
+    return h;
+}
+
+ModelHandle policy_handle(model::Policy m) {
+    ModelHandle h;
+    h.module = m.ptr();
+    h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
+    h.kind = "policy";
+    return h;
+}
+
+ModelHandle value_handle(model::ValueModel m) {
+    ModelHandle h;
+    h.module = m.ptr();
+    h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
+    h.kind = "value";
+    return h;
+}
+
+model::LlamaModel clone_llama(const model::LlamaModel& m) {
+    model::LlamaModel c(m->config(), /*seed=*/0);
+    std::map<std::string, torch::Tensor> sd;
+    for (const auto& [name, t] : m->hf_state_dict()) sd[name] = t.detach();
+    c->load_hf_state_dict(sd);
+    return c;
+}
+
+namespace {
+
+// Consecutive, nearly equal chunks of `local` (some may be empty on a small rank).
+std::vector<std::vector<TrainSeq>> split_chunks(const std::vector<TrainSeq>& local, int32_t k) {
+    if (k < 1) throw ConfigError("update: mini_batches must be >= 1");
+    std::vector<std::vector<TrainSeq>> out(static_cast<size_t>(k));
+    const size_t n = local.size();
+    for (size_t c = 0; c < out.size(); ++c) {
+        const size_t b = n * c / out.size(), e = n * (c + 1) / out.size();
+        out[c].assign(local.begin() + static_cast<std::ptrdiff_t>(b), local.begin() + static_cast<std::ptrdiff_t>(e));
+    }
+    return out;
+}
+
+void require(const std::vector<TrainSeq>& batch, std::vector<float> TrainSeq::*field, const char* who,
+             const char* name) {
+    for (size_t i = 0; i < batch.size(); ++i)
+        if ((batch[i].*field).empty() && batch[i].n_resp() > 0)
+            throw Error(std::string(who) + ": sample " + std::to_string(i) + " has no " + name);
+}
+
+// Sums over tokens/steps, reduced in one collective at the end of an update.
+enum ActorSum { aLoss, aPg, aKl, aEnt, aClip, aClipLow, aPpoKl, aDiff, aTok, aNumSums };
+enum CriticSum { cLoss, cClip, cV, cR, cR2, cE, cE2, cTokEv, cTok, cNumSums };
+
+std::vector<double> reduce_sums(std::vector<double> s, Collectives* comm, const torch::Device& dev) {
+    if (comm == nullptr || comm->size() == 1) return s;
+    torch::Tensor t = torch::tensor(std::vector<float>(s.begin(), s.end())).to(dev);
+    comm->allreduce_sum({t});
+    t = t.to(torch::kCPU);
+    for (size_t i = 0; i < s.size(); ++i) s[i] = t[static_cast<int64_t>(i)].item<float>();
+    return s;
+}
+
+double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+}  // namespace
+
+// ---- actor ----
+
+ActorWorker::ActorWorker(std::unique_ptr<Engine> engine, const ActorConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
+    if (!engine_) throw ConfigError("actor: no engine");
+    if (!engine_->config().trainable) throw ConfigError("actor: the engine is frozen (trainable = false)");
+    if (!(cfg.temperature > 0.0)) throw ConfigError("actor: temperature must be > 0");
+    if (!(cfg.clip_eps > 0.0)) throw ConfigError("actor: clip_eps must be > 0");
+    if (cfg.dual_clip != 0.0 && !(cfg.dual_clip > 1.0)) throw ConfigError("actor: dual_clip must be > 1 (or 0 = off)");
+    if (cfg.kl_loss_coef < 0.0 || cfg.entropy_coef < 0.0) throw ConfigError("actor: coefficients must be >= 0");
+}
+
+std::vector<std::vector<float>> ActorWorker::compute_log_probs(const std::vector<TrainSeq>& batch,
+                                                              std::vector<std::vector<float>>* entropy) {
+    std::vector<std::vector<float>> out;
+    if (entropy) entropy->clear();
+    engine_->forward_backward(
+        batch,
+        [&](const MicroBatch& mb, const torch::Tensor& logits) {
+            torch::Tensor ent;
+            torch::Tensor lp = token_log_probs(logits, mb.targets, cfg_.temperature, entropy ? &ent : nullptr);
+            unpack_response(lp, batch, mb.begin, out);
+            if (entropy) unpack_response(ent, batch, mb.begin, *entropy);
+            return torch::Tensor();
+        },
+        /*train=*/false);
+    return out;
+}
+
+namespace {
+
+ActorStats actor_stats(const std::vector<double>& s, double steps) {
+    ActorStats st;
+    const double tok = s[aTok];
+    st.loss = safe_div(s[aLoss], steps);
+    st.pg_loss = safe_div(s[aPg], steps);
+    st.kl = safe_div(s[aKl], tok);
+    st.entropy = safe_div(s[aEnt], tok);
+    st.clip_frac = safe_div(s[aClip], tok);
+    st.clip_frac_lower = safe_div(s[aClipLow], tok);
+    st.ppo_kl = safe_div(s[aPpoKl], tok);
+    st.logprob_diff_mean = safe_div(s[aDiff], tok);
+    st.tokens = static_cast<int64_t>(tok);
+    return st;
+}
+
+std::vector<double> actor_sums(Engine& engine, const ActorConfig& cfg, const std::vector<TrainSeq>& local,
+                               const BatchCounts& global) {
+    std::vector<double> s(aNumSums, 0.0);
+    if (local.empty()) return s;
+    require(local, &TrainSeq::old_logprobs, "actor", "old_logprobs");
+    require(local, &TrainSeq::advantages, "actor", "advantages");
+    if (cfg.kl_loss_coef > 0.0) require(local, &TrainSeq::ref_logprobs, "actor", "ref_logprobs (kl_loss_coef > 0)");
+    const double clip_high = cfg.clip_eps_high > 0.0 ? cfg.clip_eps_high : cfg.clip_eps;
+    engine.forward_backward(local, [&](const MicroBatch& mb, const torch::Tensor& logits) {
+        torch::Tensor ent;
+        const torch::Tensor logp = token_log_probs(logits, mb.targets, cfg.temperature, &ent);
+        if (cfg.entropy_coef == 0.0) ent = ent.detach();
+        const torch::Tensor& m = mb.mask;
+        const torch::Tensor w = mb.weight;
+        PolicyLossTerms pg = ppo_policy_loss(logp, mb.old_logp, mb.adv, cfg.clip_eps, clip_high, cfg.dual_clip);
+        const torch::Tensor pg_agg = agg_loss(pg.loss * w, m, cfg.loss_agg, global);
+        torch::Tensor loss = pg_agg;
+        if (cfg.entropy_coef > 0.0) loss = loss - cfg.entropy_coef * agg_loss(ent * w, m, cfg.loss_agg, global);
+        torch::Tensor kl;
+        if (mb.ref_logp.defined()) {
+            kl = kl_penalty(logp, mb.ref_logp, cfg.kl_loss_mode);
+            if (cfg.kl_loss_coef > 0.0) loss = loss + cfg.kl_loss_coef * agg_loss(kl * w, m, cfg.loss_agg, global);
+        }
+        torch::NoGradGuard no_grad;
+        const torch::Tensor lpd = logp.detach();
+        const torch::Tensor roll = mb.rollout_logp.defined() ? mb.rollout_logp : mb.old_logp;
+        s[aLoss] += loss.item<double>();
+        s[aPg] += pg_agg.item<double>();
+        if (kl.defined()) s[aKl] += (kl.detach() * m).sum().item<double>();
+        s[aEnt] += (ent.detach() * m).sum().item<double>();
+        s[aClip] += (pg.clipped * m).sum().item<double>();
+        s[aClipLow] += (pg.clipped_lower * m).sum().item<double>();
+        s[aPpoKl] += ((mb.old_logp - lpd) * m).sum().item<double>();
+        s[aDiff] += ((roll - lpd).abs() * m).sum().item<double>();
+        s[aTok] += m.sum().item<double>();
+        return loss;
+    });
+    return s;
+}
+
+}  // namespace
+
+ActorStats ActorWorker::accumulate(const std::vector<TrainSeq>& local, const BatchCounts& global) {
+    return actor_stats(actor_sums(*engine_, cfg_, local, global), 1.0);
+}
+
+ActorStats ActorWorker::update(const std::vector<TrainSeq>& local, Collectives* comm, const UpdateSchedule& sched) {
+    if (sched.epochs < 1) throw ConfigError("actor: epochs must be >= 1");
+    const auto chunks = split_chunks(local, sched.mini_batches);
+    std::vector<double> sums(aNumSums, 0.0);
+    double norm_sum = 0;
+    int32_t steps = 0;
+    for (int32_t ep = 0; ep < sched.epochs; ++ep)
+        for (const auto& chunk : chunks) {
+            const BatchCounts global = allreduce_counts(count_batch(chunk), comm, engine_->device());
+            if (!(global.tokens > 0)) continue;  // the same decision on every rank
+            const std::vector<double> s = actor_sums(*engine_, cfg_, chunk, global);
+            for (size_t i = 0; i < sums.size(); ++i) sums[i] += s[i];
+            engine_->allreduce_grads(comm);
+            norm_sum += engine_->step();
+            ++steps;
+        }
+    sums = reduce_sums(sums, comm, engine_->device());
+    ActorStats st = actor_stats(sums, steps);
+    st.tokens = static_cast<int64_t>(sums[aTok] / sched.epochs + 0.5);
+    st.grad_norm = safe_div(norm_sum, steps);
+    st.optimizer_steps = steps;
+    return st;
+}
+
+// ---- critic ----
+
+CriticWorker::CriticWorker(std::unique_ptr<Engine> engine, const CriticConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
+    if (!engine_) throw ConfigError("critic: no engine");
+    if (!engine_->config().trainable) throw ConfigError("critic: the engine is frozen (trainable = false)");
+}
+
+std::vector<std::vector<float>> CriticWorker::compute_values(const std::vector<TrainSeq>& batch) {
+    std::vector<std::vector<float>> out;
+    engine_->forward_backward(
+        batch,
+        [&](const MicroBatch& mb, const torch::Tensor& values) {
+            unpack_response(values, batch, mb.begin, out);
+            return torch::Tensor();
+        },
+        /*train=*/false);
+    return out;
+}
+
+namespace {
+
+std::vector<double> critic_sums(Engine& engine, const CriticConfig& cfg, const std::vector<TrainSeq>& local,
+                                const BatchCounts& global, bool explained_var) {
+    std::vector<double> s(cNumSums, 0.0);
+    if (local.empty()) return s;
+    require(local, &TrainSeq::returns, "critic", "returns");
+    if (cfg.clip_range > 0.0) require(local, &TrainSeq::old_values, "critic", "old_values (clip_range > 0)");
+    engine.forward_backward(local, [&](const MicroBatch& mb, const torch::Tensor& values) {
+        if (values.dim() != 2) throw Error("critic: the model must return values [B,T]");
+        const torch::Tensor& m = mb.mask;
+        const torch::Tensor old = mb.old_values.defined() ? mb.old_values : values.detach();
+        ValueLossTerms vl = value_loss(values, old, mb.returns, cfg.clip_range);
+        torch::Tensor loss = agg_loss(vl.loss * mb.weight, m, cfg.loss_agg, global);
+        torch::NoGradGuard no_grad;
+        const torch::Tensor v = values.detach();
+        s[cLoss] += loss.item<double>();
+        s[cClip] += (vl.clipped * m).sum().item<double>();
+        s[cV] += (v * m).sum().item<double>();
+        s[cTok] += m.sum().item<double>();
+        if (explained_var) {
+            const torch::Tensor e = mb.returns - v;
+            s[cR] += (mb.returns * m).sum().item<double>();
+            s[cR2] += (mb.returns.pow(2) * m).sum().item<double>();
+            s[cE] += (e * m).sum().item<double>();
+            s[cE2] += (e.pow(2) * m).sum().item<double>();
+            s[cTokEv] += m.sum().item<double>();
+        }
+        return loss;
+    });
+    return s;
+}
+
+CriticStats critic_stats(const std::vector<double>& s, double steps) {
+    CriticStats st;
+    st.vf_loss = safe_div(s[cLoss], steps);
+    st.vf_clip_frac = safe_div(s[cClip], s[cTok]);
+    st.vpred_mean = safe_div(s[cV], s[cTok]);
+    st.tokens = static_cast<int64_t>(s[cTok]);
+    const double n = s[cTokEv];
+    if (n > 0) {
+        const double var_r = s[cR2] / n - (s[cR] / n) * (s[cR] / n);
+        const double var_e = s[cE2] / n - (s[cE] / n) * (s[cE] / n);
+        st.vf_explained_var = var_r > 1e-12 ? 1.0 - var_e / var_r : 0.0;
+    }
+    return st;
+}
+
+}  // namespace
+
+CriticStats CriticWorker::accumulate(const std::vector<TrainSeq>& local, const BatchCounts& global) {
+    return critic_stats(critic_sums(*engine_, cfg_, local, global, true), 1.0);
+}
+
+CriticStats CriticWorker::update(const std::vector<TrainSeq>& local, Collectives* comm, const UpdateSchedule& sched) {
+    if (sched.epochs < 1) throw ConfigError("critic: epochs must be >= 1");
+    const auto chunks = split_chunks(local, sched.mini_batches);
+    std::vector<double> sums(cNumSums, 0.0);
+    double norm_sum = 0;
+    int32_t steps = 0;
+    for (int32_t ep = 0; ep < sched.epochs; ++ep)
+        for (const auto& chunk : chunks) {
+            const BatchCounts global = allreduce_counts(count_batch(chunk), comm, engine_->device());
+            if (!(global.tokens > 0)) continue;
+            const std::vector<double> s = critic_sums(*engine_, cfg_, chunk, global, ep == 0);
+            for (size_t i = 0; i < sums.size(); ++i) sums[i] += s[i];
+            engine_->allreduce_grads(comm);
+            norm_sum += engine_->step();
+            ++steps;
+        }
+    sums = reduce_sums(sums, comm, engine_->device());
+    CriticStats st = critic_stats(sums, steps);
+    st.tokens = static_cast<int64_t>(sums[cTok] / sched.epochs + 0.5);
+    st.grad_norm = safe_div(norm_sum, steps);
+    st.optimizer_steps = steps;
+    return st;
+}
+
+// ---- reference ----
+
+ReferenceWorker::ReferenceWorker(std::unique_ptr<Engine> engine, double temperature)
+    : engine_(std::move(engine)), temperature_(temperature) {
+    if (!engine_) throw ConfigError("reference: no engine");
+    if (!(temperature > 0.0)) throw ConfigError("reference: temperature must be > 0");
+}
+
+std::vector<std::vector<float>> ReferenceWorker::compute_ref_log_probs(const std::vector<TrainSeq>& batch) {
+    std::vector<std::vector<float>> out;
+    engine_->forward_backward(
+        batch,
+        [&](const MicroBatch& mb, const torch::Tensor& logits) {
+            unpack_response(token_log_probs(logits, mb.targets, temperature_), batch, mb.begin, out);
+            return torch::Tensor();
+        },
+        /*train=*/false);
+    return out;
+}
+
+}  // namespace tagflow::train
