@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "common/error.hpp"
+#include "common/torch_compat.hpp"
 
 namespace tagflow::train {
 
@@ -62,11 +63,10 @@ class AutocastScope {
 public:
     explicit AutocastScope(bool on) : on_(on) {
         if (!on_) return;
-        at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-        at::autocast::set_cpu_enabled(true);
+        compat::set_cpu_autocast(true, at::kBFloat16);
     }
     ~AutocastScope() {
-        if (on_) at::autocast::set_cpu_enabled(false);
+        if (on_) compat::set_cpu_autocast(false);
     }
     AutocastScope(const AutocastScope&) = delete;
     AutocastScope& operator=(const AutocastScope&) = delete;
