@@ -65,11 +65,16 @@ struct EvalRecord {
     int32_t n = 0;
 };
 
+/// One weight sync (train root -> rollout ranks), written by the root. The last three fields
+/// have defaults that keep a 5-field initialiser valid: a dense sync whose gbps the writer computes.
 struct SyncRecord {
     int32_t version = 0;
-    int64_t bytes = 0;
-    double t_start = 0, t_end = 0;
-    std::string mode;  // S16, e.g. "mpi_bcast"
+    int64_t bytes = 0;              // bytes sent per rank (delta: header + payloads)
+    double t_start = 0, t_end = 0;  // t_end - t_start: the sync's wall time on the root
+    std::string mode;               // S16: mpi_bcast, mpi_bcast_delta, nccl_bcast, ...
+    int64_t dense_bytes = -1;       // what a dense sync moves (4 B per weight); < 0: = bytes
+    int32_t buckets = 0;            // bucket collectives issued (0: not recorded)
+    float gbps = -1.f;              // bytes / (t_end - t_start) / 1e9; < 0: the writer computes it
 };
 
 struct SpanRecord {

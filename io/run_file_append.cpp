@@ -28,6 +28,13 @@ auto column_of(const std::vector<Rec>& rows, F f) {
     return v;
 }
 
+// The /syncs gbps column: as given, or bytes / (t_end - t_start) / 1e9 (0 for no duration).
+float sync_gbps(const SyncRecord& r) {
+    if (r.gbps >= 0) return r.gbps;
+    double sec = r.t_end - r.t_start;
+    return sec > 0 ? static_cast<float>(static_cast<double>(r.bytes) / sec / 1e9) : 0.f;
+}
+
 void check_all_written(const std::vector<bool>& written, TableId t) {
     for (size_t i = 0; i < written.size(); ++i)
         if (!written[i])
@@ -230,6 +237,11 @@ void RunFile::append_syncs(const std::vector<SyncRecord>& rows) {
         impl_->put(T, "t_start", column(rows, &SyncRecord::t_start), s, w);
         impl_->put(T, "t_end", column(rows, &SyncRecord::t_end), s, w);
         impl_->put_strings(T, "mode", column(rows, &SyncRecord::mode), s, w);
+        impl_->put(T, "dense_bytes", column_of(rows, [](const SyncRecord& r) {
+                       return r.dense_bytes < 0 ? r.bytes : r.dense_bytes;
+                   }), s, w);
+        impl_->put(T, "buckets", column(rows, &SyncRecord::buckets), s, w);
+        impl_->put(T, "gbps", column_of(rows, [](const SyncRecord& r) { return sync_gbps(r); }), s, w);
     });
 }
 

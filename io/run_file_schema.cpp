@@ -67,7 +67,10 @@ std::vector<Table> make_tables() {
                   {"bytes", C::kI64, 0, "B"},
                   {"t_start", C::kF64, 0, T},
                   {"t_end", C::kF64, 0, T},
-                  {"mode", C::kStr, kModeLen}}});
+                  {"mode", C::kStr, kModeLen},
+                  {"dense_bytes", C::kI64, 0, "B"},
+                  {"buckets", C::kI32},
+                  {"gbps", C::kF32, 0, "GB/s"}}});
     t.push_back({kTimeline, "/timeline", kRowChunk,
                  {{"rank", C::kI32},
                   {"kind", C::kU8, 0, nullptr, enum_list<SpanKind>(7)},

@@ -2,7 +2,7 @@
 #include "train/collectives_mpi.hpp"
 
 #include "common/error.hpp"
-#include "train/weight_sync.hpp"
+#include "train/weight_sync_mpi.hpp"
 
 namespace tagflow::train {
 

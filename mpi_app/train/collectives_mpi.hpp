@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // collectives_mpi: train::Collectives over an MPI communicator (fp32 CPU tensors), built on
-// the bucketed broadcast/all-reduce of weight_sync.hpp. Does not own the communicator.
+// the bucketed broadcast/all-reduce of weight_sync_mpi.hpp. Does not own the communicator.
 #pragma once
 #include <mpi.h>
 

@@ -28,7 +28,7 @@ GROUPS = {
               "reward_std", "loss", "kl", "entropy", "clip_frac", "logprob_diff_mean",
               "staleness_mean", "staleness_max", "samples_per_s", "idle_frac"],
     "eval": ["step", "task", "score", "n"],
-    "syncs": ["version", "bytes", "t_start", "t_end", "mode"],
+    "syncs": ["version", "bytes", "t_start", "t_end", "mode", "dense_bytes", "buckets", "gbps"],
     "timeline": ["rank", "kind", "t_start", "t_end", "step"],
     "ranks": ["rank", "host", "tags", "tag_source", "gpus", "clock_offset"],
     "resumes": ["from_step", "t", "rows_discarded"],
@@ -149,6 +149,7 @@ def check_invariants(f):
     st = f["steps"]
     if np.any(st["t_end"][()] < st["t_start"][()]):
         bad.append("/steps has a row with t_end < t_start")
+    bad += check_syncs(f["syncs"])
     tl = f["timeline"]
     if np.any(tl["t_end"][()] < tl["t_start"][()]):
         bad.append("/timeline has a span with t_end < t_start")
@@ -158,6 +159,28 @@ def check_invariants(f):
     ranks = f["ranks"]["rank"][()]
     if sorted(ranks.tolist()) != list(range(int(f.attrs["world_size"]))):
         bad.append(f"/ranks rows {sorted(ranks.tolist())} do not cover world_size {int(f.attrs['world_size'])}")
+    return bad
+
+
+def check_syncs(g):
+    """Violations in /syncs: t_end >= t_start, 0 <= bytes <= dense_bytes, buckets >= 0, and gbps
+    == bytes / (t_end - t_start) / 1e9 within float32 rounding (0 when the duration is 0)."""
+    bad = []
+    b, d, k = g["bytes"][()], g["dense_bytes"][()], g["buckets"][()]
+    t0, t1, gb = g["t_start"][()], g["t_end"][()], g["gbps"][()].astype(np.float64)
+    if np.any(t1 < t0):
+        bad.append("/syncs has a row with t_end < t_start")
+    if np.any(b < 0) or np.any(b > d):
+        bad.append("/syncs has a row with bytes < 0 or bytes > dense_bytes")
+    if np.any(k < 0):
+        bad.append("/syncs has a row with buckets < 0")
+    dt = t1 - t0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.where(dt > 0, b / np.where(dt > 0, dt, 1.0) / 1e9, 0.0)
+    off = np.abs(gb - want) > 1e-4 * np.abs(want) + 1e-9
+    if np.any(off):
+        i = int(np.argmax(off))
+        bad.append(f"/syncs row {i}: gbps {gb[i]:.6g} != bytes/(t_end-t_start)/1e9 = {want[i]:.6g}")
     return bad
 
 

@@ -13,7 +13,7 @@
 #include "model/policy.hpp"
 #include "sched/gemm_check.hpp"
 #include "train/grpo.hpp"
-#include "train/weight_sync.hpp"
+#include "train/weight_sync_mpi.hpp"
 
 using namespace tagflow;
 using namespace tagflow::bench;

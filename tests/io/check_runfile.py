@@ -22,7 +22,8 @@ ROW = {  # group -> {dataset: numpy dtype string}; every group's datasets have e
               "logprob_diff_mean": "<f4", "staleness_mean": "<f4", "staleness_max": "<i4",
               "samples_per_s": "<f4", "idle_frac": "<f4"},
     "eval": {"step": "<i4", "task": "|S32", "score": "<f4", "n": "<i4"},
-    "syncs": {"version": "<i4", "bytes": "<i8", "t_start": "<f8", "t_end": "<f8", "mode": "|S16"},
+    "syncs": {"version": "<i4", "bytes": "<i8", "t_start": "<f8", "t_end": "<f8", "mode": "|S16",
+              "dense_bytes": "<i8", "buckets": "<i4", "gbps": "<f4"},
     "timeline": {"rank": "<i4", "kind": "|u1", "t_start": "<f8", "t_end": "<f8", "step": "<i4"},
     "ranks": {"rank": "<i4", "host": "|S64", "tags": "|S32", "tag_source": "|S16", "gpus": "<i4",
               "clock_offset": "<f8"},
@@ -32,6 +33,7 @@ TOKENS = {"tokens": "<i4", "logprobs": "<f4", "versions": "<i4", "loss_mask": "|
 ENUMS = {"samples/finish_reason": "stop,length,abort",
          "timeline/kind": "rollout,train,weight_sync,resplit,idle,io,checkpoint"}
 T0_UNITS = "s since t0_unix"
+UNITS = {"syncs/bytes": "B", "syncs/dense_bytes": "B", "syncs/gbps": "GB/s"}
 
 errors = []
 
@@ -57,6 +59,8 @@ def check_dataset(f, path, dtype):
     name = path.split("/")[-1]
     if (name.startswith("t_") or path == "resumes/t") and text(d.attrs.get("units", "")) != T0_UNITS:
         fail(f"/{path}: attribute units should be '{T0_UNITS}'")
+    if path in UNITS and text(d.attrs.get("units", "")) != UNITS[path]:
+        fail(f"/{path}: attribute units should be '{UNITS[path]}'")
     return d[...]
 
 
@@ -136,6 +140,16 @@ def main():
             t0, t1 = cols.get(f"{group}/t_start"), cols.get(f"{group}/t_end")
             if t0 is not None and t1 is not None and len(t0) == len(t1) and np.any(t1 < t0):
                 fail(f"/{group}: t_end < t_start")
+        sy = {k: cols.get(f"syncs/{k}") for k in ROW["syncs"]}
+        if all(v is not None for v in sy.values()) and len({len(v) for v in sy.values()}) == 1:
+            if np.any(sy["bytes"] < 0) or np.any(sy["bytes"] > sy["dense_bytes"]):
+                fail("/syncs: need 0 <= bytes <= dense_bytes")
+            if np.any(sy["buckets"] < 0):
+                fail("/syncs: buckets < 0")
+            dt = sy["t_end"] - sy["t_start"]
+            want = np.where(dt > 0, sy["bytes"] / np.where(dt > 0, dt, 1.0) / 1e9, 0.0)
+            if np.any(np.abs(sy["gbps"].astype(np.float64) - want) > 1e-4 * np.abs(want) + 1e-9):
+                fail("/syncs: gbps != bytes / (t_end - t_start) / 1e9")
         if a.samples is not None and n != a.samples:
             fail(f"{n} samples, want {a.samples}")
         steps = cols.get("steps/step")

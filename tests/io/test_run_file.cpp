@@ -54,7 +54,11 @@ std::vector<EvalRecord> eval_of(int rank, int round, int n) {
 }
 std::vector<SyncRecord> syncs_of(int rank, int round) {
     if (rank != 0) return {};
-    return {{round + 1, 1 << 20, 10.0 * round + 2.5, 10.0 * round + 2.75, "mpi_bcast"}};
+    // Even rounds: a dense row with the defaults (dense_bytes = bytes, gbps computed by the
+    // writer); odd rounds: a delta row with every field given.
+    if (round % 2 == 0) return {{round + 1, 1 << 20, 10.0 * round + 2.5, 10.0 * round + 2.75, "mpi_bcast"}};
+    return {{round + 1, 1 << 18, 10.0 * round + 2.5, 10.0 * round + 2.75, "mpi_bcast_delta", 1 << 20, 3,
+             0.5f}};
 }
 std::vector<SpanRecord> spans_of(int rank, int round) {
     std::vector<SpanRecord> v;
@@ -137,9 +141,18 @@ void expect_tables(const std::string& path, int last) {
     auto smode = read_strings(f, "/syncs/mode");
     auto sbytes = read_ds<int64_t>(f, "/syncs/bytes");
     ASSERT_EQ(smode.size(), static_cast<size_t>(last));
+    auto sdense = read_ds<int64_t>(f, "/syncs/dense_bytes");
+    auto sbuckets = read_ds<int32_t>(f, "/syncs/buckets");
+    auto sgbps = read_ds<float>(f, "/syncs/gbps");
+    ASSERT_EQ(sgbps.size(), static_cast<size_t>(last));
     for (int k = 0; k < last; ++k) {
-        EXPECT_EQ(smode[k], "mpi_bcast");
-        EXPECT_EQ(sbytes[k], 1 << 20);
+        SyncRecord w = syncs_of(0, k)[0];
+        EXPECT_EQ(smode[k], w.mode);
+        EXPECT_EQ(sbytes[k], w.bytes);
+        EXPECT_EQ(sdense[k], k % 2 ? w.dense_bytes : w.bytes);
+        EXPECT_EQ(sbuckets[k], w.buckets);
+        float want = k % 2 ? w.gbps : static_cast<float>((1 << 20) / 0.25 / 1e9);
+        EXPECT_EQ(sgbps[k], want);
     }
 
     auto spans = all_rows<SpanRecord>(0, last, n, spans_of);
@@ -221,6 +234,8 @@ TEST(RunFile, RootAttributesDtypesAndEnums) {
               "rollout,train,weight_sync,resplit,idle,io,checkpoint");
     Dataset ts = open_dataset(f, "/steps/t_start");
     EXPECT_EQ(read_string_attr(ts.get(), "units"), "s since t0_unix");
+    Dataset gbps = open_dataset(f, "/syncs/gbps");
+    EXPECT_EQ(read_string_attr(gbps.get(), "units"), "GB/s");
     // Fixed-length null-padded strings, chunked unlimited 1-D datasets, created empty.
     const std::pair<const char*, size_t> strings[] = {{"/samples/task", 32}, {"/eval/task", 32},
         {"/syncs/mode", 16}, {"/ranks/host", 64}, {"/ranks/tags", 32}, {"/ranks/tag_source", 16}};

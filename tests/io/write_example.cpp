@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
                 st.policy_version = step + 1;
                 st.samples = 3;
                 f.append_steps({st});
-                f.append_syncs({{step + 1, 4096, st.t_end, st.t_end + 0.01, "mpi_bcast"}});
+                f.append_syncs({{step + 1, 4096, st.t_end, st.t_end + 0.01, step ? "mpi_bcast_delta" : "mpi_bcast",
+                                 step ? 16384 : -1, 2}});
                 f.append_eval({{step, "countdown", 0.25f * static_cast<float>(step), 8}});
             } else {
                 f.append_steps({});
