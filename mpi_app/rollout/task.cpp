@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// task: the built-in digit-string tasks (`reverse`, `sort`: dense per-position reward)
-// and the task registry behind make_task(). Prompt streams come from a counter-based hash of (seed, index), so any
-// rank can produce any prompt without shared state. Does not know about models.
+// task: the built-in digit-string tasks (`reverse`, `sort`: dense per-position reward), the
+// helpers every built-in task shares, and the task registry behind make_task() (which also
+// lists `addition` and `longtail`, defined in their own files). Prompt streams come from a
+// counter-based hash of (seed, index), so any rank can produce any prompt without shared
+// state. Does not know about models.
 #include "rollout/task.hpp"
 
 #include <algorithm>
@@ -11,23 +13,61 @@
 #include <random>
 
 #include "common/error.hpp"
+#include "rollout/task_builtin.hpp"
 
 namespace tagflow::rollout {
+
+namespace detail {
+
+std::vector<int32_t> before_eos(const std::vector<int32_t>& response, int32_t eos) {
+    return {response.begin(), std::find(response.begin(), response.end(), eos)};
+}
+
+float positional_credit(const std::vector<int32_t>& target, const std::vector<int32_t>& answer) {
+    const size_t denom = std::max(target.size(), answer.size());
+    if (denom == 0) return 1.0f;
+    size_t correct = 0;
+    for (size_t i = 0; i < std::min(target.size(), answer.size()); ++i) correct += answer[i] == target[i];
+    return static_cast<float>(correct) / static_cast<float>(denom);
+}
+
+float best_constant_positional(const std::vector<std::vector<int32_t>>& targets, int32_t max_len) {
+    if (targets.empty()) return 0.0f;
+    double best = 0.0;
+    for (int32_t L = 1; L <= max_len; ++L) {  // L = 0 is handled below
+        double total = 0.0;
+        for (int32_t pos = 0; pos < L; ++pos) {
+            std::array<double, 10> w{};
+            for (const auto& t : targets)
+                if (pos < static_cast<int32_t>(t.size()) && t[pos] >= 0 && t[pos] <= 9)
+                    w[static_cast<size_t>(t[pos])] +=
+                        1.0 / static_cast<double>(std::max<size_t>(t.size(), static_cast<size_t>(L)));
+            total += *std::max_element(w.begin(), w.end());
+        }
+        best = std::max(best, total / static_cast<double>(targets.size()));
+    }
+    // The empty response: 1 on empty targets, 0 on the others.
+    double empty = 0;
+    for (const auto& t : targets) empty += t.empty();
+    return static_cast<float>(std::max(best, empty / static_cast<double>(targets.size())));
+}
+
+}  // namespace detail
+
+std::vector<int32_t> Task::solution(const std::vector<int32_t>&) const {
+    throw Error("task " + name() + " has no reference solution (Task::solution is not implemented)");
+}
+
 namespace {
 
-// splitmix64: a good 64-bit mixer; counter-based, so prompt i never depends on prompt i-1.
-uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
+using detail::mix64;
 
 // Tokens: 0..9 digits, then BOS, SEP, EOS. Prompt = BOS d1..dn SEP; answer = dn..d1 EOS.
 constexpr int32_t kBos = 10;
 constexpr int32_t kSep = 11;
 constexpr int32_t kEos = 12;
 constexpr int32_t kVocab = 13;
+constexpr int32_t kDefaultDigits = 5;
 // One prompt in kEvalModulo (by a seeded hash of its digits) is held out.
 constexpr uint64_t kEvalModulo = 8;
 
@@ -38,8 +78,8 @@ public:
     enum class Kind { kReverse, kSort };
 
     DigitTask(Kind kind, uint64_t seed, const TaskParams& p)
-        : kind_(kind), seed_(seed), max_digits_(p.digits),
-          min_digits_(p.min_digits == 0 ? p.digits : p.min_digits) {
+        : kind_(kind), seed_(seed), max_digits_(p.digits == 0 ? kDefaultDigits : p.digits),
+          min_digits_(p.min_digits == 0 ? max_digits_ : p.min_digits) {
         const std::string n = "task " + name();
         if (max_digits_ < 1 || max_digits_ > 64)
             throw ConfigError(n + ": digits must be in [1, 64], got " + std::to_string(max_digits_));
@@ -73,6 +113,12 @@ public:
         for (size_t i = 0; i < std::min(target.size(), len); ++i)
             correct += response[i] == target[i];
         return static_cast<float>(correct) / static_cast<float>(denom);
+    }
+
+    std::vector<int32_t> solution(const std::vector<int32_t>& prompt) const override {
+        std::vector<int32_t> s = answer(prompt);
+        s.push_back(kEos);
+        return s;
     }
 
     std::string render(const std::vector<int32_t>& tokens) const override {
@@ -183,6 +229,10 @@ std::map<std::string, Registered>& registry() {
                      [](uint64_t seed, const TaskParams& p) {
                          return std::make_unique<DigitTask>(DigitTask::Kind::kSort, seed, p);
                      }};
+        m["addition"] = {"a+b, the sum's digits least-significant first; reward = exact match",
+                         detail::make_addition_task};
+        m["longtail"] = {"count down from A to B: long-tailed response lengths (p50 7, max 121 tokens)",
+                         detail::make_longtail_task};
         return m;
     }();
     return r;

@@ -11,13 +11,18 @@
 
 namespace tagflow::rollout {
 
-/// Knobs shared by the built-in tasks (each task reads the ones it needs).
+/// Knobs shared by the built-in tasks (each task reads the ones it needs, ignores the rest).
 struct TaskParams {
-    /// `reverse`: the number of digits of a prompt (the longest, if min_digits is set).
-    int32_t digits = 5;
-    /// `reverse`: 0 = every prompt has `digits` digits; otherwise lengths are drawn
+    /// 0 = the task's default. `reverse`/`sort`: digits of a prompt (the longest, if
+    /// min_digits is set; default 5). `addition`: digits of each addend (default 3).
+    /// `longtail` ignores it.
+    int32_t digits = 0;
+    /// `reverse`/`sort`: 0 = every prompt has `digits` digits; otherwise lengths are drawn
     /// uniformly from [min_digits, digits].
     int32_t min_digits = 0;
+    /// `addition`: reward = fraction of correct answer digits instead of exact match
+    /// (exact match stays the accuracy metric of `tagflow sft`).
+    bool partial_credit = false;
 };
 
 /// A task: a deterministic, seeded stream of training prompts, a disjoint held-out set
@@ -40,6 +45,10 @@ public:
     /// Reward of `response` (EOS and anything after it ignored) for `prompt`, in [0, 1].
     virtual float reward(const std::vector<int32_t>& prompt,
                          const std::vector<int32_t>& response) const = 0;
+    /// The reference response to `prompt`, EOS included: reward(prompt, solution(prompt))
+    /// is 1. Used for supervised warm starts (`tagflow sft`) and tests. The default throws
+    /// tagflow::Error (a task without a reference answer cannot be used by `tagflow sft`).
+    virtual std::vector<int32_t> solution(const std::vector<int32_t>& prompt) const;
     /// Human-readable text of a token sequence (prompt or response).
     virtual std::string render(const std::vector<int32_t>& tokens) const = 0;
     /// The best mean reward that one fixed response (the same for every prompt) achieves
@@ -50,7 +59,8 @@ public:
 /// Builds a task from the run's seed and parameters; throws tagflow::ConfigError on bad params.
 using TaskFactory = std::function<std::unique_ptr<Task>(uint64_t seed, const TaskParams& params)>;
 
-/// Adds a task to the registry make_task() consults (built-ins: reverse, sort). Call it before
+/// Adds a task to the registry make_task() consults (built-ins: reverse, sort, addition,
+/// longtail). Call it before
 /// `tagflow train` builds its task, e.g. first thing in your own main(); see
 /// share/doc/tasks.md. Throws tagflow::Error if the name is empty or already taken.
 void register_task(const std::string& name, const std::string& description, TaskFactory factory);
