@@ -13,7 +13,9 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/mpi_env.hpp"
+#include "rollout/generate_command.hpp"
 #include "sched/gemm_check.hpp"
+#include "sched/sft_command.hpp"
 #include "sched/train_command.hpp"
 #include "tagflow/config.hpp"
 
@@ -24,6 +26,8 @@ const char kUsage[] =
     "\n"
     "commands:\n"
     "  train     run GRPO post-training (see `tagflow train --help`)\n"
+    "  sft       supervised warm start on a task's solutions (see `tagflow sft --help`)\n"
+    "  generate  generate token ids from a checkpoint directory (see `tagflow generate --help`)\n"
     "  version   print the version and build features\n"
     "\n"
     "options:\n"
@@ -44,6 +48,8 @@ int dispatch(int argc, char** argv) {
         return 0;
     }
     if (cmd == "train") return tagflow::sched::train_command(argc - 1, argv + 1);
+    if (cmd == "sft") return tagflow::sched::sft_command(argc - 1, argv + 1);
+    if (cmd == "generate") return tagflow::rollout::generate_command(argc - 1, argv + 1);
     tagflow::log_error("unknown command '%s' (try `tagflow --help`)", cmd.c_str());
     return 2;
 }

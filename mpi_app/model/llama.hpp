@@ -88,11 +88,15 @@ public:
 };
 TORCH_MODULE(LlamaDecoderLayer);
 
-/// The HF "model." prefix: embed_tokens, layers.{i}, norm.
+/// The HF "model." prefix: embed_tokens, (embed_positions,) layers.{i}, norm.
 class LlamaBackboneImpl : public torch::nn::Module {
 public:
     explicit LlamaBackboneImpl(const HfConfig& c);
+    /// Token embeddings of tokens [B,T] at positions start..start+T-1, plus the learned
+    /// absolute position embeddings when the config has them (HfConfig::abs_positions).
+    torch::Tensor embed(const torch::Tensor& tokens, int64_t start);
     torch::nn::Embedding embed_tokens{nullptr};
+    torch::nn::Embedding embed_positions{nullptr};  ///< null unless HfConfig::abs_positions
     torch::nn::ModuleList layers{nullptr};
     RMSNorm norm{nullptr};
 };
@@ -141,5 +145,49 @@ private:
     torch::Tensor inv_freq_;  ///< [head_dim/2] fp32, 1 / theta^(2i/d); not a parameter
 };
 TORCH_MODULE(LlamaModel);
+
+// ---- batched inference (rollout) ----
+
+/// Inference-only decoding of many sequences at once, for the rollout engine (rollout/engine.hpp).
+/// Holds (1) a snapshot of the model's weights rearranged for decoding: q|k|v and gate|up
+/// concatenated into one matrix each, the RMSNorm weights folded into the matrix that follows
+/// them, 1/sqrt(head_dim) folded into q, optionally in bf16; and (2) a preallocated KV cache per
+/// layer, [2, slots, kv_heads, capacity, head_dim], where every slot (row) holds one sequence at
+/// its own length. Nothing is reallocated per token; reserve() grows the cache (one copy).
+/// The snapshot is refreshed by sync_weights() when any parameter of the model changed in place
+/// (version counters), e.g. after an optimiser step or load_hf_state_dict(). Runs under
+/// c10::InferenceMode. Same numbers as LlamaModel::forward within float rounding (the folding
+/// changes the rounding, not the maths). Does not sample and does not schedule (see rollout/).
+class LlamaSlotDecoder {
+public:
+    /// `slots` rows of `capacity` positions each (capacity <= max_position_embeddings).
+    LlamaSlotDecoder(LlamaModel model, int64_t slots, int64_t capacity, bool bf16 = false);
+    ~LlamaSlotDecoder();
+    LlamaSlotDecoder(const LlamaSlotDecoder&) = delete;
+    LlamaSlotDecoder& operator=(const LlamaSlotDecoder&) = delete;
+
+    int64_t slots() const;
+    int64_t capacity() const;
+    bool bf16() const;
+    const HfConfig& config() const;
+    /// Grows to at least `slots` rows and `capacity` positions, keeping the cached data.
+    void reserve(int64_t slots, int64_t capacity);
+    /// Re-snapshots the weights if a parameter changed since the last snapshot; true if it did.
+    bool sync_weights();
+
+    /// Runs each prompt (no padding tokens; lengths may differ) into cache row slots[i]
+    /// (positions 0..len-1; previous content of those rows is overwritten) and returns the
+    /// fp32 logits [m, V] of each prompt's last token.
+    torch::Tensor prefill(const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& prompts);
+    /// One decode step for rows 0..n-1 (n = tokens.size()): row i feeds tokens[i] at position
+    /// positions[i] (row i must hold positions 0..positions[i]-1) and gets fp32 logits [n, V].
+    torch::Tensor decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions);
+    /// Copies the first `len` cached positions of row `from` to row `to` (slot compaction).
+    void move_slot(int64_t from, int64_t to, int64_t len);
+
+private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
 
 }  // namespace tagflow::model

@@ -22,6 +22,8 @@ args_for() {
     case "$1" in
         h5_write) echo "-b 1M -e 256M -f 4 -n 3 -w 1 -c 1" ;;
         train_step) echo "-b 8K -e 512K -f 4 -n 5 -w 2 -c 1" ;;
+        weight_sync) echo "-b 1M -e 256M -f 4 -n 10 -w 2 -c 1" ;;
+        generate) echo "-b 1 -e 256 -f 4 -n 3 -w 1 -c 1" ;;   # sizes are batch sizes
         *)        echo "-b 8 -e 64M -f 2 -n 20 -w 5 -c 1" ;;
     esac
 }
@@ -38,8 +40,10 @@ for exe in "${benches[@]}"; do
     [ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
     var="BENCH_ARGS_$name"
     read -r -a args <<< "${!var:-$(args_for "$name")}"
-    echo "## $name: mpirun -n $np $(basename "$exe") ${args[*]}"
-    if ! mpirun -n "$np" "$exe" "${args[@]}" -d "$dir" -J "$out/$name.json"; then
+    n=$np
+    [ "$name" = generate ] && n=1   # per-rank engine benchmark: one rank
+    echo "## $name: mpirun -n $n $(basename "$exe") ${args[*]}"
+    if ! mpirun -n "$n" "$exe" "${args[@]}" -d "$dir" -J "$out/$name.json"; then
         echo "## $name FAILED" >&2
         status=1
     fi

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// engine: the rollout engine. Continuous batching over the Llama/Qwen2 decoder: up to
+// `max_batch` sequences decode together, one token per step, from a preallocated slot KV
+// cache (model::LlamaSlotDecoder); a finished sequence's slot is refilled at once by the next
+// waiting request (its prompt is prefilled) while the others keep decoding. Each request
+// samples from its own counter-based random stream, so its completion does not depend on the
+// batch size, the slot it got or the other requests (up to float rounding of batched GEMMs).
+// Also the convenience generate()/evaluate() built on it, next to the old Policy ones in
+// generate.hpp. Per-rank and single-threaded: no MPI, no locking (one engine per thread).
+// Does not tokenize, compute rewards or exchange weights (the caller updates the model's
+// parameters in place; the engine notices and re-snapshots them at the next step).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/llama.hpp"
+#include "rollout/task.hpp"
+
+namespace tagflow::rollout {
+
+/// How one request is sampled (the engine's counterpart of generate.hpp's SamplingParams).
+struct GenParams {
+    double temperature = 1.0;      ///< 0 = greedy (argmax)
+    double top_p = 1.0;            ///< nucleus mass kept, in (0, 1]; 1 = no filtering
+    int32_t top_k = 0;             ///< keep the k most likely tokens; 0 = no filtering
+    int32_t max_tokens = 16;       ///< response budget, stop token included
+    std::vector<int32_t> stop_ids; ///< a sampled token from this list ends the response (kept in it)
+    uint64_t seed = 0;             ///< the request's random stream (see sampling.hpp)
+};
+
+struct GenRequest {
+    int64_t id = 0;                ///< the caller's id, copied into the result
+    std::vector<int32_t> prompt;   ///< token ids, at least one
+    GenParams params;
+};
+
+enum class FinishReason { kStop, kLength };
+/// "stop" / "length" (the run file's finish_reason names).
+const char* finish_reason_name(FinishReason r);
+
+struct GenResult {
+    int64_t id = 0;
+    std::vector<int32_t> response;  ///< generated tokens; ends with the stop token iff finish == kStop
+    /// One per response token: log_softmax(logits / T)[token] of the raw model at the sampling
+    /// temperature T (T = 0: plain log_softmax), before top-k/top-p filtering — the quantity
+    /// the trainer computes, so PPO ratios are exactly 1 on-policy without filtering.
+    std::vector<float> logprobs;
+    FinishReason finish = FinishReason::kLength;
+    int32_t prompt_tokens = 0;
+    int32_t num_tokens = 0;  ///< response.size()
+};
+
+struct EngineConfig {
+    int64_t max_batch = 64;  ///< sequences decoding together (KV-cache slots)
+    bool bf16 = false;       ///< compute in bf16 (weights snapshot, cache, activations); logits fp32
+};
+
+/// Counters since construction (for tests and benchmarks).
+struct EngineStats {
+    int64_t steps = 0;            ///< calls of step() that did work
+    int64_t decode_steps = 0;     ///< batched decode steps
+    int64_t decode_rows = 0;      ///< sum over decode steps of the rows decoded
+    int64_t prefills = 0;         ///< batched prefill calls
+    int64_t prefill_tokens = 0;   ///< prompt tokens prefilled
+    int64_t generated_tokens = 0; ///< response tokens sampled
+    int64_t max_active = 0;       ///< most sequences in the slots at once
+    int64_t weight_refreshes = 0; ///< re-snapshots of the model's weights after a change
+};
+
+class Engine {
+public:
+    using Callback = std::function<void(const GenResult&)>;
+
+    /// Shares `model` (no copy of the module; its weights are snapshotted for decoding).
+    explicit Engine(model::LlamaModel model, EngineConfig cfg = EngineConfig{});
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    /// Queues a request (first come, first served). Throws tagflow::Error naming the request on
+    /// an empty prompt, a token id outside the vocabulary, bad sampling parameters, or
+    /// prompt + max_tokens - 1 beyond the model's max_position_embeddings.
+    void submit(GenRequest request);
+    /// One step: decode one token for every active sequence, retire finished ones, then
+    /// admit and prefill waiting requests into the free slots (their first token is sampled
+    /// from the prefill). `on_finish` (may be empty; may call submit()) is called once per
+    /// request that finished in this step. Returns false when nothing is left to do.
+    bool step(const Callback& on_finish = {});
+    /// Steps until every queued request (including any submitted from `on_finish`) finished;
+    /// returns the results not yet returned, in submission order.
+    std::vector<GenResult> run(const Callback& on_finish = {});
+
+    int64_t active() const;   ///< sequences decoding
+    int64_t waiting() const;  ///< requests not admitted yet
+    const EngineStats& stats() const;
+    const EngineConfig& config() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// One completion per prompt, all with `params`; request i uses the stream
+/// derive_seed(params.seed, i). A fresh Engine per call (it re-snapshots the weights): keep an
+/// Engine instead when calling repeatedly with large models.
+std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                const GenParams& params, const EngineConfig& cfg = EngineConfig{});
+/// Same with an explicit seed per prompt (seeds.size() == prompts.size()).
+std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                const GenParams& params, const std::vector<uint64_t>& seeds,
+                                const EngineConfig& cfg = EngineConfig{});
+
+/// Mean reward of greedy completions (stop at the task's EOS, at most max_response_tokens())
+/// on eval prompts [first, first + n_prompts), decoded with up to `batch_size` in flight.
+double evaluate(model::LlamaModel& model, const Task& task, int64_t n_prompts, int64_t batch_size = 512,
+                int64_t first = 0, bool bf16 = false);
+
+}  // namespace tagflow::rollout
