@@ -110,6 +110,7 @@ HfConfig parse_hf_config(const std::string& text, const std::string& src) {
     c.rms_norm_eps = get_num(j, src, "rms_norm_eps", true, 0);
     c.rope_theta = get_num(j, src, "rope_theta", false, 10000.0);
     c.tie_word_embeddings = get_bool(j, src, "tie_word_embeddings", false);
+    c.abs_positions = get_bool(j, src, "tagflow_abs_positions", false);
     c.torch_dtype = get_str(j, src, "torch_dtype", false, "float32");
     const std::string act = get_str(j, src, "hidden_act", false, "silu");
     if (act != "silu") fail(src, "hidden_act '" + act + "' is not supported (silu)");
@@ -150,6 +151,7 @@ std::string to_hf_json(const HfConfig& c) {
     j["rms_norm_eps"] = c.rms_norm_eps;
     j["rope_theta"] = c.rope_theta;
     j["tie_word_embeddings"] = c.tie_word_embeddings;
+    if (c.abs_positions) j["tagflow_abs_positions"] = true;  // only when used: plain HF configs stay plain
     j["torch_dtype"] = c.torch_dtype;
     j["hidden_act"] = "silu";
     if (c.model_type == "llama") j["attention_bias"] = c.qkv_bias;

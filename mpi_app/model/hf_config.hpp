@@ -28,6 +28,13 @@ struct HfConfig {
     bool qkv_bias = false;  ///< qwen2: always; llama: attention_bias
     bool o_bias = false;    ///< llama with attention_bias only
     std::string torch_dtype = "float32";
+    /// tagflow extension ("tagflow_abs_positions" in config.json, absent = false): learned
+    /// absolute position embeddings "model.embed_positions.weight" [max_position_embeddings,
+    /// hidden] added to the token embeddings, on top of RoPE. RoPE-only decoders of this size
+    /// learn the digit tasks (`reverse`: output i copies input n-1-i) far more slowly, since
+    /// attention then sees only relative offsets. Hugging Face transformers ignores the key and
+    /// reports the extra tensor as unused, so such checkpoints are for tagflow.
+    bool abs_positions = false;
 
     /// Throws ConfigError (prefixed with `source`) if the fields are inconsistent.
     void validate(const std::string& source = "config") const;

@@ -168,9 +168,20 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
 
 LlamaBackboneImpl::LlamaBackboneImpl(const HfConfig& c) {
     embed_tokens = register_module("embed_tokens", torch::nn::Embedding(c.vocab_size, c.hidden_size));
+    if (c.abs_positions)
+        embed_positions =
+            register_module("embed_positions", torch::nn::Embedding(c.max_position_embeddings, c.hidden_size));
     layers = register_module("layers", torch::nn::ModuleList());
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(LlamaDecoderLayer(c));
     norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+}
+
+torch::Tensor LlamaBackboneImpl::embed(const torch::Tensor& tokens, int64_t start) {
+    torch::Tensor h = embed_tokens(tokens);
+    if (!embed_positions) return h;
+    const int64_t T = tokens.size(1);
+    return h + embed_positions(torch::arange(start, start + T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device())))
+                   .unsqueeze(0);
 }
 
 LlamaModelImpl::LlamaModelImpl(const HfConfig& cfg, uint64_t seed) : cfg_(cfg) {
@@ -212,7 +223,7 @@ torch::Tensor LlamaModelImpl::run(const torch::Tensor& tokens, LlamaKVCache* cac
     const torch::Tensor emb = torch::cat({freqs, freqs}, -1);  // [T, D]: rotate-half layout
     const torch::Tensor cos = emb.cos(), sin = emb.sin();
 
-    torch::Tensor h = model->embed_tokens(tokens);
+    torch::Tensor h = model->embed(tokens, start);
     const auto n_layers = static_cast<int64_t>(model->layers->size());
     if (cache) {
         if (cache->k.empty()) {
