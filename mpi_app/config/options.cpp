@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 
 extern char** environ;
@@ -36,30 +37,52 @@ po::options_description describe(Options& o) {
         ("seed", val(&o.seed), "random seed (model init, prompts, sampling)")
         ("mode", val(&o.mode), "scheduling mode: sync (disaggregated and multiplex are not in this build yet)")
         ("task", val(&o.task), "task: reverse or sort (built in), or one registered with rollout::register_task")
-        ("digits", val(&o.digits), "digits per prompt of the reverse task")
+        ("digits", val(&o.digits), "digits per prompt of the digit tasks (0 = the task's default: reverse and sort 5, addition 3)")
         ("threads", val(&o.threads), "torch threads per rank (0 = cores available to the rank / ranks sharing them)");
     po::options_description tags("Tags (capability of each rank: rollout, train, critic)");
     tags.add_options()
         ("tags", val(&o.tags), "tags for every rank, e.g. rollout,train (the SPANK plugin sets TAGFLOW_TAGS)")
         ("rank-tags", val(&o.rank_tags), "per-rank tags, e.g. \"0=rollout;1=rollout,train\"; unlisted ranks get rollout,train");
-    po::options_description model("Model");
+    po::options_description model("Model (Llama-family decoder: RMSNorm, RoPE, SwiGLU, GQA)");
     model.add_options()
-        ("d-model", val(&o.d_model), "transformer width")
-        ("layers", val(&o.layers), "transformer layers")
+        ("model", val(&o.model), "start from this Hugging Face checkpoint dir (config.json + *.safetensors); "
+                                 "its config.json replaces the size options below")
+        ("d-model", val(&o.d_model), "hidden size")
+        ("layers", val(&o.layers), "decoder layers")
         ("heads", val(&o.heads), "attention heads (must divide d-model)")
-        ("d-ff", val(&o.d_ff), "MLP hidden width");
+        ("kv-heads", val(&o.kv_heads), "key/value heads for grouped-query attention (0 = heads; must divide heads)")
+        ("d-ff", val(&o.d_ff), "SwiGLU MLP intermediate size")
+        ("rope-theta", val(&o.rope_theta), "RoPE base frequency")
+        ("abs-positions", val(&o.abs_positions)->implicit_value(true),
+         "add learned absolute position embeddings to RoPE (tagflow extension, saved as "
+         "model.embed_positions.weight; RoPE-only models learn the digit tasks far more slowly)");
     po::options_description rollout("Rollout");
     rollout.add_options()
         ("prompts-per-step", val(&o.prompts_per_step), "prompts per training step, over all rollout ranks")
         ("group-size", val(&o.group_size), "responses per prompt (GRPO group size G)")
         ("temperature", val(&o.temperature), "sampling temperature (> 0)")
         ("top-p", val(&o.top_p), "nucleus sampling threshold in (0, 1]")
-        ("max-new-tokens", val(&o.max_new_tokens), "response token limit (0 = the task's own limit)");
-    po::options_description train("Train (GRPO)");
+        ("top-k", val(&o.top_k), "sample among the k most likely tokens (0 = no limit)")
+        ("max-new-tokens", val(&o.max_new_tokens), "response token limit (0 = the task's own limit)")
+        ("max-batch", val(&o.max_batch), "rollout engine slots per rank: sequences decoding together "
+                                         "(a finished one's slot is refilled at once)");
+    po::options_description train("Train");
     train.add_options()
+        ("algo", val(&o.algo), "grpo, ppo (GAE with a learned critic on the ranks tagged critic, else with "
+                               "the actor), rloo or reinforce_pp (REINFORCE++)")
         ("lr", val(&o.lr), "AdamW learning rate")
         ("clip-eps", val(&o.clip_eps), "PPO clip range epsilon")
-        ("kl-coef", val(&o.kl_coef), "KL penalty to the frozen initial policy (0 = off, no reference model)")
+        ("kl-coef", val(&o.kl_coef), "KL to the frozen initial policy (0 = off, no reference model)")
+        ("kl-in", val(&o.kl_in), "where the KL goes: loss (a term of the actor loss) or reward (a per-token "
+                                 "penalty in the rewards)")
+        ("kl-estimator", val(&o.kl_estimator), "kl (k1), mse (k2), low_var_kl (k3) or abs")
+        ("loss-agg", val(&o.loss_agg), "token-mean, seq-mean-token-sum or seq-mean-token-mean")
+        ("critic-lr", val(&o.critic_lr), "critic AdamW learning rate (ppo)")
+        ("gamma", val(&o.gamma), "discount (ppo, reinforce_pp)")
+        ("lam", val(&o.lam), "GAE lambda (ppo)")
+        ("value-clip", val(&o.value_clip), "critic value clipping range around the rollout values (0 = off)")
+        ("ppo-epochs", val(&o.ppo_epochs), "passes over each step's samples")
+        ("mini-batches", val(&o.mini_batches), "optimiser steps per pass (the step's samples split evenly)")
         ("entropy-coef", val(&o.entropy_coef), "bonus on the mean token entropy (keeps exploring; 0 = off)")
         ("weight-decay", val(&o.weight_decay), "AdamW weight decay")
         ("grad-clip", val(&o.grad_clip), "global gradient-norm clip (0 = off)")
@@ -74,6 +97,8 @@ po::options_description describe(Options& o) {
     po::options_description sys("Weight sync and system");
     sys.add_options()
         ("bucket-mb", val(&o.bucket_mb), "weight-sync / gradient all-reduce bucket size in MiB")
+        ("sync-delta", val(&o.sync_delta)->implicit_value(true),
+         "weight sync sends only the weights that changed since the version the rollout ranks hold")
         ("gemm-check", val(&o.gemm_check)->implicit_value(true), "measure fp32 GEMM GFLOP/s at start")
         ("min-gflops", val(&o.min_gflops), "warn when the GEMM check is below this many GFLOP/s per rank");
     po::options_description all("tagflow train options");
@@ -125,6 +150,15 @@ void check_range(const char* name, T v, T lo, T hi) {
     }
 }
 
+void check_choice(const char* name, const std::string& v, std::initializer_list<const char*> choices) {
+    std::string list;
+    for (const char* c : choices) {
+        if (v == c) return;
+        list += (list.empty() ? "" : ", ") + std::string(c);
+    }
+    throw ConfigError("--" + std::string(name) + " '" + v + "': unknown value (choose " + list + ")");
+}
+
 void validate(const Options& o) {
     if (o.out.empty()) throw ConfigError("--out: missing (the run directory is required)");
     check_range<int64_t>("steps", o.steps, 1, 1000000000);
@@ -133,7 +167,7 @@ void validate(const Options& o) {
         throw ConfigError("--mode " + o.mode + ": unknown mode (sync, disaggregated, multiplex)");
     if (o.mode != "sync")
         throw ConfigError("--mode " + o.mode + ": not available in this build yet (use sync)");
-    check_range<int32_t>("digits", o.digits, 1, 32);
+    check_range<int32_t>("digits", o.digits, 0, 32);
     check_range<int32_t>("threads", o.threads, 0, 1024);
     check_range<int32_t>("d-model", o.d_model, 8, 8192);
     check_range<int32_t>("layers", o.layers, 1, 128);
@@ -141,13 +175,33 @@ void validate(const Options& o) {
     if (o.d_model % o.heads != 0)
         throw ConfigError("--heads " + std::to_string(o.heads) + ": must divide --d-model " +
                           std::to_string(o.d_model));
+    check_range<int32_t>("kv-heads", o.kv_heads, 0, 256);
+    if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
+        throw ConfigError("--kv-heads " + std::to_string(o.kv_heads) + ": must divide --heads " +
+                          std::to_string(o.heads));
+    if ((o.d_model / o.heads) % 2 != 0)
+        throw ConfigError("--d-model / --heads = " + std::to_string(o.d_model / o.heads) +
+                          ": the head size must be even (rotary embeddings)");
     check_range<int32_t>("d-ff", o.d_ff, 1, 65536);
+    check_range<double>("rope-theta", o.rope_theta, 1.0, 1e12);
     check_range<int32_t>("prompts-per-step", o.prompts_per_step, 1, 1 << 20);
     check_range<int32_t>("group-size", o.group_size, 2, 4096);
     check_range<double>("temperature", o.temperature, 1e-3, 100.0);
     if (!(o.top_p > 0.0 && o.top_p <= 1.0))
         throw ConfigError("--top-p " + std::to_string(o.top_p) + ": must be in (0, 1]");
     check_range<int32_t>("max-new-tokens", o.max_new_tokens, 0, 1 << 16);
+    check_range<int32_t>("top-k", o.top_k, 0, 1 << 20);
+    check_range<int32_t>("max-batch", o.max_batch, 1, 1 << 20);
+    check_choice("algo", o.algo, {"grpo", "ppo", "rloo", "reinforce_pp"});
+    check_choice("kl-in", o.kl_in, {"loss", "reward"});
+    check_choice("kl-estimator", o.kl_estimator, {"kl", "mse", "low_var_kl", "abs"});
+    check_choice("loss-agg", o.loss_agg, {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean"});
+    check_range<double>("critic-lr", o.critic_lr, 0.0, 10.0);
+    check_range<double>("gamma", o.gamma, 0.0, 1.0);
+    check_range<double>("lam", o.lam, 0.0, 1.0);
+    check_range<double>("value-clip", o.value_clip, 0.0, 1e6);
+    check_range<int32_t>("ppo-epochs", o.ppo_epochs, 1, 1000);
+    check_range<int32_t>("mini-batches", o.mini_batches, 1, 1 << 16);
     check_range<double>("lr", o.lr, 0.0, 10.0);
     check_range<double>("clip-eps", o.clip_eps, 0.0, 10.0);
     check_range<double>("kl-coef", o.kl_coef, 0.0, 100.0);
@@ -159,7 +213,8 @@ void validate(const Options& o) {
     check_range<int32_t>("eval-prompts", o.eval_prompts, 1, 1 << 20);
     check_range<double>("bucket-mb", o.bucket_mb, 1.0 / 1024, 4096.0);
     check_range<double>("min-gflops", o.min_gflops, 0.0, 1e7);
-    for (double v : {o.temperature, o.top_p, o.lr, o.clip_eps, o.bucket_mb})
+    for (double v : {o.temperature, o.top_p, o.lr, o.clip_eps, o.bucket_mb, o.rope_theta, o.critic_lr, o.gamma,
+                     o.lam, o.value_clip})
         if (!std::isfinite(v)) throw ConfigError("a floating-point option is not finite");
 }
 

@@ -22,7 +22,7 @@ struct Options {
     int64_t seed = 1;
     std::string mode = "sync";
     std::string task = "reverse";
-    int32_t digits = 5;
+    int32_t digits = 0;       // 0 = the task's own default (reverse, sort: 5; addition: 3)
     int32_t threads = 0;      // torch intra-op threads per rank; 0 = auto
     bool overwrite = false;
     // ---- tags ----
@@ -30,21 +30,37 @@ struct Options {
     std::string rank_tags;    // --rank-tags "0=rollout;1=rollout,train"
     std::string tags_origin;  // "option" (command line/config) or "env" (TAGFLOW_TAGS); set by parse
     std::string tag_source;   // TAGFLOW_TAG_SOURCE as exported by the SPANK plugin (may be empty)
-    // ---- model ----
+    // ---- model (a Llama-family decoder; sizes below unless --model gives a checkpoint) ----
+    std::string model;        // HF checkpoint dir (config.json + *.safetensors) to start from
     int32_t d_model = 64;
     int32_t layers = 2;
     int32_t heads = 2;
+    int32_t kv_heads = 0;     // 0 = heads (no grouped-query attention)
     int32_t d_ff = 256;
+    double rope_theta = 10000.0;
+    bool abs_positions = true;  // learned absolute positions on top of RoPE (tagflow extension)
     // ---- rollout ----
     int32_t prompts_per_step = 16;
     int32_t group_size = 8;
     double temperature = 1.0;
     double top_p = 1.0;
+    int32_t top_k = 0;           // 0 = no top-k filtering
     int32_t max_new_tokens = 0;  // 0 = the task's own limit
+    int32_t max_batch = 256;     // rollout engine slots per rank (continuous batching)
     // ---- train ----
+    std::string algo = "grpo";   // grpo, ppo (GAE + critic), rloo, reinforce_pp
     double lr = 5e-4;  // 3e-3 and 1e-3 collapse entropy and stall below 0.85 on reverse
     double clip_eps = 0.2;
     double kl_coef = 0.0;
+    std::string kl_in = "loss";            // loss (actor loss term) or reward (token penalty)
+    std::string kl_estimator = "low_var_kl";  // kl (k1), mse (k2), low_var_kl (k3), abs
+    std::string loss_agg = "token-mean";   // token-mean, seq-mean-token-sum, seq-mean-token-mean
+    double critic_lr = 1e-3;
+    double gamma = 1.0;
+    double lam = 1.0;
+    double value_clip = 0.5;
+    int32_t ppo_epochs = 1;
+    int32_t mini_batches = 1;
     double entropy_coef = 0.01;  // without it some seeds sit at 0.833 (no EOS) for ~1000 steps
     double weight_decay = 0.0;
     double grad_clip = 1.0;
@@ -56,6 +72,7 @@ struct Options {
     int32_t eval_prompts = 128;
     // ---- weight sync ----
     double bucket_mb = 4.0;
+    bool sync_delta = false;  // send only the weights that changed since the receivers' version
     // ---- system ----
     bool gemm_check = true;
     double min_gflops = 50.0;  // Netlib ~4, generic kernels ~33, AVX2 ~65-80, AVX-512 ~150

@@ -30,4 +30,11 @@ std::vector<RolloutSample> unpack_samples(const char* data, size_t size);
 /// COLLECTIVE over `comm`: every rank gets the samples of all ranks, in rank order.
 std::vector<RolloutSample> allgather_samples(const std::vector<RolloutSample>& mine, MPI_Comm comm);
 
+/// COLLECTIVE over `comm`: per-sample float vectors (e.g. values, reference log-probs) computed
+/// by their owners reach every rank. `owner[i]` is the comm rank that computed `rows[i]`;
+/// `lengths[i]` is its length, known to every rank. On entry a rank's own rows are filled; on
+/// return every row is. One MPI_Allgatherv. Throws InternalError on a row of the wrong length.
+void allgather_rows(std::vector<std::vector<float>>& rows, const std::vector<int>& owner,
+                    const std::vector<size_t>& lengths, MPI_Comm comm);
+
 }  // namespace tagflow::sched

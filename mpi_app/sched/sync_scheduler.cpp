@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "sched/sync_scheduler.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -15,13 +14,14 @@
 #include "common/log.hpp"
 #include "config/options.hpp"
 #include "io/run_file.hpp"
-#include "model/policy.hpp"
+#include "model/llama.hpp"
 #include "profile/timeline.hpp"
-#include "rollout/generate.hpp"
+#include "rollout/engine.hpp"
+#include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
 #include "sched/exchange.hpp"
-#include "train/grpo.hpp"
-#include "train/weight_sync.hpp"
+#include "sched/rl_trainer.hpp"
+#include "train/delta_sync_mpi.hpp"
 
 namespace tagflow::sched {
 namespace {
@@ -34,42 +34,66 @@ enum StatSlot {
     kLoss, kKl, kEntropy, kClip, kLpDiff, kTokens, kEval, kSyncBytes, kSyncT0, kSyncT1, kIdle, kNumStats
 };
 
+// The policy: a Hugging Face checkpoint (--model) or a fresh Llama-family decoder sized by the
+// options, with the task's vocabulary. Same weights on every rank (same seed).
+model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions) {
+    if (!opt.model.empty()) {
+        auto m = model::LlamaModelImpl::from_pretrained(opt.model);
+        const model::HfConfig& c = m->config();
+        if (c.vocab_size < task.vocab_size())
+            throw Error("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) + " is smaller than task " +
+                        task.name() + "'s " + std::to_string(task.vocab_size()) + " tokens");
+        if (c.max_position_embeddings < positions)
+            throw Error("--model " + opt.model + ": max_position_embeddings " + std::to_string(c.max_position_embeddings) +
+                        " is below the " + std::to_string(positions) + " positions task " + task.name() + " needs");
+        return model::LlamaModel(m);
+    }
+    model::HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = opt.d_model;
+    c.intermediate_size = opt.d_ff;
+    c.num_hidden_layers = opt.layers;
+    c.num_attention_heads = opt.heads;
+    c.num_key_value_heads = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
+    c.head_dim = opt.d_model / opt.heads;
+    c.vocab_size = task.vocab_size();
+    c.max_position_embeddings = positions;
+    c.rope_theta = opt.rope_theta;
+    c.abs_positions = opt.abs_positions;
+    return model::LlamaModel(c, static_cast<uint64_t>(opt.seed));
+}
+
 class SyncScheduler final : public Scheduler {
  public:
     SyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run, double t0_unix,
                   std::unique_ptr<rollout::Task> task)
         : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), timeline_(clock_, roles.world_rank),
           task_(std::move(task)) {
-        model::PolicyConfig pc;
-        pc.vocab = task_->vocab_size();
-        pc.d_model = opt.d_model;
-        pc.n_layers = opt.layers;
-        pc.n_heads = opt.heads;
-        pc.d_ff = opt.d_ff;
         max_new_ = opt.max_new_tokens > 0 ? opt.max_new_tokens : task_->max_response_tokens();
-        pc.max_seq = task_->max_prompt_tokens() + max_new_;
-        policy_ = model::Policy(pc, static_cast<uint64_t>(opt.seed));
-        if (roles.is_train()) {
-            train::GrpoConfig gc;
-            gc.lr = opt.lr;
-            gc.clip_eps = opt.clip_eps;
-            gc.kl_coef = opt.kl_coef;
-            gc.entropy_coef = opt.entropy_coef;
-            gc.weight_decay = opt.weight_decay;
-            gc.grad_clip = opt.grad_clip;
-            gc.temperature = opt.temperature;
-            gc.micro_batch = opt.micro_batch > 0 ? opt.micro_batch : std::numeric_limits<int32_t>::max();
-            gc.bf16 = opt.bf16;
-            learner_ = std::make_unique<train::GrpoLearner>(policy_, gc);
+        policy_ = make_policy(opt, *task_, task_->max_prompt_tokens() + max_new_);
+        trainer_ = std::make_unique<RlTrainer>(opt, roles, policy_);
+        if (roles.is_rollout()) {
+            rollout::EngineConfig ec;
+            ec.max_batch = opt.max_batch;
+            engine_ = std::make_unique<rollout::Engine>(policy_, ec);
         }
-        // Per-rank sampling stream: reproducible for a given seed and rank count.
-        gen_ = at::detail::createCPUGenerator(static_cast<uint64_t>(opt.seed) * 1000003ull +
-                                              static_cast<uint64_t>(roles.world_rank) + 1);
-        bucket_bytes_ = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
-        if (roles.world_rank == 0)
-            print0("model: %lld parameters (d_model %d, layers %d, heads %d, d_ff %d, vocab %lld, max_seq %lld)\n",
-                   static_cast<long long>(policy_->num_parameters()), opt.d_model, opt.layers, opt.heads,
-                   opt.d_ff, static_cast<long long>(pc.vocab), static_cast<long long>(pc.max_seq));
+        train::WeightSync::Options so;
+        so.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
+        so.delta = opt.sync_delta;
+        wsync_ = std::make_unique<train::WeightSync>(so);
+        const model::HfConfig& c = policy_->config();
+        int64_t n_params = 0;
+        for (const auto& p : policy_->parameters()) n_params += p.numel();
+        print0("model: %s, %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv, intermediate %lld, vocab "
+               "%lld, positions %lld%s)\n",
+               opt.model.empty() ? "llama (from the size options)" : opt.model.c_str(),
+               static_cast<long long>(n_params), static_cast<long long>(c.hidden_size),
+               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
+               static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.intermediate_size),
+               static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings),
+               c.abs_positions ? ", RoPE + learned absolute positions" : ", RoPE");
+        print0("algorithm: %s%s\n", opt.algo.c_str(),
+               opt.algo == "ppo" ? (roles.critic_colocated ? " (critic on the train ranks)" : " (critic on the ranks tagged critic)") : "");
     }
 
     RunSummary run() override {
@@ -83,7 +107,7 @@ class SyncScheduler final : public Scheduler {
         TAGFLOW_MPI_CHECK(MPI_Bcast(&eval0, 1, MPI_DOUBLE, roles_.rollout_ranks.front(), MPI_COMM_WORLD));
         sum.first_eval = sum.best_eval = sum.last_eval = eval0;
         std::vector<io::SyncRecord> syncs;
-        if (roles_.is_train_root()) syncs.push_back({0, param_bytes(), last_sync_t0_, last_sync_t1_, "mpi_bcast"});
+        if (roles_.is_train_root()) syncs.push_back(sync_record(0, last_sync_));
         write_rows({}, {}, {}, evals, syncs);
         print0("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
                static_cast<long long>(opt_.steps), eval0, sum.best_constant);
@@ -119,15 +143,29 @@ class SyncScheduler final : public Scheduler {
         double eval = -1;
     };
 
-    // COLLECTIVE (sync communicator): train root -> every rollout rank, flat buckets.
-    train::SyncStats sync_weights(int32_t step) {
-        train::SyncStats st;
+    // COLLECTIVE (sync communicator): train root -> every rollout rank, flat buckets (only the
+    // changed weights with --sync-delta). Version v = the weights after v training steps.
+    train::WeightSyncStats sync_weights(int32_t version) {
+        train::WeightSyncStats st;
         if (roles_.sync.is_null()) return st;
-        profile::Span span(timeline_, SpanKind::kWeightSync, step);
-        st = train::broadcast_tensors(params(), roles_.sync.get(), 0, bucket_bytes_);
+        profile::Span span(timeline_, SpanKind::kWeightSync, version);
+        st = wsync_->broadcast(params(), version, roles_.sync.get(), 0);
         last_sync_t0_ = clock_.now() - st.seconds;
         last_sync_t1_ = clock_.now();
+        last_sync_ = st;
         return st;
+    }
+
+    io::SyncRecord sync_record(int32_t version, const train::WeightSyncStats& st) const {
+        io::SyncRecord r;
+        r.version = version;
+        r.bytes = st.bytes;
+        r.t_start = last_sync_t0_;
+        r.t_end = last_sync_t1_;
+        r.mode = wsync_->mode();
+        r.dense_bytes = st.dense_bytes;
+        r.buckets = st.buckets;  // gbps: the writer computes it from bytes and t_end - t_start
+        return r;
     }
 
     std::vector<at::Tensor> params() {
@@ -143,7 +181,7 @@ class SyncScheduler final : public Scheduler {
         if (!is_eval_rank()) return -1;
         torch::NoGradGuard ng;
         profile::Span span(timeline_, SpanKind::kRollout, step);
-        return rollout::evaluate(policy_, *task_, opt_.eval_prompts);
+        return rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);
     }
 
     std::vector<RolloutSample> generate(int32_t s) {
@@ -164,27 +202,37 @@ class SyncScheduler final : public Scheduler {
             }
         }
         if (prompts.empty()) return mine;
-        rollout::SamplingParams sp;
-        sp.temperature = opt_.temperature;
-        sp.top_p = opt_.top_p;
-        sp.max_tokens = max_new_;
-        sp.eos = task_->eos_token();
-        auto comps = rollout::generate(policy_, prompts, sp, gen_);
-        double t_done = clock_.now();
-        for (size_t i = 0; i < comps.size(); ++i) {
-            RolloutSample r;
+        // One request per sample; its random stream depends only on the run seed and the
+        // sample id, so samples do not change with the rank count or the batch they ran in.
+        std::vector<int64_t> ids(prompts.size());
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            ids[i] = groups[i] * G + static_cast<int64_t>(i % static_cast<size_t>(G));
+            rollout::GenRequest rq;
+            rq.id = static_cast<int64_t>(i);
+            rq.prompt = prompts[i];
+            rq.params.temperature = opt_.temperature;
+            rq.params.top_p = opt_.top_p;
+            rq.params.top_k = opt_.top_k;
+            rq.params.max_tokens = max_new_;
+            rq.params.stop_ids = {task_->eos_token()};
+            rq.params.seed = rollout::derive_seed(static_cast<uint64_t>(opt_.seed), static_cast<uint64_t>(ids[i]));
+            engine_->submit(std::move(rq));
+        }
+        mine.resize(prompts.size());
+        engine_->run([&](const rollout::GenResult& g) {
+            RolloutSample& r = mine[static_cast<size_t>(g.id)];
+            const auto i = static_cast<size_t>(g.id);
             r.group = groups[i];
-            r.id = groups[i] * G + static_cast<int64_t>(i % static_cast<size_t>(G));
+            r.id = ids[i];
             r.rank = roles_.world_rank;
             r.version = s;
             r.prompt = prompts[i];
-            r.response = std::move(comps[i].response);
-            r.logprobs = std::move(comps[i].logprobs);
-            r.hit_eos = comps[i].hit_eos;
+            r.response = g.response;
+            r.logprobs = g.logprobs;
+            r.hit_eos = g.finish == rollout::FinishReason::kStop;
             r.reward = task_->reward(r.prompt, r.response);
-            r.t_done = t_done;
-            mine.push_back(std::move(r));
-        }
+            r.t_done = clock_.now();
+        });
         return mine;
     }
 
@@ -208,54 +256,25 @@ class SyncScheduler final : public Scheduler {
                                 " samples, expected " + std::to_string(P * G));
 
         std::vector<float> rewards;
-        double resp_tokens = 0;
-        for (const auto& r : all) {
-            rewards.push_back(r.reward);
-            resp_tokens += static_cast<double>(r.response.size());
-        }
-        std::vector<float> adv = train::group_advantages(rewards, static_cast<int>(G), true);
-        if (opt_.shuffle_advantages) {
-            // Control experiment: same values, wrong samples. Same permutation on every rank.
-            std::mt19937_64 rng(static_cast<uint64_t>(opt_.seed) * 7919u + static_cast<uint64_t>(s));
-            std::shuffle(adv.begin(), adv.end(), rng);
-        }
+        for (const auto& r : all) rewards.push_back(r.reward);
 
         double stats[kNumStats] = {0};
-        std::vector<io::ConsumedRecord> consumed;
-        if (roles_.is_train()) {
-            profile::Span span(timeline_, SpanKind::kTrain, s);
-            const int n_train = static_cast<int>(roles_.train_ranks.size());
-            const int my = roles_.train.rank();
-            std::vector<train::TrainSample> batch;
-            for (size_t i = 0; i < all.size(); ++i) {
-                int64_t j = all[i].group - static_cast<int64_t>(s) * P;
-                if (j % n_train != my) continue;
-                rollout::Completion c;
-                c.response = all[i].response;
-                c.logprobs = all[i].logprobs;
-                c.hit_eos = all[i].hit_eos;
-                batch.push_back(train::make_train_sample(all[i].prompt, c, adv[i]));
-                consumed.push_back({all[i].id, s, adv[i], 1.0f});
-            }
-            train::StepStats st = learner_->accumulate(batch, std::max(1.0, resp_tokens));
-            train::allreduce_sum(learner_->gradients(), roles_.train.get(), bucket_bytes_);
-            learner_->step();
-            double local[6] = {st.loss,
-                               st.kl * static_cast<double>(st.tokens),
-                               st.entropy * static_cast<double>(st.tokens),
-                               st.clip_frac * static_cast<double>(st.tokens),
-                               st.logprob_diff_mean * static_cast<double>(st.tokens),
-                               static_cast<double>(st.tokens)};
-            TAGFLOW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, local, 6, MPI_DOUBLE, MPI_SUM, roles_.train.get()));
-            double tok = std::max(1.0, local[5]);
-            stats[kLoss] = local[0];
-            stats[kKl] = local[1] / tok;
-            stats[kEntropy] = local[2] / tok;
-            stats[kClip] = local[3] / tok;
-            stats[kLpDiff] = local[4] / tok;
-            stats[kTokens] = local[5];
+        TrainReport tr;
+        {
+            // Ranks outside the train and critic groups only join the exchanges: idle time.
+            const bool works = roles_.is_train() || roles_.is_critic();
+            profile::Span span(timeline_, works ? SpanKind::kTrain : SpanKind::kIdle, s);
+            tr = trainer_->train_step(s, all);
+            if (!works) idle += span.end();
         }
-        train::SyncStats ss = sync_weights(s + 1);
+        stats[kLoss] = tr.loss;
+        stats[kKl] = tr.kl;
+        stats[kEntropy] = tr.entropy;
+        stats[kClip] = tr.clip_frac;
+        stats[kLpDiff] = tr.logprob_diff_mean;
+        stats[kTokens] = static_cast<double>(tr.tokens);
+        std::vector<io::ConsumedRecord>& consumed = tr.consumed;
+        train::WeightSyncStats ss = sync_weights(s + 1);
         const bool eval_now = (opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps;
         const double eval = eval_now ? evaluate_local(s) : -1;
         // Summed over ranks below: -1 from nobody when there is no evaluation this step.
@@ -309,7 +328,7 @@ class SyncScheduler final : public Scheduler {
         if (eval_now && is_eval_rank())
             evals.push_back({s + 1, task_->name(), static_cast<float>(eval), opt_.eval_prompts});
         if (roles_.is_train_root()) {
-            syncs.push_back({s + 1, ss.bytes, last_sync_t0_, last_sync_t1_, "mpi_bcast"});
+            syncs.push_back(sync_record(s + 1, ss));
         }
         {
             profile::Span span(timeline_, SpanKind::kIo, s);
@@ -330,12 +349,6 @@ class SyncScheduler final : public Scheduler {
         run_.append_syncs(syncs);
         run_.append_timeline(timeline_.take());
         run_.flush();
-    }
-
-    int64_t param_bytes() {
-        int64_t n = 0;
-        for (auto& p : params()) n += p.numel() * static_cast<int64_t>(sizeof(float));
-        return n;
     }
 
     io::SampleRecord to_record(const RolloutSample& r) const {
@@ -367,10 +380,11 @@ class SyncScheduler final : public Scheduler {
     profile::Clock clock_;
     profile::Timeline timeline_;
     std::unique_ptr<rollout::Task> task_;
-    model::Policy policy_{nullptr};
-    std::unique_ptr<train::GrpoLearner> learner_;
-    at::Generator gen_;
-    size_t bucket_bytes_ = 0;
+    model::LlamaModel policy_{nullptr};
+    std::unique_ptr<RlTrainer> trainer_;
+    std::unique_ptr<rollout::Engine> engine_;  // rollout ranks only
+    std::unique_ptr<train::WeightSync> wsync_;
+    train::WeightSyncStats last_sync_;
     int32_t max_new_ = 0;
     double last_sync_t0_ = 0, last_sync_t1_ = 0;
 };

@@ -19,6 +19,7 @@
 #include "common/mpi_env.hpp"
 #include "config/options.hpp"
 #include "io/run_file.hpp"
+#include "model/hf_config.hpp"
 #include "profile/timeline.hpp"
 #include "rollout/task.hpp"
 #include "sched/gemm_check.hpp"
@@ -106,6 +107,19 @@ int train_command(int argc, char** argv) {
     rollout::TaskParams task_params;
     task_params.digits = opt.digits;
     std::unique_ptr<rollout::Task> task = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), task_params);
+    // So is a --model checkpoint's config.json (the weights are read later, by every rank).
+    if (!opt.model.empty()) {
+        model::HfConfig c = model::load_hf_config(opt.model + "/config.json");
+        if (c.vocab_size < task->vocab_size())
+            throw ConfigError("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) +
+                              " is smaller than the " + std::to_string(task->vocab_size()) + " tokens of task " + task->name());
+        const int64_t need = task->max_prompt_tokens() +
+                             (opt.max_new_tokens > 0 ? opt.max_new_tokens : task->max_response_tokens());
+        if (c.max_position_embeddings < need)
+            throw ConfigError("--model " + opt.model + ": max_position_embeddings " +
+                              std::to_string(c.max_position_embeddings) + " is below the " + std::to_string(need) +
+                              " positions task " + task->name() + " needs");
+    }
 
     // ---- from here on the run exists; errors abort the job ----
     double t0 = profile::unix_now();

@@ -168,3 +168,24 @@ TEST(Exchange, UnpackRejectsTruncatedBuffers) {
     auto bytes = sched::pack_samples({s});
     EXPECT_THROW(sched::unpack_samples(bytes.data(), bytes.size() - 3), InternalError);
 }
+
+TEST(Exchange, AllgatherRowsFillsEveryRow) {
+    const int n = world_size(), me = world_rank();
+    const size_t rows_n = 11;
+    std::vector<std::vector<float>> rows(rows_n);
+    std::vector<int> owner(rows_n);
+    std::vector<size_t> lengths(rows_n);
+    for (size_t i = 0; i < rows_n; ++i) {
+        owner[i] = static_cast<int>((i * 7) % static_cast<size_t>(n));  // not in row order
+        lengths[i] = i % 4;                                                 // includes empty rows
+        if (owner[i] == me)
+            for (size_t j = 0; j < lengths[i]; ++j) rows[i].push_back(static_cast<float>(i * 100 + j));
+    }
+    sched::allgather_rows(rows, owner, lengths, MPI_COMM_WORLD);
+    bool ok = true;
+    for (size_t i = 0; i < rows_n; ++i) {
+        ok = ok && rows[i].size() == lengths[i];
+        for (size_t j = 0; ok && j < lengths[i]; ++j) ok = rows[i][j] == static_cast<float>(i * 100 + j);
+    }
+    EXPECT_TRUE(all_ranks(ok));
+}

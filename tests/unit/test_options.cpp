@@ -167,3 +167,25 @@ TEST(Options, ShippedExampleConfigParses) {
     EXPECT_EQ(r.options.task, "reverse");
     EXPECT_EQ(r.options.group_size, 8);
 }
+
+TEST(Options, AlgorithmChoicesAreChecked) {
+    EXPECT_EQ(parse({"--out", "d", "--algo", "ppo", "--kl-in", "reward", "--loss-agg", "seq-mean-token-sum"})
+                  .options.algo,
+              "ppo");
+    EXPECT_NE(error_of({"--out", "d", "--algo", "dpo"}).find("--algo 'dpo': unknown value (choose grpo, ppo, rloo"),
+              std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--kl-in", "both"}).find("--kl-in 'both'"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--kl-estimator", "k9"}).find("--kl-estimator 'k9'"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--loss-agg", "mean"}).find("--loss-agg 'mean'"), std::string::npos);
+}
+
+TEST(Options, ModelShapeIsChecked) {
+    EXPECT_NE(error_of({"--out", "d", "--heads", "4", "--kv-heads", "3"}).find("--kv-heads 3: must divide --heads 4"),
+              std::string::npos);
+    // d_model 66 / 3 heads = 22 is even; 60 / 4 = 15 is not (RoPE pairs dimensions).
+    EXPECT_EQ(error_of({"--out", "d", "--d-model", "66", "--heads", "3"}), "");
+    EXPECT_NE(error_of({"--out", "d", "--d-model", "60", "--heads", "4"}).find("head size must be even"),
+              std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--top-k", "-1"}).find("--top-k"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--gamma", "1.5"}).find("--gamma"), std::string::npos);
+}

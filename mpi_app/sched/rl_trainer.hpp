@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// rl_trainer: the training half of one RL step, for every algorithm (--algo grpo, ppo, rloo,
+// reinforce_pp): reference log-probs (KL), critic values (ppo), advantages over the whole
+// batch, the actor update on the train group and the critic update on the critic group, with
+// the per-sample data exchanged between those groups. Built on train/workers.hpp.
+// Does not generate, write the run file or sync weights (sync_scheduler.cpp does).
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "io/run_file.hpp"
+#include "model/llama.hpp"
+#include "sched/exchange.hpp"
+
+namespace tagflow::config {
+struct Options;
+}
+namespace tagflow::cluster {
+struct Roles;
+}
+
+namespace tagflow::sched {
+
+/// What one step's training reports (valid on the train root; the critic fields on the
+/// critic group's first rank).
+struct TrainReport {
+    double loss = 0, kl = 0, entropy = 0, clip_frac = 0, logprob_diff_mean = 0, grad_norm = 0;
+    double value_loss = 0, explained_var = 0;
+    int64_t tokens = 0;
+    std::vector<io::ConsumedRecord> consumed;  ///< this rank's samples used by the actor
+};
+
+class RlTrainer {
+public:
+    /// `policy` is this rank's policy module (trained in place on train ranks).
+    RlTrainer(const config::Options& opt, cluster::Roles& roles, model::LlamaModel policy);
+    ~RlTrainer();
+
+    /// COLLECTIVE over MPI_COMM_WORLD (and the train/critic groups): trains on `all`, every
+    /// sample of step `step` sorted by id, the same on every rank.
+    TrainReport train_step(int32_t step, const std::vector<RolloutSample>& all);
+
+    bool has_critic() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tagflow::sched
