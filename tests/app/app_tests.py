@@ -293,6 +293,20 @@ def case_learning(a):
           f"shuffled-advantage control stays within 0.1 of its start ({cscores[0]:.3f} -> {cscores[-1]:.3f}, max gain {cgain:.3f})")
 
 
+def case_learning_ppo(a):
+    # PPO with a learned critic (GAE, gamma = lambda = 1) on the ranks tagged critic: rank 1.
+    out = fresh(a, "ppo")
+    p = mpirun(a, 2, ["train", "--out", out, "--algo", "ppo", "--steps", str(a.steps), "--eval-every", "10",
+                      "--seed", "3", "--gemm-check", "false", "--rank-tags", "0=rollout,train;1=rollout,train,critic"],
+               timeout=900)
+    check(p.returncode == 0, f"ppo run exits 0 ({p.wall:.0f}s)")
+    check("algorithm: ppo (critic on the ranks tagged critic)" in p.stdout, "the critic runs on the critic rank")
+    steps, scores = eval_curve(os.path.join(out, "tagflow.h5"))
+    print("ppo eval:", list(zip(steps, [round(s, 3) for s in scores])))
+    check(scores[0] <= 0.15, f"starts near random ({scores[0]:.3f})")
+    check(max(scores) - scores[0] >= a.margin, f"PPO held-out greedy score rises by {max(scores) - scores[0]:.3f} >= {a.margin}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
