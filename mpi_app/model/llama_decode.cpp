@@ -2,10 +2,12 @@
 // llama_decode: LlamaSlotDecoder (see llama.hpp), the batched inference path of the
 // Llama/Qwen2 decoder: fused weight snapshot, slot-based preallocated KV cache, batched
 // prefill of prompts of different lengths, and a decode step with per-row positions.
-// Small models are overhead-bound, so the decode step is written to keep the number of
-// tensor ops per layer low (~25): one GEMM for q|k|v, RoPE on q, k and v at once (v heads get
-// cos 1, sin 0), one index_put_ into the cache, GQA through views (no repeat_interleave),
-// residual adds fused into addmm_. Does not sample or schedule (rollout/engine.cpp does).
+// Small models are overhead-bound, so the decode step keeps the tensor ops per layer low
+// (~20): one GEMM for q|k|v and one for gate|up, RMSNorm weights folded into them, RoPE on q, k
+// and v at once (v heads get cos 1, sin 0), residual adds fused into addmm_. On CPU in fp32 the
+// k/v stores are memcpy's and the attention of every (sequence, kv head) is a direct BLAS
+// sgemm_ call on the cache (GQA without repeat_interleave); elsewhere (bf16, other devices)
+// index_put_/baddbmm/bmm do the same. Does not sample or schedule (rollout/engine.cpp does).
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -37,7 +39,7 @@ SgemmFn* blas_sgemm() {
 }
 
 struct LayerW {
-    torch::Tensor qkv_t, qkv_b;  ///< [dm, (H+2KV)*D] (a transposed view), bias or undefined
+    torch::Tensor qkv_t, qkv_b;  ///< [dm, (H+2KV)*D] (transposed, contiguous), bias or undefined
     torch::Tensor o_t, o_b;      ///< [H*D, dm], bias or undefined
     torch::Tensor gu_t;          ///< [dm, 2F]
     torch::Tensor down_t;        ///< [F, dm]
@@ -93,25 +95,25 @@ struct LlamaSlotDecoder::State {
                                                   a->v_proj->weight.detach().to(torch::kFloat)}) *
                                       w1.unsqueeze(0);
             LayerW& w = layers[static_cast<std::size_t>(l)];
-            w.qkv_t = cvt(qkv).t();
+            w.qkv_t = cvt(qkv.t());
             if (c.qkv_bias)
                 w.qkv_b = cvt(torch::cat({a->q_proj->bias.detach().to(torch::kFloat) * qscale,
                                           a->k_proj->bias.detach().to(torch::kFloat),
                                           a->v_proj->bias.detach().to(torch::kFloat)}));
-            w.o_t = cvt(a->o_proj->weight).t();
+            w.o_t = cvt(a->o_proj->weight.t());
             if (c.o_bias) w.o_b = cvt(a->o_proj->bias);
             auto& m = ly->mlp;
-            w.gu_t = cvt(torch::cat({m->gate_proj->weight.detach().to(torch::kFloat),
-                                     m->up_proj->weight.detach().to(torch::kFloat)}) *
-                         w2.unsqueeze(0))
-                         .t();
-            w.down_t = cvt(m->down_proj->weight).t();
+            w.gu_t = cvt((torch::cat({m->gate_proj->weight.detach().to(torch::kFloat),
+                                      m->up_proj->weight.detach().to(torch::kFloat)}) *
+                          w2.unsqueeze(0))
+                             .t());
+            w.down_t = cvt(m->down_proj->weight.t());
         }
         const torch::Tensor head =
             c.tie_word_embeddings ? bb->embed_tokens->weight : model->lm_head->weight;
-        lm_t = cvt(head.detach().to(torch::kFloat) *
-                   (bb->norm->weight.detach().to(torch::kFloat) * std::sqrt(static_cast<double>(dm))).unsqueeze(0))
-                   .t();
+        lm_t = cvt((head.detach().to(torch::kFloat) *
+                    (bb->norm->weight.detach().to(torch::kFloat) * std::sqrt(static_cast<double>(dm))).unsqueeze(0))
+                       .t());
         signature = current_signature();
     }
 
@@ -188,9 +190,10 @@ struct LlamaSlotDecoder::State {
     }
 
     /// Causal attention of a prefill: r [m, P, NH, D] (rotated q|k|v), kvp = its k|v as
-    /// [2, m, KV, P, D] (a view of r), the same already in `cache` rows slot_ids; causal [P, P].
+    /// [2, m, KV, P, D] (a view of r), the same already in the layer's cache `kvc` rows slot_ids;
+    /// causal [P, P].
     /// Returns [m*P, H*D].
-    torch::Tensor prefill_attention(const torch::Tensor& r, const torch::Tensor& kvp, const torch::Tensor& cache,
+    torch::Tensor prefill_attention(const torch::Tensor& r, const torch::Tensor& kvp, const torch::Tensor& kvc,
                                     const std::vector<int64_t>& slot_ids, const torch::Tensor& causal) const {
         const int64_t m = r.size(0), P = r.size(1);
         SgemmFn* sgemm = blas_sgemm();
@@ -206,7 +209,7 @@ struct LlamaSlotDecoder::State {
         torch::Tensor sc = torch::empty({m, H, P, P}, opt);
         torch::Tensor out = torch::empty({m * P, H * D}, opt);
         const float* rp = r.data_ptr<float>();
-        const float* kp = cache.data_ptr<float>();
+        const float* kp = kvc.data_ptr<float>();
         const float* vp = kp + slots * KV * cap * D;
         float* sp = sc.data_ptr<float>();
         float* op = out.data_ptr<float>();

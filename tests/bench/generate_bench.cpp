@@ -9,6 +9,7 @@
 // Python loop where its top-2 logit gap is >= 1e-3 (a smaller gap is a legitimate float tie),
 // plus logprobs that differ by > 1e-3. One rank only: the engine is per rank.
 #include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -48,13 +49,13 @@ struct Data {
 model::HfConfig bench_config(const BenchArgs& a, int64_t positions) {
     model::HfConfig c;
     c.model_type = "llama";
-    c.hidden_size = a.opt_int("d_model", 256);
+    c.hidden_size = a.opt_int("d_model", 128);
     c.num_hidden_layers = a.opt_int("layers", 4);
-    c.num_attention_heads = a.opt_int("heads", 8);
-    c.num_key_value_heads = a.opt_int("kv_heads", 4);
+    c.num_attention_heads = a.opt_int("heads", 4);
+    c.num_key_value_heads = a.opt_int("kv_heads", 2);
     c.head_dim = c.hidden_size / c.num_attention_heads;
     c.intermediate_size = a.opt_int("ffn", 3 * c.hidden_size);
-    c.vocab_size = a.opt_int("vocab", 1024);
+    c.vocab_size = a.opt_int("vocab", 512);
     c.max_position_embeddings = positions;
     c.rope_theta = 10000.0;
     c.rms_norm_eps = 1e-5;
@@ -67,6 +68,11 @@ void setup(BenchState& s) {
     const BenchArgs& a = *s.args;
     const int threads = static_cast<int>(a.opt_int("threads", 1));
     at::set_num_threads(threads);
+    // OpenBLAS (libblas.so.3 here) keeps its own thread pool, sized to the cores unless
+    // OPENBLAS_NUM_THREADS is set; at::set_num_threads does not touch it. Pin it to `threads`
+    // on both sides (2 BLAS threads on a busy 2-core VM made batch-64 decode ~1.6x slower).
+    using SetThreads = void(int);
+    if (auto* f = reinterpret_cast<SetThreads*>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
     const int64_t P = a.opt_int("prompt", 16);
     d.new_tokens = static_cast<int32_t>(a.opt_int("new", 32));
     const auto B = static_cast<int64_t>(s.count);
@@ -100,7 +106,8 @@ void setup(BenchState& s) {
     if (a.opt_int("py", 1) != 0) {
         const std::string script = a.opt("py_script", std::string(TAGFLOW_BENCH_SOURCE_DIR) + "/generate_ref.py");
         const std::string out = dir + "/ref_" + std::to_string(B) + ".json";
-        const std::string cmd = a.opt("python", "/usr/bin/python3") + " " + script + " --model " + dir + " --batch " +
+        const std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) + " " +
+                                a.opt("python", "/usr/bin/python3") + " " + script + " --model " + dir + " --batch " +
                                 std::to_string(B) + " --prompt-len " + std::to_string(P) + " --new-tokens " +
                                 std::to_string(d.new_tokens) + " --iters " + std::to_string(std::max(1, a.iters)) +
                                 " --warmup " + std::to_string(a.warmup) + " --threads " + std::to_string(threads) +
@@ -173,9 +180,10 @@ BenchOp make_op() {
     op.check = check;
     op.extra_columns = {"tokens/s", "py/s", "x_py", "best/s", "py_best/s", "x_py_best", "GFLOP/s", "gemm", "util"};
     op.extras = extras;
-    op.op_options = {"d_model=256 layers=4 heads=8 kv_heads=4 ffn=3*d_model vocab=1024: the Llama config",
+    op.op_options = {"d_model=128 layers=4 heads=4 kv_heads=2 ffn=3*d_model vocab=512: the Llama config",
                      "prompt=16 new=32: prompt and generated tokens per request",
-                     "threads=1: torch threads (the Python loop uses the same)", "bf16=0: engine in bf16",
+                     "threads=1: torch and OpenBLAS threads (the Python loop uses the same)",
+                     "bf16=0: engine in bf16",
                      "py=1: run the Python baseline (python=/usr/bin/python3 py_script=...)",
                      "std=0.1: init std of the random weights"};
     return op;

@@ -165,7 +165,9 @@ TEST(Sampling, MixedRowsInOneBatch) {
 // ---- the engine against the full forward ----
 
 TEST(Engine, GreedyEqualsArgmaxLoopOverFullForward) {
-    for (const HfConfig& c : {model::fixtures::qwen2_config(), model::fixtures::llama_tied_config()}) {
+    HfConfig abs_pos = model::fixtures::llama_tied_config();
+    abs_pos.abs_positions = true;  // tagflow's learned absolute positions
+    for (const HfConfig& c : {model::fixtures::qwen2_config(), model::fixtures::llama_tied_config(), abs_pos}) {
         LlamaModel m = make_model(c, 11);
         const auto prompts = prompts_for(c.vocab_size, {3, 9, 1, 14, 6});
         EngineConfig ec;
