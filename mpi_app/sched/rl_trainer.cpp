@@ -80,7 +80,6 @@ struct RlTrainer::Impl {
             vm->init_from_policy(*policy);
             train::EngineConfig cc = ec;
             cc.optim.lr = opt.critic_lr;
-            cc.bf16 = opt.bf16;
             train::CriticConfig crc;
             crc.clip_range = opt.value_clip;
             crc.loss_agg = train::parse_loss_agg(opt.loss_agg);

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <random>
 
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
