@@ -71,7 +71,7 @@ struct Options {
     int32_t eval_every = 10;
     int32_t eval_prompts = 128;
     // ---- weight sync ----
-    double bucket_mb = 4.0;
+    double bucket_mb = 32.0;
     bool sync_delta = false;  // send only the weights that changed since the receivers' version
     // ---- system ----
     bool gemm_check = true;

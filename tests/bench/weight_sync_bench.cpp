@@ -119,7 +119,7 @@ void setup(BenchState& s) {
     const std::string mode = s.args->opt("mode", "dense");
     if (mode != "dense" && mode != "delta") throw ConfigError("-O mode=dense|delta");
     train::WeightSync::Options o;
-    o.bucket_bytes = static_cast<size_t>(s.args->opt_int("bucket", 4 << 20));
+    o.bucket_bytes = static_cast<size_t>(s.args->opt_int("bucket", 32 << 20));
     o.delta = mode == "delta";
     d.sync = std::make_unique<train::WeightSync>(o);
     auto make = [&] {
@@ -127,7 +127,7 @@ void setup(BenchState& s) {
         for (int64_t n : d.sizes) ts.push_back(at::empty({n}, at::kFloat));
         return ts;
     };
-    const bool onebuf = s.args->opt_int("onebuf", 0) != 0;
+    const bool onebuf = s.args->opt_int("onebuf", 1) != 0;
     d.mine = make();
     if (onebuf) train::share_one_buffer(d.mine);
     if (s.rank == 0) {
@@ -216,10 +216,10 @@ BenchOp make_op() {
     op.extras = extras;
     op.op_options = {
         "-O mode=dense|delta    WeightSync mode (default dense)",
-        "-O bucket=N            bucket bytes, K/M suffixes (default 4M)",
+        "-O bucket=N            bucket bytes, K/M suffixes (default 32M, as tagflow train)",
         "-O layout=llama|flat   Llama-shaped tensors or one flat tensor (default llama)",
         "-O layers=N            layers of the llama layout (default 4)",
-        "-O onebuf=0|1          1: all tensors are views of one buffer (share_one_buffer) (default 0)",
+        "-O onebuf=0|1          1: all tensors are views of one buffer (share_one_buffer, as tagflow train) (default 1)",
         "-O pattern=random|llama  what changes between versions (default random)",
         "-O changed=F           random: fraction of weights changed per version (default 0.01)",
         "-O rows=F              llama: fraction of embedding rows changed (default 0.05)",
