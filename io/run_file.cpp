@@ -73,6 +73,16 @@ int64_t read_offset(RunFile::Impl& im, hsize_t i) {
     return v;
 }
 
+// Reads /tree/token_end[i] (collectively, like read_offset); 0 for i < 0 (no rows).
+int64_t read_tree_end(RunFile::Impl& im, int64_t i) {
+    if (i < 0) return 0;
+    int64_t v = 0;
+    const size_t c = schema::column_index(schema::kTree, "token_end");
+    read_slab(im.tables[schema::kTree].cols[c].get(), im.dxpl.get(), H5T_NATIVE_INT64,
+              static_cast<hsize_t>(i), 1, &v);
+    return v;
+}
+
 }  // namespace
 
 // ---- Impl ----
@@ -225,6 +235,15 @@ RunFile RunFile::open_append(MPI_Comm io_comm, const std::string& path) {
                     t.rows = static_cast<hsize_t>(tok);
             }
         }
+        if (why.empty()) {  // the same for /tree: its token arrays end at token_end[rows - 1]
+            Impl::Table& r = im->tables[schema::kTree];
+            Impl::Table& t = im->tables[schema::kTreeTokens];
+            int64_t tok = read_tree_end(*im, static_cast<int64_t>(r.rows) - 1);
+            if (tok < 0 || static_cast<hsize_t>(tok) > t.rows)
+                why = "/tree/token_end points past the /tree token arrays; truncate() to a checkpoint";
+            else
+                t.rows = static_cast<hsize_t>(tok);
+        }
         if (why.empty()) {
             // Columns of one table can differ in length after a crash between flushes: cut
             // the longer ones now (and flush: see truncate()) so later appends line up.
@@ -314,6 +333,8 @@ TableSizes RunFile::sizes() const {
     s.timeline = n(schema::kTimeline);
     s.ranks = n(schema::kRanks);
     s.resumes = n(schema::kResumes);
+    s.tree = n(schema::kTree);
+    s.tree_tokens = n(schema::kTreeTokens);
     return s;
 }
 
@@ -322,7 +343,7 @@ int64_t RunFile::truncate(const TableSizes& to) {
     const std::pair<int64_t, int64_t> rows[] = {
         {to.samples, cur.samples}, {to.consumed, cur.consumed}, {to.steps, cur.steps},
         {to.eval, cur.eval},       {to.syncs, cur.syncs},       {to.timeline, cur.timeline},
-        {to.ranks, cur.ranks}};
+        {to.ranks, cur.ranks},     {to.tree, cur.tree}};
     for (auto [want, have] : rows)
         if (want < 0 || want > have)
             throw Error("RunFile::truncate: requested sizes exceed the file's (" +
@@ -335,10 +356,16 @@ int64_t RunFile::truncate(const TableSizes& to) {
             throw Error("RunFile::truncate: tokens=" + std::to_string(to.tokens) +
                         " but token_offsets[" + std::to_string(to.samples) + "]=" +
                         std::to_string(tok));
+        int64_t tree_tok = read_tree_end(im, to.tree - 1);
+        if (to.tree_tokens >= 0 && to.tree_tokens != tree_tok)
+            throw Error("RunFile::truncate: tree_tokens=" + std::to_string(to.tree_tokens) +
+                        " but /tree/token_end[" + std::to_string(to.tree - 1) + "]=" +
+                        std::to_string(tree_tok));
         auto cut = [&](schema::TableId id, int64_t n) {
             hsize_t h = static_cast<hsize_t>(n);
             for (Dataset& d : im.tables[id].cols) TAGFLOW_H5_CHECK(H5Dset_extent(d.get(), &h));
-            if (id != schema::kTokens) discarded += static_cast<int64_t>(im.tables[id].rows) - n;
+            if (id != schema::kTokens && id != schema::kTreeTokens)
+                discarded += static_cast<int64_t>(im.tables[id].rows) - n;
             im.tables[id].rows = h;
         };
         cut(schema::kSamples, to.samples);
@@ -349,6 +376,8 @@ int64_t RunFile::truncate(const TableSizes& to) {
         cut(schema::kSyncs, to.syncs);
         cut(schema::kTimeline, to.timeline);
         cut(schema::kRanks, to.ranks);
+        cut(schema::kTree, to.tree);
+        cut(schema::kTreeTokens, tree_tok);
         hsize_t noff = static_cast<hsize_t>(to.samples) + 1;
         TAGFLOW_H5_CHECK(H5Dset_extent(im.token_offsets.get(), &noff));
         // Shrinking fills the cut part of edge chunks through the chunk cache; flush it now, or

@@ -38,6 +38,26 @@ struct SampleRecord {
     std::vector<float> logprobs;   // NaN where loss_mask == 0
     std::vector<int32_t> versions; // -1 on prompt/environment tokens
     std::vector<uint8_t> loss_mask;
+    // /tree row of the segment holding the sample's last token (its full sequence is the first
+    // len(tokens) tokens through that row, see /tree); -1 when not recorded in /tree.
+    int64_t tree_node = -1;
+};
+
+/// One /tree row: a run of tokens a trajectory prefix tree stores once for every sample whose
+/// sequence passes through it (mpi_app/traj/, share/doc/hdf5-schema.md "/tree"). Its full
+/// sequence is (full sequence of the parent row)[0:depth] + its own tokens.
+struct TreeNodeRecord {
+    int64_t parent = -1;           // /tree row of the parent written by an EARLIER append, or -1
+    int64_t parent_in_batch = -1;  // >= 0: the parent is this rank's row parent_in_batch of the
+                                   // same call (earlier in `rows`); parent must then be -1
+    int64_t depth = 0;             // tokens of the full sequence before this row's first token
+    int32_t rank = 0;              // rank that served the request that stored these tokens
+    double t_start = 0, t_end = 0; // that request's arrival and completion (s since t0_unix)
+    // Own tokens, as in SampleRecord (all four the same length, at least one token).
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    std::vector<int32_t> versions;
+    std::vector<uint8_t> loss_mask;
 };
 
 struct ConsumedRecord {
@@ -105,6 +125,7 @@ struct ResumeRecord {
 struct TableSizes {
     int64_t samples = 0, tokens = 0, consumed = 0, steps = 0, eval = 0, syncs = 0, timeline = 0,
             ranks = 0, resumes = 0;
+    int64_t tree = 0, tree_tokens = 0;  // /tree rows and its flat token arrays' length
 };
 
 /// This rank's H5Dwrite calls, by the I/O mode HDF5 reports it really used
@@ -153,6 +174,10 @@ class RunFile {
     void append_timeline(const std::vector<SpanRecord>& rows);     // COLLECTIVE
     void append_ranks(const std::vector<RankRecord>& rows);        // COLLECTIVE
     void append_resumes(const std::vector<ResumeRecord>& rows);    // COLLECTIVE
+    /// COLLECTIVE: appends /tree rows. Returns the /tree row of this rank's first row (its rows
+    /// are consecutive, in the order given), or -1 when it passed none. Invalid rows (token
+    /// arrays of unequal length or empty, a parent that is not an earlier row) throw as below.
+    int64_t append_tree(const std::vector<TreeNodeRecord>& rows);
     // Appends with no rows on any rank do nothing (and cost one allgather). Rows that are
     // invalid on any rank (per-token vectors of different lengths) make every rank throw
     // tagflow::Error before anything is written; the file stays usable. An HDF5/MPI failure
@@ -161,9 +186,10 @@ class RunFile {
     /// Current row counts (local, no communication; identical on every rank).
     TableSizes sizes() const;
     /// COLLECTIVE: cuts every table except /resumes back to `to` (e.g. the sizes recorded with
-    /// a checkpoint); to.tokens < 0 means "derive from token_offsets". Throws tagflow::Error
+    /// a checkpoint); to.tokens < 0 means "derive from token_offsets", to.tree_tokens < 0
+    /// "derive from /tree/token_end". Throws tagflow::Error
     /// (on every rank, before changing anything) if `to` exceeds the current sizes or
-    /// to.tokens disagrees with token_offsets. Returns the number of rows discarded
+    /// to.tokens (to.tree_tokens) disagrees with token_offsets (token_end). Returns the number of rows discarded
     /// (all tables, not counting tokens).
     int64_t truncate(const TableSizes& to);
     /// The root attributes as written (create) or read back (open_append).

@@ -149,6 +149,7 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         im.put(S, "version_min", column(rows, &SampleRecord::version_min), s, w);
         im.put(S, "version_max", column(rows, &SampleRecord::version_max), s, w);
         im.put(S, "t_done", column(rows, &SampleRecord::t_done), s, w);
+        im.put(S, "tree_node", column(rows, &SampleRecord::tree_node), s, w);
         check_all_written(w, S);
 
         // token_offsets[k+1] = end of sample k, global over ranks and appends.
@@ -182,6 +183,97 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         st.rows = s.new_size;
         tt.rows = ts.new_size;
     });
+}
+
+int64_t RunFile::append_tree(const std::vector<TreeNodeRecord>& rows) {
+    Impl& im = *impl_;
+    int64_t first_row = -1;
+    im.collective("append_tree", [&] {
+        const TableId R = schema::kTree, T = schema::kTreeTokens;
+        Impl::Table& rt = im.tables[R];
+        Impl::Table& tt = im.tables[T];
+        int64_t ntok = 0;
+        std::string bad;
+        for (size_t i = 0; i < rows.size() && bad.empty(); ++i) {
+            const TreeNodeRecord& r = rows[i];
+            const size_t n = r.tokens.size();
+            const std::string row = "tree row " + std::to_string(i) + " of this rank";
+            if (n == 0 || r.logprobs.size() != n || r.versions.size() != n || r.loss_mask.size() != n)
+                bad = row + " has tokens/logprobs/versions/loss_mask of lengths " +
+                      std::to_string(n) + "/" + std::to_string(r.logprobs.size()) + "/" +
+                      std::to_string(r.versions.size()) + "/" + std::to_string(r.loss_mask.size()) +
+                      " (need equal, > 0)";
+            else if (r.parent >= 0 && r.parent_in_batch >= 0)
+                bad = row + " names both a parent row and a parent in the batch";
+            else if (r.parent < -1 || r.parent >= static_cast<int64_t>(rt.rows))
+                bad = row + " has parent " + std::to_string(r.parent) + ", not an earlier row (" +
+                      std::to_string(rt.rows) + " rows written)";
+            else if (r.parent_in_batch < -1 || r.parent_in_batch >= static_cast<int64_t>(i))
+                bad = row + " has parent_in_batch " + std::to_string(r.parent_in_batch) +
+                      " (must be an earlier row of the same call)";
+            else if (r.depth < 0 || (r.parent < 0 && r.parent_in_batch < 0 && r.depth != 0))
+                bad = row + " has depth " + std::to_string(r.depth) + " (a root row has depth 0)";
+            ntok += static_cast<int64_t>(n);
+        }
+        std::vector<int64_t> c =
+            im.allgather({static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1});
+        std::string bad_ranks;
+        for (int r = 0; r < im.nranks; ++r)
+            if (c[static_cast<size_t>(r) * 3 + 2]) bad_ranks += " " + std::to_string(r);
+        if (!bad_ranks.empty())  // thrown on every rank, before anything is written
+            throw Error("RunFile::append_tree: invalid rows on rank(s)" + bad_ranks +
+                        (bad.empty() ? "" : ": " + bad));
+        Slot s = im.slot(rt.rows, c, 3, 0);
+        Slot ts = im.slot(tt.rows, c, 3, 1);
+        if (s.total == 0) return;
+
+        std::vector<int64_t> parent, depth, start, end;
+        parent.reserve(rows.size());
+        depth.reserve(rows.size());
+        start.reserve(rows.size());
+        end.reserve(rows.size());
+        int64_t pos = static_cast<int64_t>(ts.start);
+        for (const TreeNodeRecord& r : rows) {
+            parent.push_back(r.parent_in_batch >= 0
+                                 ? static_cast<int64_t>(s.start) + r.parent_in_batch : r.parent);
+            depth.push_back(r.depth);
+            start.push_back(pos);
+            end.push_back(pos += static_cast<int64_t>(r.tokens.size()));
+        }
+        std::vector<bool> w(schema::tables()[R].columns.size(), false);
+        im.put(R, "parent", parent, s, w);
+        im.put(R, "depth", depth, s, w);
+        im.put(R, "token_start", start, s, w);
+        im.put(R, "token_end", end, s, w);
+        im.put(R, "rank", column(rows, &TreeNodeRecord::rank), s, w);
+        im.put(R, "t_start", column(rows, &TreeNodeRecord::t_start), s, w);
+        im.put(R, "t_end", column(rows, &TreeNodeRecord::t_end), s, w);
+        check_all_written(w, R);
+
+        std::vector<int32_t> tokens, versions;
+        std::vector<float> logprobs;
+        std::vector<uint8_t> mask;
+        tokens.reserve(ts.count);
+        versions.reserve(ts.count);
+        logprobs.reserve(ts.count);
+        mask.reserve(ts.count);
+        for (const TreeNodeRecord& r : rows) {
+            tokens.insert(tokens.end(), r.tokens.begin(), r.tokens.end());
+            logprobs.insert(logprobs.end(), r.logprobs.begin(), r.logprobs.end());
+            versions.insert(versions.end(), r.versions.begin(), r.versions.end());
+            mask.insert(mask.end(), r.loss_mask.begin(), r.loss_mask.end());
+        }
+        std::vector<bool> wt(schema::tables()[T].columns.size(), false);
+        im.put(T, "tokens", tokens, ts, wt);
+        im.put(T, "logprobs", logprobs, ts, wt);
+        im.put(T, "versions", versions, ts, wt);
+        im.put(T, "loss_mask", mask, ts, wt);
+        check_all_written(wt, T);
+        rt.rows = s.new_size;
+        tt.rows = ts.new_size;
+        if (s.count > 0) first_row = static_cast<int64_t>(s.start);
+    });
+    return first_row;
 }
 
 void RunFile::append_consumed(const std::vector<ConsumedRecord>& rows) {

@@ -34,7 +34,8 @@ std::vector<Table> make_tables() {
                   {"rank", C::kI32},
                   {"version_min", C::kI32},
                   {"version_max", C::kI32},
-                  {"t_done", C::kF64, 0, T}}});
+                  {"t_done", C::kF64, 0, T},
+                  {"tree_node", C::kI64}}});
     t.push_back({kTokens, "/samples", kTokenChunk,
                  {{"tokens", C::kI32},
                   {"logprobs", C::kF32, 0, "nats"},
@@ -86,6 +87,19 @@ std::vector<Table> make_tables() {
                   {"clock_offset", C::kF64, 0, "s"}}});
     t.push_back({kResumes, "/resumes", kRowChunk,
                  {{"from_step", C::kI32}, {"t", C::kF64, 0, T}, {"rows_discarded", C::kI64}}});
+    t.push_back({kTree, "/tree", kRowChunk,
+                 {{"parent", C::kI64},
+                  {"depth", C::kI64, 0, "tokens"},
+                  {"token_start", C::kI64},
+                  {"token_end", C::kI64},
+                  {"rank", C::kI32},
+                  {"t_start", C::kF64, 0, T},
+                  {"t_end", C::kF64, 0, T}}});
+    t.push_back({kTreeTokens, "/tree", kTokenChunk,
+                 {{"tokens", C::kI32},
+                  {"logprobs", C::kF32, 0, "nats"},
+                  {"versions", C::kI32},
+                  {"loss_mask", C::kU8}}});
     return t;
 }
 
@@ -98,7 +112,8 @@ const std::vector<Table>& tables() {
 
 const std::vector<const char*>& groups() {
     static const std::vector<const char*> g = {"/samples", "/consumed", "/steps", "/eval",
-                                               "/syncs",   "/timeline", "/ranks", "/resumes"};
+                                               "/syncs",   "/timeline", "/ranks", "/resumes",
+                                               "/tree"};
     return g;
 }
 

@@ -22,9 +22,12 @@ struct Column {
 };
 
 /// Tables whose columns always have the same length. /samples holds two of them: the
-/// per-sample rows and the flat per-token arrays (plus token_offsets, handled apart).
+/// per-sample rows and the flat per-token arrays (plus token_offsets, handled apart); so does
+/// /tree (rows with token_start/token_end, and the flat arrays).
 enum TableId {
-    kSamples, kTokens, kConsumed, kSteps, kEval, kSyncs, kTimeline, kRanks, kResumes, kNumTables
+    kSamples, kTokens, kConsumed, kSteps, kEval, kSyncs, kTimeline, kRanks, kResumes,
+    kTree, kTreeTokens,  // /tree: one row per stored token segment, and its flat token arrays
+    kNumTables
 };
 
 struct Table {

@@ -6,6 +6,7 @@
     steps = tagflow_run.table(run, "steps")          # pandas DataFrame (strings decoded)
     toks = tagflow_run.sample_tokens(run, 0)         # dict of numpy arrays for sample row 0
     problems = tagflow_run.check_invariants(run)     # [] when the file is consistent
+    same = tagflow_run.sample_tree_tokens(run, 0)    # sample row 0 rebuilt from /tree alone
 
 Command line: python3 tagflow_run.py RUN.h5 [--min-steps N]  -> prints a summary, exit 1 on a
 violated invariant. Needs only h5py and numpy (pandas for table()).
@@ -19,8 +20,9 @@ import numpy as np
 
 FORMAT_VERSION = 1
 SAMPLE_COLUMNS = ["id", "group", "prompt_index", "task", "reward", "finish_reason", "rank",
-                  "version_min", "version_max", "t_done"]
+                  "version_min", "version_max", "t_done", "tree_node"]
 TOKEN_COLUMNS = ["tokens", "logprobs", "versions", "loss_mask"]
+TREE_COLUMNS = ["parent", "depth", "token_start", "token_end", "rank", "t_start", "t_end"]
 GROUPS = {
     "samples": SAMPLE_COLUMNS + ["token_offsets"] + TOKEN_COLUMNS,
     "consumed": ["id", "step", "advantage", "weight"],
@@ -32,6 +34,7 @@ GROUPS = {
     "timeline": ["rank", "kind", "t_start", "t_end", "step"],
     "ranks": ["rank", "host", "tags", "tag_source", "gpus", "clock_offset"],
     "resumes": ["from_step", "t", "rows_discarded"],
+    "tree": TREE_COLUMNS + TOKEN_COLUMNS,
 }
 
 
@@ -82,6 +85,106 @@ def sample_tokens(f, row):
     return {c: s[c][a:b] for c in TOKEN_COLUMNS}
 
 
+def load_tree(f):
+    """The /tree group as a dict of numpy arrays (row columns and flat token arrays)."""
+    return {c: f["tree"][c][()] for c in TREE_COLUMNS + TOKEN_COLUMNS}
+
+
+def tree_tokens(f, node, length=None, tree=None):
+    """tokens/logprobs/versions/loss_mask of the first `length` tokens of the sequence through
+    /tree row `node` (default: up to the end of that row), rebuilt from /tree alone: walking up,
+    each row contributes its own tokens [token_start, token_start + length - depth) and the
+    walk continues in its parent with length = depth. `tree`: load_tree(f), to reuse it."""
+    t = tree if tree is not None else load_tree(f)
+    parent, depth, start, end = t["parent"], t["depth"], t["token_start"], t["token_end"]
+    node = int(node)
+    if not 0 <= node < len(parent):
+        raise ValueError(f"/tree has no row {node} ({len(parent)} rows)")
+    n = int(depth[node] + end[node] - start[node]) if length is None else int(length)
+    pieces, left = [], n
+    while node >= 0:
+        own = left - int(depth[node])
+        if own < 0 or own > end[node] - start[node]:
+            raise ValueError(f"length {n} does not fit /tree row {node} (depth {depth[node]}, "
+                             f"{end[node] - start[node]} tokens)")
+        pieces.append((int(start[node]), int(start[node]) + own))
+        left = int(depth[node])
+        node = int(parent[node])
+    if left != 0:
+        raise ValueError(f"/tree path ends at depth {left}, not 0")
+    pieces.reverse()
+    return {c: (np.concatenate([t[c][a:b] for a, b in pieces]) if pieces else t[c][:0])
+            for c in TOKEN_COLUMNS}
+
+
+def sample_tree_tokens(f, row, tree=None):
+    """Sample row `row` rebuilt from /tree (via /samples/tree_node and its length); equals
+    sample_tokens(f, row). Raises ValueError when the sample is not in /tree (tree_node -1)."""
+    s = f["samples"]
+    node = int(s["tree_node"][row])
+    if node < 0:
+        raise ValueError(f"sample row {row} is not recorded in /tree")
+    n = int(s["token_offsets"][row + 1] - s["token_offsets"][row])
+    return tree_tokens(f, node, n, tree)
+
+
+def tree_storage(f):
+    """Tokens in /tree vs in /samples (of the samples recorded in /tree): the storage saved."""
+    s = f["samples"]
+    off = s["token_offsets"][()]
+    inside = s["tree_node"][()] >= 0
+    flat = int(np.sum(np.diff(off)[inside]))
+    stored = len(f["tree"]["tokens"])
+    return {"tree_tokens": stored, "sample_tokens": flat,
+            "saved": 1.0 - stored / flat if flat else 0.0}
+
+
+def check_tree(f):
+    """Violations in /tree: parents are earlier rows, depths fit the parent, token ranges tile
+    the flat arrays, and every sample with a tree_node rebuilds to its flat tokens."""
+    bad = []
+    t = load_tree(f)
+    parent, depth, start, end = t["parent"], t["depth"], t["token_start"], t["token_end"]
+    n = len(parent)
+    rows = np.arange(n)
+    if np.any(parent >= rows) or np.any(parent < -1):
+        bad.append("/tree: a parent is not an earlier row (or < -1)")
+        return bad
+    if n and (start[0] != 0 or np.any(start[1:] != end[:-1]) or end[-1] != len(t["tokens"])):
+        bad.append("/tree: token_start/token_end do not tile the token arrays")
+        return bad
+    if np.any(end <= start):
+        bad.append("/tree: a row without tokens")
+    has = parent >= 0
+    p = parent[has]
+    if np.any(depth[~has] != 0) or np.any(depth[has] < depth[p]) or \
+            np.any(depth[has] > depth[p] + end[p] - start[p]):
+        bad.append("/tree: a depth does not fit its parent row")
+    if np.any(t["rank"][p] != t["rank"][has]):
+        bad.append("/tree: a row's parent was written by another rank")
+    if np.any(np.isnan(t["logprobs"]) != (t["loss_mask"] == 0)) or \
+            np.any((t["versions"] >= 0) != (t["loss_mask"] == 1)):
+        bad.append("/tree: logprobs NaN / versions -1 not exactly where loss_mask is 0")
+    if bad:
+        return bad
+    s = f["samples"]
+    nodes = s["tree_node"][()]
+    if np.any(nodes >= n) or np.any(nodes < -1):
+        bad.append("/samples/tree_node names a row missing from /tree")
+        return bad
+    for row in np.nonzero(nodes >= 0)[0]:
+        try:
+            got = sample_tree_tokens(f, row, t)
+        except ValueError as e:
+            bad.append(f"sample row {row}: {e}")
+            break
+        want = sample_tokens(f, row)
+        if not all(np.array_equal(got[c], want[c], equal_nan=(c == "logprobs")) for c in TOKEN_COLUMNS):
+            bad.append(f"sample row {row}: rebuilt from /tree differs from /samples")
+            break
+    return bad
+
+
 def check_invariants(f):
     """Returns a list of human-readable violations of schema v1 (empty when consistent)."""
     bad = []
@@ -106,6 +209,12 @@ def check_invariants(f):
         lengths = {len(f[g][c]) for c in cols if c not in TOKEN_COLUMNS and c != "token_offsets"}
         if len(lengths) > 1:
             bad.append(f"/{g}: columns have different lengths {sorted(lengths)}")
+    if bad:
+        return bad
+
+    for c in TOKEN_COLUMNS if "tree" in f else []:
+        if len(f["tree"][c]) != len(f["tree"]["tokens"]):
+            bad.append(f"/tree/{c} has {len(f['tree'][c])} entries, tokens has {len(f['tree']['tokens'])}")
     if bad:
         return bad
 
@@ -134,15 +243,12 @@ def check_invariants(f):
     for i in range(n):
         a, b = off[i], off[i + 1]
         m, v = mask[a:b], ver[a:b]
-        # Prompt tokens come first: versions -1 exactly on the prompt (mask 0 prefix).
-        prompt_len = int(np.argmax(m)) if np.any(m) else b - a
-        if np.any(v[:prompt_len] != -1) or np.any(v[prompt_len:] == -1):
-            bad.append(f"sample row {i}: versions not -1 exactly on the prompt tokens")
+        # Versions are -1 exactly on prompt/environment tokens (loss_mask 0); in multi-turn
+        # samples those also follow generated tokens (tool output, the next user turn).
+        if np.any((v == -1) != (m == 0)):
+            bad.append(f"sample row {i}: versions not -1 exactly where loss_mask is 0")
             break
-        if np.any(m[prompt_len:] != 1):
-            bad.append(f"sample row {i}: loss_mask has a prompt token after the response began")
-            break
-        gen = v[prompt_len:]
+        gen = v[m != 0]
         if len(gen) and (gen.min() != vmin[i] or gen.max() != vmax[i]):
             bad.append(f"sample row {i}: version_min/max disagree with per-token versions")
             break
@@ -150,6 +256,7 @@ def check_invariants(f):
     if np.any(st["t_end"][()] < st["t_start"][()]):
         bad.append("/steps has a row with t_end < t_start")
     bad += check_syncs(f["syncs"])
+    bad += check_tree(f)
     tl = f["timeline"]
     if np.any(tl["t_end"][()] < tl["t_start"][()]):
         bad.append("/timeline has a span with t_end < t_start")

@@ -24,6 +24,7 @@ args_for() {
         train_step) echo "-b 8K -e 512K -f 4 -n 5 -w 2 -c 1" ;;
         weight_sync) echo "-b 1M -e 256M -f 4 -n 10 -w 2 -c 1" ;;
         generate) echo "-b 1 -e 256 -f 4 -n 3 -w 1 -c 1" ;;   # sizes are batch sizes
+        traj) echo "-b 2K -e 32K -f 4 -n 5 -w 1 -c 1" ;;      # sizes are request bytes (4 B/token)
         *)        echo "-b 8 -e 64M -f 2 -n 20 -w 5 -c 1" ;;
     esac
 }
@@ -42,6 +43,7 @@ for exe in "${benches[@]}"; do
     read -r -a args <<< "${!var:-$(args_for "$name")}"
     n=$np
     [ "$name" = generate ] && n=1   # per-rank engine benchmark: one rank
+    [ "$name" = traj ] && n=1       # the trajectory manager is single-threaded: one core
     echo "## $name: mpirun -n $n $(basename "$exe") ${args[*]}"
     if ! mpirun -n "$n" "$exe" "${args[@]}" -d "$dir" -J "$out/$name.json"; then
         echo "## $name FAILED" >&2
