@@ -44,12 +44,18 @@ for exe in "${benches[@]}"; do
     n=$np
     [ "$name" = generate ] && n=1   # per-rank engine benchmark: one rank
     [ "$name" = traj ] && n=1       # the trajectory manager is single-threaded: one core
-    echo "## $name: mpirun -n $n $(basename "$exe") ${args[*]}"
-    if ! mpirun -n "$n" "$exe" "${args[@]}" -d "$dir" -J "$out/$name.json"; then
-        echo "## $name FAILED" >&2
-        status=1
-    fi
-    echo
+    variants=("")
+    [ "$name" = train_step ] && variants=("-O dtype=fp32" "-O dtype=bf16")   # both precisions
+    for v in "${variants[@]}"; do
+        read -r -a vargs <<< "$v"
+        tag=$name${v:+_${v##*=}}
+        echo "## $name: mpirun -n $n $(basename "$exe") ${args[*]} $v"
+        if ! mpirun -n "$n" "$exe" "${args[@]}" "${vargs[@]}" -d "$dir" -J "$out/$tag.json"; then
+            echo "## $name $v FAILED" >&2
+            status=1
+        fi
+        echo
+    done
 done
 echo "## JSON results in $out"
 exit $status

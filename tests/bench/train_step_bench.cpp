@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// train_step_bench: tokens/s of one GRPO training step (forward, backward, bucketed gradient
-// all-reduce across ranks, AdamW) per batch size, as tagflow's sync mode runs it. Baseline in the
-// same run: this rank's fp32 GEMM rate; the ratio `util` = achieved model FLOP/s (6 x params x
-// tokens) / GEMM FLOP/s. #wrong = non-finite losses + ranks whose weights differ after the step.
+// train_step_bench: tokens/s of one actor training step as `tagflow train` runs it — the Llama
+// policy in a train::TorchEngine under the ActorWorker (micro-batched forward/backward of the PPO
+// clipped loss, bucketed gradient all-reduce over the ranks, clipped AdamW) — per batch size, in
+// fp32 or bf16 autocast (-O dtype=). Baseline in the same run: this rank's fp32 GEMM rate; the
+// ratio `util` = achieved model FLOP/s (6 x params x tokens) / GEMM FLOP/s.
+// #wrong = non-finite losses + ranks whose weights differ after the step.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
@@ -10,10 +12,11 @@
 #include <cstring>
 
 #include "bench_common.hpp"
-#include "model/policy.hpp"
+#include "common/error.hpp"
+#include "model/llama.hpp"
 #include "sched/gemm_check.hpp"
-#include "train/grpo.hpp"
-#include "train/weight_sync_mpi.hpp"
+#include "train/collectives_mpi.hpp"
+#include "train/workers.hpp"
 
 using namespace tagflow;
 using namespace tagflow::bench;
@@ -21,29 +24,39 @@ using namespace tagflow::bench;
 namespace {
 
 struct Data {
-    model::Policy policy{nullptr};
-    std::unique_ptr<train::GrpoLearner> learner;
-    std::vector<train::TrainSample> batch;
+    model::LlamaModel policy{nullptr};
+    std::unique_ptr<train::ActorWorker> actor;
+    std::unique_ptr<train::MpiCollectives> comm;
+    std::vector<train::TrainSeq> batch;
     double loss = 0, gemm_gflops = 0, params = 0;
-    int64_t seq = 0;
+    int64_t seq = 0, vocab = 0;
 };
 
 void setup(BenchState& s) {
     Data& d = s.emplace<Data>();
     at::set_num_threads(1);
-    model::PolicyConfig pc;
-    pc.vocab = 13;
-    pc.d_model = s.args->opt_int("d_model", 64);
-    pc.n_layers = s.args->opt_int("layers", 2);
-    pc.n_heads = 4;
-    pc.d_ff = 4 * pc.d_model;
-    d.seq = s.args->opt_int("seq", 16);
-    pc.max_seq = d.seq;
-    d.policy = model::Policy(pc, 1);
-    d.params = static_cast<double>(d.policy->num_parameters());
-    train::GrpoConfig gc;
-    gc.micro_batch = 1 << 20;
-    d.learner = std::make_unique<train::GrpoLearner>(d.policy, gc);
+    const std::string dtype = s.args->opt("dtype", "fp32");
+    if (dtype != "fp32" && dtype != "bf16") throw ConfigError("-O dtype=fp32|bf16");
+    model::HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = s.args->opt_int("d_model", 128);
+    c.num_hidden_layers = s.args->opt_int("layers", 2);
+    c.num_attention_heads = s.args->opt_int("heads", 4);
+    c.num_key_value_heads = s.args->opt_int("kv_heads", 2);
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+    c.intermediate_size = s.args->opt_int("d_ff", 2 * c.hidden_size);
+    d.vocab = c.vocab_size = s.args->opt_int("vocab", 64);
+    d.seq = s.args->opt_int("seq", 32);
+    c.max_position_embeddings = d.seq;
+    d.policy = model::LlamaModel(c, 1);
+    for (const auto& p : d.policy->parameters()) d.params += static_cast<double>(p.numel());
+    train::EngineConfig ec;
+    ec.optim.lr = 1e-4;
+    ec.micro_batch = s.args->opt_int("micro_batch", 1 << 20);
+    ec.bf16 = dtype == "bf16";
+    d.actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(d.policy), ec),
+                                                   train::ActorConfig{});
+    d.comm = std::make_unique<train::MpiCollectives>(MPI_COMM_WORLD, size_t{32} << 20);
     d.gemm_gflops = sched::measure_gemm_gflops(0.2);
 }
 
@@ -53,23 +66,22 @@ void init(BenchState& s, int rep) {
     size_t seqs = std::max<size_t>(1, n / static_cast<size_t>(d.seq));
     d.batch.clear();
     for (size_t i = 0; i < seqs; ++i) {
-        train::TrainSample t;
+        std::vector<int32_t> tokens;
         for (int64_t k = 0; k < d.seq; ++k)
-            t.tokens.push_back(static_cast<int32_t>((first + i * 7 + static_cast<size_t>(k) * 3 + static_cast<size_t>(rep)) % 13));
-        t.prompt_len = static_cast<int32_t>(d.seq / 2);
-        t.old_logprobs.assign(static_cast<size_t>(d.seq - t.prompt_len), -2.5f);
-        t.advantage = (i % 2) ? 1.f : -1.f;
+            tokens.push_back(static_cast<int32_t>((first + i * 7 + static_cast<size_t>(k) * 3 + static_cast<size_t>(rep)) %
+                                                  static_cast<size_t>(d.vocab)));
+        const int32_t prompt_len = static_cast<int32_t>(d.seq / 2);
+        std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + prompt_len);
+        std::vector<int32_t> response(tokens.begin() + prompt_len, tokens.end());
+        train::TrainSeq t = train::make_train_seq(prompt, response, std::vector<float>(response.size(), -2.5f));
+        t.advantages.assign(1, (i % 2) ? 1.f : -1.f);
         d.batch.push_back(std::move(t));
     }
 }
 
 void run(BenchState& s) {
     Data& d = s.data<Data>();
-    double global = static_cast<double>(s.count);
-    auto st = d.learner->accumulate(d.batch, global);
-    train::allreduce_sum(d.learner->gradients(), MPI_COMM_WORLD, 4u << 20);
-    d.learner->step();
-    d.loss = st.loss;
+    d.loss = d.actor->update(d.batch, d.comm.get()).loss;
 }
 
 int64_t check(BenchState& s) {
@@ -95,13 +107,20 @@ void extras(BenchState& s, double sec) {
 BenchOp make_op() {
     BenchOp op;
     op.name = "train_step";
-    op.description = "one GRPO step (fwd+bwd+allreduce+AdamW), tokens/s; -O d_model= layers= seq=";
+    op.description =
+        "one actor step of the Llama policy (fwd+bwd+allreduce+AdamW), tokens/s; "
+        "-O dtype=fp32|bf16 d_model= layers= heads= kv_heads= d_ff= vocab= seq= micro_batch=";
     op.type = "token";
     op.elem_size = 4;  // -b/-e are bytes: 4 bytes per token id
     op.setup = setup;
     op.init = init;
     op.run = run;
     op.check = check;
+    op.op_options = {
+        "-O dtype=fp32|bf16     bf16: autocast forward/backward, fp32 master weights (default fp32)",
+        "-O d_model=N layers=N heads=N kv_heads=N d_ff=N vocab=N   model (default 128/2/4/2/256/64)",
+        "-O seq=N               tokens per sequence, half prompt and half response (default 32)",
+        "-O micro_batch=N       sequences per forward/backward (default: all of the rank's share)"};
     op.extra_columns = {"tokens/s", "GFLOP/s/rk", "gemm/rk", "util"};
     op.extras = extras;
     return op;
