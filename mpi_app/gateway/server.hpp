@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: Apache-2.0
+// server: the gateway's HTTP server. One I/O thread runs a poll() loop over the listening
+// socket, the connections and a wake-up pipe: it reads bytes, parses requests
+// (http_parser.hpp), checks the bearer token (constant-time), validates the OpenAI JSON
+// (openai.hpp) and hands each generation to the Backend, which runs elsewhere. The backend's
+// TokenSink pushes tokens into a queue and wakes the loop, which writes the response (JSON, or
+// SSE chunks with chunked transfer encoding) — so handlers only enqueue, and a slow backend
+// never blocks other connections. Keep-alive and pipelining are supported; every error is an
+// OpenAI-style JSON body and the server keeps serving. Binds 127.0.0.1 unless told otherwise.
+// Does not do TLS, HTTP/2, routing between ranks (the Backend's job) or MPI.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "gateway/backend.hpp"
+#include "gateway/http_parser.hpp"
+#include "model/tokenizer.hpp"
+
+namespace tagflow::gateway {
+
+struct ServerConfig {
+    std::string host = "127.0.0.1";  ///< numeric IPv4/IPv6 address or "localhost"; never all interfaces by default
+    int port = 0;                    ///< 0 = any free port (see Server::port())
+    std::string token;               ///< required bearer token (generate_token())
+    HttpLimits limits;
+    int max_connections = 512;       ///< more are answered 503 and closed
+    double idle_timeout_s = 120;     ///< close a connection idle (no request in flight) this long
+};
+
+struct ServerStats {
+    uint64_t connections = 0;  ///< accepted
+    uint64_t requests = 0;     ///< complete requests parsed
+    uint64_t completions = 0;  ///< handed to the backend
+    uint64_t errors = 0;       ///< 4xx/5xx answers
+    uint64_t unauthorized = 0; ///< 401 answers
+};
+
+class Server {
+public:
+    /// Does not bind yet (start() does). Throws ConfigError on an empty token.
+    Server(ServerConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const model::Tokenizer> tokenizer);
+    ~Server();  ///< stop()
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    /// Binds, listens and starts the I/O thread. Throws tagflow::Error naming host:port on failure.
+    void start();
+    /// Stops the I/O thread and closes every connection (pending generations are cancelled).
+    void stop();
+    int port() const { return port_; }
+    const std::string& host() const { return cfg_.host; }
+    ServerStats stats() const;
+
+private:
+    struct Impl;
+    ServerConfig cfg_;
+    int port_ = 0;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// A fresh bearer token: "tf-" + 64 hex digits from getrandom() (256 bits).
+std::string generate_token();
+/// Writes `token` + "\n" to `path` with mode 0600 (also when the file existed with another mode;
+/// refuses symlinks). Throws tagflow::Error naming the path.
+void write_token_file(const std::string& path, const std::string& token);
+/// Compares in time independent of where the strings differ (length is not secret).
+bool constant_time_equal(std::string_view a, std::string_view b);
+/// "HOST:PORT", "[v6]:PORT" or ":PORT"/"PORT" (host 127.0.0.1) -> host, port. Throws ConfigError.
+std::pair<std::string, int> parse_host_port(const std::string& s);
+
+}  // namespace tagflow::gateway
