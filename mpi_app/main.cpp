@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/mpi_env.hpp"
+#include "profile/trace_command.hpp"
 #include "rollout/generate_command.hpp"
 #include "sched/gemm_check.hpp"
 #include "sched/sft_command.hpp"
@@ -28,6 +29,7 @@ const char kUsage[] =
     "  train     run GRPO post-training (see `tagflow train --help`)\n"
     "  sft       supervised warm start on a task's solutions (see `tagflow sft --help`)\n"
     "  generate  generate token ids from a checkpoint directory (see `tagflow generate --help`)\n"
+    "  trace     write a run file's timeline as Chrome trace JSON (see `tagflow trace --help`)\n"
     "  version   print the version and build features\n"
     "\n"
     "options:\n"
@@ -50,6 +52,7 @@ int dispatch(int argc, char** argv) {
     if (cmd == "train") return tagflow::sched::train_command(argc - 1, argv + 1);
     if (cmd == "sft") return tagflow::sched::sft_command(argc - 1, argv + 1);
     if (cmd == "generate") return tagflow::rollout::generate_command(argc - 1, argv + 1);
+    if (cmd == "trace") return tagflow::profile::trace_command(argc - 1, argv + 1);
     tagflow::log_error("unknown command '%s' (try `tagflow --help`)", cmd.c_str());
     return 2;
 }

@@ -12,26 +12,11 @@
 
 #include "common/error.hpp"
 #include "gpu/nccl_collectives_mpi.hpp"
+#include "mpi_test_util.hpp"
 
-namespace {
-
-int world_rank() {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-int world_size() {
-    int s = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &s);
-    return s;
-}
-int min_over_ranks(int v) {
-    int m = 0;
-    MPI_Allreduce(&v, &m, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return m;
-}
-
-}  // namespace
+using tagflow::test::min_over_ranks;
+using tagflow::test::world_rank;
+using tagflow::test::world_size;
 
 TEST(NcclMpi, NoGpuErrorOnEveryRank) {
     if (min_over_ranks(tagflow::gpu::cuda_device_count()) > 0) GTEST_SKIP() << "every rank sees a GPU";

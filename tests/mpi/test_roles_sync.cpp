@@ -7,30 +7,15 @@
 
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
+#include "mpi_test_util.hpp"
 #include "sched/exchange.hpp"
 #include "train/weight_sync_mpi.hpp"
 
 using namespace tagflow;
 
-namespace {
-
-int world_rank() {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-int world_size() {
-    int s = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &s);
-    return s;
-}
-bool all_ranks(bool ok) {
-    int v = ok ? 1 : 0, all = 0;
-    MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all == 1;
-}
-
-}  // namespace
+using tagflow::test::all_ranks;
+using tagflow::test::world_rank;
+using tagflow::test::world_size;
 
 TEST(Roles, ColocatedDefault) {
     auto t = cluster::resolve_rank_tags(world_rank(), world_size(), "", "", "", "");

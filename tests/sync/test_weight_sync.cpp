@@ -15,36 +15,19 @@
 #include <random>
 
 #include "common/error.hpp"
+#include "mpi_test_util.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "train/weight_sync_mpi.hpp"
 
 using namespace tagflow;
 using namespace tagflow::train;
 
-namespace {
+using tagflow::test::all_ranks;
+using tagflow::test::same_everywhere;
+using tagflow::test::world_rank;
+using tagflow::test::world_size;
 
-int world_rank() {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-int world_size() {
-    int n = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    return n;
-}
-bool all_ranks(bool ok) {
-    int v = ok ? 1 : 0, all = 0;
-    MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all == 1;
-}
-// The same value on every rank of `comm`.
-bool same_everywhere(int64_t x, MPI_Comm comm = MPI_COMM_WORLD) {
-    int64_t lo = 0, hi = 0;
-    MPI_Allreduce(&x, &lo, 1, MPI_INT64_T, MPI_MIN, comm);
-    MPI_Allreduce(&x, &hi, 1, MPI_INT64_T, MPI_MAX, comm);
-    return lo == hi;
-}
+namespace {
 
 // Shapes with empty tensors and sizes that put bucket boundaries inside tensors: 435 floats.
 std::vector<at::Tensor> make_tensors(float fill) {

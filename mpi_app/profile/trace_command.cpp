@@ -1,0 +1,572 @@
+// SPDX-License-Identifier: Apache-2.0
+// trace_command: reads a run file serially (sec2 driver) and writes Chrome trace JSON. See
+// trace_command.hpp for what the trace holds. Times are handled as integer nanoseconds since
+// t0_unix so that touching spans (one's end == the next one's start) stay touching after the
+// conversion to the microseconds the format wants.
+#include "profile/trace_command.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "io/h5_dataset.hpp"
+#include "io/h5_file.hpp"
+
+namespace tagflow::profile {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string first_line(const char* what) {
+    std::string s(what);
+    return s.substr(0, s.find('\n'));
+}
+
+// ------------------------------------------------------------------ reading the run file
+
+/// One group of the run file whose columns must all have the length of its `key` column.
+class Table {
+ public:
+    Table(hid_t file, const std::string& path, const char* group, const char* key)
+        : path_(path), name_(std::string("/") + group) {
+        group_ = io::Group(H5Gopen2(file, group, H5P_DEFAULT), ("H5Gopen2 " + name_).c_str());
+        rows_ = col<double>(key, /*check=*/false).size();
+    }
+    bool has(const char* c) const { return H5Lexists(group_.get(), c, H5P_DEFAULT) > 0; }
+    size_t rows() const { return rows_; }
+
+    template <class T>
+    std::vector<T> col(const char* c, bool check = true) const {
+        need(c);
+        std::vector<T> v;
+        try {
+            io::Dataset ds = io::open_dataset(group_.get(), c);
+            v = io::read_all<T>(ds.get());
+        } catch (const Error& e) {
+            throw Error(path_ + ": cannot read " + name_ + "/" + c + ": " + first_line(e.what()));
+        }
+        if (check) check_len(c, v.size());
+        return v;
+    }
+    /// The column, or `rows()` copies of `fill` when the file has no such column.
+    template <class T>
+    std::vector<T> col_or(const char* c, T fill) const {
+        return has(c) ? col<T>(c) : std::vector<T>(rows_, fill);
+    }
+    std::vector<std::string> strings_or(const char* c, const std::string& fill) const {
+        if (!has(c)) return std::vector<std::string>(rows_, fill);
+        std::vector<std::string> v;
+        try {
+            io::Dataset ds = io::open_dataset(group_.get(), c);
+            v = io::read_all_strings(ds.get());
+        } catch (const Error& e) {
+            throw Error(path_ + ": cannot read " + name_ + "/" + c + ": " + first_line(e.what()));
+        }
+        check_len(c, v.size());
+        return v;
+    }
+    /// The comma list in the `enum_names` attribute of column `c` (empty when absent).
+    std::vector<std::string> enum_names(const char* c) const {
+        std::vector<std::string> out;
+        io::Dataset ds = io::open_dataset(group_.get(), c);
+        if (!io::has_attr(ds.get(), "enum_names")) return out;
+        std::string s = io::read_string_attr(ds.get(), "enum_names");
+        for (size_t b = 0; b <= s.size();) {
+            size_t e = s.find(',', b);
+            if (e == std::string::npos) e = s.size();
+            out.push_back(s.substr(b, e - b));
+            b = e + 1;
+        }
+        return out;
+    }
+
+ private:
+    void need(const char* c) const {
+        if (!has(c)) throw Error(path_ + ": " + name_ + " has no column '" + c + "' (not a tagflow run file?)");
+    }
+    void check_len(const char* c, size_t n) const {
+        if (n != rows_)
+            throw Error(path_ + ": " + name_ + "/" + c + " has " + std::to_string(n) + " rows, the table has " +
+                        std::to_string(rows_) + " (corrupt run file)");
+    }
+    std::string path_, name_;
+    io::Group group_;
+    size_t rows_ = 0;
+};
+
+struct RankInfo {
+    std::string host = "?", tags = "?", tag_source = "?";
+    int32_t gpus = 0;
+    double clock_offset = 0;
+};
+
+/// One metric of /steps: column name and values (as double; NaN where not finite).
+using Metric = std::pair<std::string, std::vector<double>>;
+
+struct RunData {
+    std::string tagflow_version, slurm_job_id;
+    int64_t world_size = 0;
+    double t0_unix = 0;
+    // /timeline
+    std::vector<int32_t> rank, step;
+    std::vector<uint8_t> kind;
+    std::vector<double> t_start, t_end;
+    std::vector<std::string> kind_names;
+    // /ranks (plus every rank that has spans but no /ranks row)
+    std::map<int32_t, RankInfo> ranks;
+    // /steps
+    std::vector<int32_t> step_no;
+    std::vector<double> step_start, step_end;
+    std::vector<Metric> metrics;
+    // /syncs
+    std::vector<int32_t> sync_version;
+    std::vector<int64_t> sync_bytes;
+    std::vector<double> sync_start, sync_end;
+    std::vector<std::string> sync_mode;
+};
+
+// /steps columns written into each step's args; the first kCounterMetrics also become counters.
+const char* const kStepMetrics[] = {"reward_mean", "reward_std",    "loss",           "kl",
+                                    "entropy",     "clip_frac",     "staleness_mean", "samples_per_s",
+                                    "idle_frac",   "tokens",        "samples",        "policy_version",
+                                    "staleness_max", "logprob_diff_mean"};
+constexpr size_t kCounterMetrics = 10;
+
+bool has_link(hid_t loc, const char* name) { return H5Lexists(loc, name, H5P_DEFAULT) > 0; }
+
+void read_tables(hid_t fid, const std::string& path, RunData& r);
+
+RunData read_run(const std::string& path) {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) throw Error(path + ": no such file");
+    if (fs::is_directory(path, ec)) throw Error(path + ": is a directory, not a run file (the run file is DIR/tagflow.h5)");
+    io::silence_auto_print();
+    if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": not an HDF5 file (corrupt or not a tagflow run file)");
+    io::File f;
+    try {
+        f = io::open_file_serial(path);
+    } catch (const Error& e) {
+        throw Error(path + ": cannot open: " + first_line(e.what()));
+    }
+    const hid_t fid = f.get();
+    RunData r;
+    std::string format;
+    int64_t version = 0;
+    try {
+        if (io::has_attr(fid, "format")) format = io::read_string_attr(fid, "format");
+        if (io::has_attr(fid, "format_version")) version = io::read_int_attr(fid, "format_version");
+        if (io::has_attr(fid, "tagflow_version")) r.tagflow_version = io::read_string_attr(fid, "tagflow_version");
+        if (io::has_attr(fid, "slurm_job_id")) r.slurm_job_id = io::read_string_attr(fid, "slurm_job_id");
+        if (io::has_attr(fid, "world_size")) r.world_size = io::read_int_attr(fid, "world_size");
+        if (io::has_attr(fid, "t0_unix")) r.t0_unix = io::read_double_attr(fid, "t0_unix");
+    } catch (const Error& e) {
+        if (format != "tagflow") throw Error(path + ": not a tagflow run file (no root attribute format=\"tagflow\")");
+        throw Error(path + ": cannot read the root attributes: " + first_line(e.what()));
+    }
+    if (format != "tagflow") throw Error(path + ": not a tagflow run file (no root attribute format=\"tagflow\")");
+    if (version != 1)
+        throw Error(path + ": format_version " + std::to_string(version) + " (this tagflow reads version 1)");
+    try {
+        read_tables(fid, path, r);
+    } catch (const io::H5Error& e) {
+        throw Error(path + ": " + first_line(e.what()) + " (corrupt run file?)");
+    }
+    return r;
+}
+
+void read_tables(hid_t fid, const std::string& path, RunData& r) {
+    if (!has_link(fid, "timeline")) throw Error(path + ": no /timeline in this run file (nothing to trace)");
+    {
+        Table t(fid, path, "timeline", "rank");
+        r.rank = t.col<int32_t>("rank");
+        r.kind = t.col<uint8_t>("kind");
+        r.t_start = t.col<double>("t_start");
+        r.t_end = t.col<double>("t_end");
+        r.step = t.col_or<int32_t>("step", -1);
+        r.kind_names = t.enum_names("kind");
+        for (size_t i = 0; i < t.rows(); ++i) {
+            if (r.rank[i] < 0)
+                throw Error(path + ": /timeline row " + std::to_string(i) + " has rank " + std::to_string(r.rank[i]));
+            if (!std::isfinite(r.t_start[i]) || !std::isfinite(r.t_end[i]))
+                throw Error(path + ": /timeline row " + std::to_string(i) + " has a non-finite time");
+            r.ranks[r.rank[i]];  // every rank with spans gets a process
+        }
+    }
+    if (has_link(fid, "ranks")) {
+        Table t(fid, path, "ranks", "rank");
+        auto rank = t.col<int32_t>("rank");
+        auto host = t.strings_or("host", "?"), tags = t.strings_or("tags", "?"),
+             source = t.strings_or("tag_source", "?");
+        auto gpus = t.col_or<int32_t>("gpus", 0);
+        auto offset = t.col_or<double>("clock_offset", 0.0);
+        for (size_t i = 0; i < t.rows(); ++i) {
+            if (rank[i] < 0) continue;
+            RankInfo& ri = r.ranks[rank[i]];
+            ri.host = host[i];
+            ri.tags = tags[i];
+            ri.tag_source = source[i];
+            ri.gpus = gpus[i];
+            ri.clock_offset = std::isfinite(offset[i]) ? offset[i] : 0.0;
+        }
+    }
+    if (has_link(fid, "steps")) {
+        Table t(fid, path, "steps", "step");
+        r.step_no = t.col<int32_t>("step");
+        r.step_start = t.col<double>("t_start");
+        r.step_end = t.col<double>("t_end");
+        for (const char* m : kStepMetrics)
+            if (t.has(m)) r.metrics.emplace_back(m, t.col<double>(m));
+    }
+    if (has_link(fid, "syncs")) {
+        Table t(fid, path, "syncs", "version");
+        r.sync_version = t.col<int32_t>("version");
+        r.sync_bytes = t.col_or<int64_t>("bytes", 0);
+        r.sync_start = t.col<double>("t_start");
+        r.sync_end = t.col<double>("t_end");
+        r.sync_mode = t.strings_or("mode", "");
+    }
+}
+
+// ------------------------------------------------------------------ writing JSON
+
+/// `s` as a JSON string literal; bytes that are not valid UTF-8 become '?'.
+std::string jstr(const std::string& s) {
+    std::string o = "\"";
+    const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+    const size_t n = s.size();
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = p[i];
+        if (c == '"' || c == '\\') {
+            o += '\\';
+            o += static_cast<char>(c);
+            ++i;
+        } else if (c < 0x20) {
+            char b[8];
+            std::snprintf(b, sizeof b, "\\u%04x", c);
+            o += b;
+            ++i;
+        } else if (c < 0x80) {
+            o += static_cast<char>(c);
+            ++i;
+        } else {
+            const size_t len = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+            bool ok = len > 0 && i + len <= n;
+            for (size_t k = 1; ok && k < len; ++k) ok = (p[i + k] & 0xC0) == 0x80;
+            if (ok) {
+                o.append(s, i, len);
+                i += len;
+            } else {
+                o += '?';
+                ++i;
+            }
+        }
+    }
+    return o + "\"";
+}
+
+/// A number for JSON: non-finite values (no JSON literal) become null.
+std::string jnum(double v) {
+    if (!std::isfinite(v)) return "null";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.9g", v);
+    return b;
+}
+
+/// Unix seconds with microseconds (%.9g would round t0_unix to 10 s).
+std::string seconds_str(double v) {
+    if (!std::isfinite(v)) return "null";
+    char b[48];
+    std::snprintf(b, sizeof b, "%.6f", v);
+    return b;
+}
+
+/// Integer nanoseconds since t0 -> microseconds with 3 decimals (exact).
+std::string us(int64_t ns) {
+    char b[40];
+    const uint64_t a = ns < 0 ? static_cast<uint64_t>(-(ns + 1)) + 1 : static_cast<uint64_t>(ns);
+    std::snprintf(b, sizeof b, "%s%" PRIu64 ".%03" PRIu64, ns < 0 ? "-" : "", a / 1000, a % 1000);
+    return b;
+}
+
+int64_t to_ns(double seconds) { return std::llround(seconds * 1e9); }
+
+/// Lane per interval so that intervals in one lane never overlap (touching is fine): the first
+/// lane whose last interval ended by the start. `order` lists the intervals by start time.
+std::vector<int> assign_lanes(const std::vector<std::pair<int64_t, int64_t>>& iv, const std::vector<size_t>& order,
+                              int* lanes_used) {
+    std::vector<int> lane(iv.size(), 0);
+    std::vector<int64_t> lane_end;
+    for (size_t i : order) {
+        size_t l = 0;
+        while (l < lane_end.size() && lane_end[l] > iv[i].first) ++l;
+        if (l == lane_end.size()) lane_end.push_back(iv[i].second);
+        lane_end[l] = std::max(lane_end[l], iv[i].second);
+        lane[i] = static_cast<int>(l);
+    }
+    *lanes_used = static_cast<int>(lane_end.size());
+    return lane;
+}
+
+class TraceWriter {
+ public:
+    void event(const std::string& body) {
+        out_ += first_ ? "\n" : ",\n";
+        out_ += "{" + body + "}";
+        first_ = false;
+    }
+    void meta(const char* name, int pid, int tid, const std::string& args) {
+        event("\"name\":\"" + std::string(name) + "\",\"ph\":\"M\",\"pid\":" + std::to_string(pid) +
+              ",\"tid\":" + std::to_string(tid) + ",\"args\":{" + args + "}");
+    }
+    std::string& text() { return out_; }
+
+ private:
+    std::string out_;
+    bool first_ = true;
+};
+
+std::string pid_tid(int pid, int tid) {
+    return ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
+}
+
+void write_file(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw Error("cannot write " + path + ": " + std::strerror(errno));
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    const int err = errno;
+    if (std::fclose(f) != 0 || !ok) {
+        std::remove(tmp.c_str());
+        throw Error("cannot write " + path + ": " + std::strerror(ok ? errno : err));
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        const int e = errno;
+        std::remove(tmp.c_str());
+        throw Error("cannot write " + path + ": " + std::strerror(e));
+    }
+}
+
+}  // namespace
+
+TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& out_json) {
+    std::error_code ec;
+    if (fs::exists(out_json, ec) && fs::exists(run_h5, ec) && fs::equivalent(out_json, run_h5, ec))
+        throw Error(out_json + ": is the run file itself (choose another -o)");
+    const RunData r = read_run(run_h5);
+    TraceSummary sum;
+    const int max_rank = r.ranks.empty() ? -1 : r.ranks.rbegin()->first;
+    const int run_pid = max_rank + 2;
+    int next_tid = run_pid + 2;  // run_pid: steps, run_pid + 1: syncs, then extra lanes
+
+    // Spans: integer ns (clock offset applied), lanes per rank.
+    const size_t n = r.rank.size();
+    std::vector<std::pair<int64_t, int64_t>> iv(n);
+    for (size_t i = 0; i < n; ++i) {
+        const double off = r.ranks.at(r.rank[i]).clock_offset;
+        iv[i].first = to_ns(r.t_start[i] + off);
+        iv[i].second = std::max(iv[i].first, to_ns(r.t_end[i] + off));
+    }
+    std::vector<size_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return r.rank[a] != r.rank[b] ? r.rank[a] < r.rank[b] : iv[a] < iv[b];
+    });
+    std::vector<int> lane(n, 0);
+    std::map<int32_t, std::vector<int>> lane_tids;  // rank -> tid per lane
+    for (size_t b = 0; b < n;) {
+        size_t e = b;
+        while (e < n && r.rank[order[e]] == r.rank[order[b]]) ++e;
+        std::vector<size_t> part(order.begin() + static_cast<std::ptrdiff_t>(b),
+                                 order.begin() + static_cast<std::ptrdiff_t>(e));
+        int used = 0;
+        std::vector<int> l = assign_lanes(iv, part, &used);
+        for (size_t i : part) lane[i] = l[i];
+        std::vector<int>& tids = lane_tids[r.rank[order[b]]];
+        tids.push_back(r.rank[order[b]] + 1);
+        for (int k = 1; k < used; ++k) tids.push_back(next_tid++);
+        sum.overlap_threads += used - 1;
+        b = e;
+    }
+
+    TraceWriter w;
+    // Ranks: process and thread names.
+    for (const auto& [rank, ri] : r.ranks) {
+        const int pid = rank + 1;
+        const std::string label = "rank " + std::to_string(rank) + " (" + ri.host + ": " + ri.tags + ")";
+        w.meta("process_name", pid, pid,
+               "\"name\":" + jstr(label) + ",\"rank\":" + std::to_string(rank) + ",\"host\":" + jstr(ri.host) +
+                   ",\"tags\":" + jstr(ri.tags) + ",\"tag_source\":" + jstr(ri.tag_source) +
+                   ",\"gpus\":" + std::to_string(ri.gpus) + ",\"clock_offset\":" + jnum(ri.clock_offset));
+        w.meta("process_labels", pid, pid,
+               "\"labels\":" + jstr("host " + ri.host + ", tags " + ri.tags + " (" + ri.tag_source + "), " +
+                                    std::to_string(ri.gpus) + " GPUs"));
+        w.meta("process_sort_index", pid, pid, "\"sort_index\":" + std::to_string(pid));
+        std::vector<int> tids = lane_tids.count(rank) ? lane_tids[rank] : std::vector<int>{pid};
+        for (size_t k = 0; k < tids.size(); ++k) {
+            const std::string tname = k == 0 ? "spans" : "spans (overlapping " + std::to_string(k) + ")";
+            w.meta("thread_name", pid, tids[k], "\"name\":" + jstr(tname));
+            w.meta("thread_sort_index", pid, tids[k], "\"sort_index\":" + std::to_string(k));
+        }
+        ++sum.ranks;
+    }
+    // One X event per /timeline row.
+    for (size_t i : order) {
+        const uint8_t k = r.kind[i];
+        const std::string kname = k < r.kind_names.size() ? r.kind_names[k] : "kind " + std::to_string(k);
+        const int pid = r.rank[i] + 1;
+        w.event("\"name\":" + jstr(kname) + ",\"cat\":\"timeline\",\"ph\":\"X\",\"ts\":" + us(iv[i].first) +
+                ",\"dur\":" + us(iv[i].second - iv[i].first) + pid_tid(pid, lane_tids[r.rank[i]][lane[i]]) +
+                ",\"args\":{\"rank\":" + std::to_string(r.rank[i]) + ",\"step\":" + std::to_string(r.step[i]) +
+                ",\"row\":" + std::to_string(i) + "}");
+        ++sum.spans;
+    }
+
+    // The run process: steps (X), step metrics (C), weight syncs (i).
+    w.meta("process_name", run_pid, run_pid, "\"name\":\"run: steps, metrics, weight syncs\"");
+    w.meta("process_sort_index", run_pid, run_pid, "\"sort_index\":0");
+    w.meta("thread_name", run_pid, run_pid, "\"name\":\"steps\"");
+    w.meta("thread_name", run_pid, run_pid + 1, "\"name\":\"weight syncs\"");
+    const size_t ns = r.step_no.size();
+    std::vector<std::pair<int64_t, int64_t>> siv(ns);
+    std::vector<size_t> sorder(ns);
+    for (size_t i = 0; i < ns; ++i) {
+        sorder[i] = i;
+        siv[i].first = std::isfinite(r.step_start[i]) ? to_ns(r.step_start[i]) : 0;
+        siv[i].second = std::isfinite(r.step_end[i]) ? std::max(siv[i].first, to_ns(r.step_end[i])) : siv[i].first;
+    }
+    std::stable_sort(sorder.begin(), sorder.end(), [&](size_t a, size_t b) { return siv[a] < siv[b]; });
+    int step_lanes = 0;
+    const std::vector<int> slane = assign_lanes(siv, sorder, &step_lanes);
+    std::vector<int> step_tids{run_pid};
+    for (int k = 1; k < step_lanes; ++k) {
+        step_tids.push_back(next_tid++);
+        w.meta("thread_name", run_pid, step_tids.back(), "\"name\":" + jstr("steps (overlapping " + std::to_string(k) + ")"));
+    }
+    for (size_t i : sorder) {
+        std::string args = "\"step\":" + std::to_string(r.step_no[i]);
+        for (const auto& [name, v] : r.metrics) args += ",\"" + name + "\":" + jnum(v[i]);
+        w.event("\"name\":" + jstr("step " + std::to_string(r.step_no[i])) + ",\"cat\":\"step\",\"ph\":\"X\",\"ts\":" +
+                us(siv[i].first) + ",\"dur\":" + us(siv[i].second - siv[i].first) +
+                pid_tid(run_pid, step_tids[slane[i]]) + ",\"args\":{" + args + "}");
+        for (const auto& [name, v] : r.metrics) {
+            const bool counter = std::find(kStepMetrics, kStepMetrics + kCounterMetrics, name) !=
+                                 kStepMetrics + kCounterMetrics;
+            if (counter && std::isfinite(v[i]))
+                w.event("\"name\":" + jstr(name) + ",\"cat\":\"step\",\"ph\":\"C\",\"ts\":" + us(siv[i].first) +
+                        pid_tid(run_pid, run_pid) + ",\"args\":{\"value\":" + jnum(v[i]) + "}");
+        }
+        ++sum.steps;
+    }
+    for (size_t i = 0; i < r.sync_version.size(); ++i) {
+        if (!std::isfinite(r.sync_start[i])) continue;
+        const double secs = r.sync_end[i] - r.sync_start[i];
+        w.event("\"name\":" + jstr("weight sync v" + std::to_string(r.sync_version[i])) +
+                ",\"cat\":\"sync\",\"ph\":\"i\",\"s\":\"t\",\"ts\":" + us(to_ns(r.sync_start[i])) +
+                pid_tid(run_pid, run_pid + 1) + ",\"args\":{\"version\":" + std::to_string(r.sync_version[i]) +
+                ",\"bytes\":" + std::to_string(r.sync_bytes[i]) + ",\"mode\":" + jstr(r.sync_mode[i]) +
+                ",\"seconds\":" + jnum(secs) + "}");
+        ++sum.syncs;
+    }
+
+    // Coverage: per rank, the union of its spans over [first span start, last span end].
+    if (n > 0) {
+        int64_t lo = iv[0].first, hi = iv[0].second;
+        for (const auto& p : iv) lo = std::min(lo, p.first), hi = std::max(hi, p.second);
+        sum.coverage.assign(static_cast<size_t>(max_rank + 1), 0.0);
+        int64_t covered = 0, cur_end = lo;
+        for (size_t j = 0; j < n; ++j) {
+            const size_t i = order[j];
+            if (j == 0 || r.rank[i] != r.rank[order[j - 1]]) covered = 0, cur_end = lo;
+            const int64_t s = std::max(iv[i].first, cur_end);
+            if (iv[i].second > s) covered += iv[i].second - s, cur_end = iv[i].second;
+            if (hi > lo) sum.coverage[static_cast<size_t>(r.rank[i])] = static_cast<double>(covered) / static_cast<double>(hi - lo);
+        }
+    }
+
+    // traceEvents before otherData: Perfetto's tokenizer stops at the first top-level key it does
+    // not know (older versions do not know otherData), so nothing of value may follow one.
+    std::string doc = "{\"displayTimeUnit\":\"ms\",\n\"traceEvents\":[";
+    doc += w.text();
+    doc += "\n],\n\"otherData\":{\"generator\":\"tagflow trace\",\"run_file\":" + jstr(run_h5) +
+           ",\"tagflow_version\":" + jstr(r.tagflow_version) + ",\"world_size\":" + std::to_string(r.world_size) +
+           ",\"t0_unix\":" + seconds_str(r.t0_unix) + ",\"slurm_job_id\":" + jstr(r.slurm_job_id) +
+           ",\"time\":\"ts and dur in microseconds since t0_unix, clock_offset applied\"}}\n";
+    write_file(out_json, doc);
+    return sum;
+}
+
+int trace_command(int argc, char** argv) {
+    static const char kHelp[] =
+        "usage: tagflow trace RUN.h5 [-o trace.json]\n"
+        "Writes the run file's per-rank timeline as Chrome trace JSON (Trace Event Format): open it in\n"
+        "ui.perfetto.dev or chrome://tracing. One process per rank (its host and tags from /ranks), one\n"
+        "slice per /timeline span, and a \"run\" process with the steps, per-step counters (reward_mean,\n"
+        "samples_per_s, idle_frac, ...) and the weight syncs. Reads the file serially; run it without mpirun.\n"
+        "\n"
+        "options:\n"
+        "  -o, --output FILE  the trace file (default: RUN.h5's stem + .trace.json, beside RUN.h5)\n"
+        "  -h, --help         print this help and exit\n";
+    std::string run, out;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "-h" || a == "--help") {
+            print0("%s", kHelp);
+            return 0;
+        }
+        std::string value;
+        if (a == "-o" || a == "--output") {
+            if (i + 1 >= argc) throw ConfigError("trace: " + a + " needs a file name (e.g. -o trace.json)");
+            value = argv[++i];
+        } else if (a.rfind("--output=", 0) == 0) {
+            value = a.substr(9);
+        } else if (a.size() > 2 && a.rfind("-o", 0) == 0 && a[2] != '-') {
+            value = a.substr(2);
+        } else if (!a.empty() && a[0] == '-') {
+            throw ConfigError("trace: unknown option '" + a + "' (try `tagflow trace --help`)");
+        } else {
+            if (!run.empty()) throw ConfigError("trace: unexpected argument '" + a + "' (one run file only)");
+            run = a;
+            continue;
+        }
+        if (value.empty()) throw ConfigError("trace: -o needs a file name (e.g. -o trace.json)");
+        if (!out.empty()) throw ConfigError("trace: -o given twice");
+        out = value;
+    }
+    if (run.empty()) throw ConfigError("trace: missing the run file (usage: tagflow trace RUN.h5 [-o trace.json])");
+    if (out.empty()) out = fs::path(run).replace_extension(".trace.json").string();
+
+    if (log_rank() != 0) return 0;  // one process reads and writes; other ranks have nothing to do
+    TraceSummary s;
+    try {
+        s = write_chrome_trace(run, out);
+    } catch (const Error& e) {
+        log_error("trace: %s", first_line(e.what()).c_str());
+        return 1;
+    }
+    std::string cov;
+    for (size_t k = 0; k < s.coverage.size(); ++k) {
+        char b[48];
+        std::snprintf(b, sizeof b, "%s%zu %.1f%%", k ? ", " : "", k, 100.0 * s.coverage[k]);
+        cov += b;
+    }
+    print0("trace: %" PRId64 " spans on %d ranks, %" PRId64 " steps, %" PRId64 " weight syncs -> %s\n", s.spans,
+           s.ranks, s.steps, s.syncs, out.c_str());
+    if (!cov.empty()) print0("span coverage per rank (first to last span): %s\n", cov.c_str());
+    if (s.overlap_threads > 0)
+        print0("note: %d extra thread(s) hold spans that overlap others on the same rank\n", s.overlap_threads);
+    return 0;
+}
+
+}  // namespace tagflow::profile
