@@ -3,6 +3,8 @@
 // Assumes a little-endian host, as the format's data is little-endian.
 #include "model/safetensors.hpp"
 
+#include "model/safetensors_header.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <limits>
@@ -15,12 +17,29 @@ namespace {
 
 using nlohmann::json;
 
+/// Text from the file as messages show it: control bytes as \xNN, at most about `max` bytes
+/// (cut at a UTF-8 character boundary, then "..."), so that an error stays one short line.
+std::string shown(const std::string& s, std::size_t max = 100) {
+    std::string out;
+    for (unsigned char c : s) {
+        if (out.size() >= max && (c & 0xC0) != 0x80) return out + "...";
+        if (c < 0x20 || c == 0x7f) {
+            char b[8];
+            std::snprintf(b, sizeof(b), "\\x%02x", c);
+            out += b;
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out;
+}
+
 [[noreturn]] void fail(const std::string& file, const std::string& what) {
     throw SafetensorsError("safetensors: " + file + ": " + what);
 }
 [[noreturn]] void fail_tensor(const std::string& file, const std::string& tensor,
                               const std::string& what) {
-    fail(file, "tensor '" + tensor + "': " + what);
+    fail(file, "tensor '" + shown(tensor) + "': " + what);
 }
 
 uint64_t read_u64_le(const unsigned char* p) {
@@ -32,8 +51,9 @@ uint64_t read_u64_le(const unsigned char* p) {
 uint64_t as_u64(const json& j, const std::string& file, const std::string& tensor,
                 const char* field) {
     if (!j.is_number_unsigned() && !(j.is_number_integer() && j.get<int64_t>() >= 0))
+        // not j.dump() of the whole value: a deeply nested array would recurse off the stack
         fail_tensor(file, tensor, std::string(field) + " must hold non-negative integers, got " +
-                                      j.dump());
+                                      (j.is_primitive() ? shown(j.dump(), 40) : j.type_name()));
     return j.get<uint64_t>();
 }
 
@@ -61,7 +81,7 @@ DType parse_dtype(const std::string& s, const std::string& file, const std::stri
     if (s == "F32") return DType::F32;
     if (s == "F16") return DType::F16;
     if (s == "BF16") return DType::BF16;
-    fail_tensor(file, tensor, "unknown or unsupported dtype '" + s + "' (supported: F32, F16, BF16)");
+    fail_tensor(file, tensor, "unknown or unsupported dtype '" + shown(s, 40) + "' (supported: F32, F16, BF16)");
 }
 
 uint64_t TensorInfo::numel() const {
@@ -74,6 +94,19 @@ const TensorInfo* Header::find(const std::string& name) const {
     for (const auto& t : tensors)
         if (t.name == name) return &t;
     return nullptr;
+}
+
+uint64_t header_length(const unsigned char* first8, uint64_t file_size, const std::string& file) {
+    if (file_size < 8)
+        fail(file, "file too short (" + std::to_string(file_size) + " bytes) for a header length");
+    const uint64_t n = read_u64_le(first8);
+    if (n < 2 || n > kMaxHeaderBytes)
+        fail(file, "bad header length " + std::to_string(n) + " (must be 2.." +
+                       std::to_string(kMaxHeaderBytes) + ")");
+    if (n > file_size - 8)
+        fail(file, "header length " + std::to_string(n) + " larger than the file (" +
+                       std::to_string(file_size) + " bytes)");
+    return n;
 }
 
 Header parse_header(const std::string& text, uint64_t file_size, const std::string& file) {
@@ -92,7 +125,7 @@ Header parse_header(const std::string& text, uint64_t file_size, const std::stri
             return true;
         });
     } catch (const json::exception& e) {
-        fail(file, std::string("header is not valid JSON: ") + e.what());
+        fail(file, "header is not valid JSON: " + shown(e.what(), 300));
     }
     if (!duplicate.empty()) fail_tensor(file, duplicate, "appears twice in the header");
     if (!j.is_object()) fail(file, "header must be a JSON object, got " + std::string(j.type_name()));
@@ -107,7 +140,7 @@ Header parse_header(const std::string& text, uint64_t file_size, const std::stri
             if (!v.is_object()) fail(file, "__metadata__ must be an object of strings");
             for (auto m = v.begin(); m != v.end(); ++m) {
                 if (!m.value().is_string())
-                    fail(file, "__metadata__ value of '" + m.key() + "' is not a string");
+                    fail(file, "__metadata__ value of '" + shown(m.key()) + "' is not a string");
                 h.metadata[m.key()] = m.value().get<std::string>();
             }
             continue;
@@ -115,7 +148,7 @@ Header parse_header(const std::string& text, uint64_t file_size, const std::stri
         if (!v.is_object()) fail_tensor(file, name, "entry must be an object");
         for (auto f = v.begin(); f != v.end(); ++f)
             if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
-                fail_tensor(file, name, "unexpected field '" + f.key() + "'");
+                fail_tensor(file, name, "unexpected field '" + shown(f.key(), 40) + "'");
         if (!v.contains("dtype") || !v["dtype"].is_string())
             fail_tensor(file, name, "missing or non-string 'dtype'");
         if (!v.contains("shape") || !v["shape"].is_array())
@@ -180,13 +213,7 @@ Reader::Reader(const std::string& path) : path_(path) {
     if (size < 8) fail(path, "file too short (" + std::to_string(size) + " bytes) for a header length");
     unsigned char len_bytes[8];
     in_.read(reinterpret_cast<char*>(len_bytes), 8);
-    const uint64_t n = read_u64_le(len_bytes);
-    if (n < 2 || n > kMaxHeaderBytes)
-        fail(path, "bad header length " + std::to_string(n) + " (must be 2.." +
-                       std::to_string(kMaxHeaderBytes) + ")");
-    if (n > size - 8)
-        fail(path, "header length " + std::to_string(n) + " larger than the file (" +
-                       std::to_string(size) + " bytes)");
+    const uint64_t n = header_length(len_bytes, size, path);
     std::string text(n, '\0');
     in_.read(text.data(), static_cast<std::streamsize>(n));
     if (!in_) fail(path, "short read of the header");
