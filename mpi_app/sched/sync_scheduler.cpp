@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <unordered_map>
 
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
@@ -21,6 +22,8 @@
 #include "sched/exchange.hpp"
 #include "sched/rl_trainer.hpp"
 #include "train/delta_sync_mpi.hpp"
+#include "traj/tree_file_mpi.hpp"
+#include "traj/trajectory_manager.hpp"
 
 namespace tagflow::sched {
 namespace {
@@ -222,6 +225,7 @@ class SyncScheduler final : public Scheduler {
             engine_->submit(std::move(rq));
         }
         mine.resize(prompts.size());
+        const double t_gen = clock_.now();
         engine_->run([&](const rollout::GenResult& g) {
             RolloutSample& r = mine[static_cast<size_t>(g.id)];
             const auto i = static_cast<size_t>(g.id);
@@ -235,6 +239,17 @@ class SyncScheduler final : public Scheduler {
             r.hit_eos = g.finish == rollout::FinishReason::kStop;
             r.reward = task_->reward(r.prompt, r.response);
             r.t_done = clock_.now();
+            // Token-level record of the request (prompt shared by its group in the prefix tree).
+            std::vector<int32_t> versions(r.response.size(), s);
+            traj::Request tr;
+            tr.input = r.prompt;
+            tr.output = r.response;
+            tr.logprobs = r.logprobs;
+            tr.versions = versions;
+            tr.rank = r.rank;
+            tr.t_start = t_gen;
+            tr.t_end = r.t_done;
+            traj_leaf_[r.id] = traj_.insert(tr).traj;
         });
         return mine;
     }
@@ -324,6 +339,17 @@ class SyncScheduler final : public Scheduler {
 
         std::vector<io::SampleRecord> samples;
         for (const auto& r : mine) samples.push_back(to_record(r));
+        {
+            // /tree first (COLLECTIVE over the io communicator), then the samples naming its rows.
+            profile::Span span(timeline_, SpanKind::kIo, s);
+            traj::write_tree(run_, traj_);
+            // Token columns from the tree, so /samples and /tree agree exactly (an identical
+            // retry is stored once; its logprobs are the first copy's, equal up to GEMM rounding).
+            for (auto& rec : samples) traj::fill_sample(traj_, traj_leaf_.at(rec.id), rec);
+            // Sync mode never continues a session across steps: start each step's tree afresh.
+            traj_.clear();
+            traj_leaf_.clear();
+        }
         std::vector<io::StepRecord> steps;
         if (roles_.world_rank == 0) steps.push_back(row);
         std::vector<io::EvalRecord> evals;
@@ -387,6 +413,8 @@ class SyncScheduler final : public Scheduler {
     std::unique_ptr<RlTrainer> trainer_;
     std::unique_ptr<rollout::Engine> engine_;  // rollout ranks only
     std::unique_ptr<train::WeightSync> wsync_;
+    traj::TrajectoryManager traj_;                    // this rank's requests of the current step
+    std::unordered_map<int64_t, traj::NodeId> traj_leaf_;  // sample id -> its trajectory
     train::WeightSyncStats last_sync_;
     int32_t max_new_ = 0;
     double last_sync_t0_ = 0, last_sync_t1_ = 0;
