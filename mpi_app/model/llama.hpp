@@ -153,7 +153,9 @@ TORCH_MODULE(LlamaModel);
 /// concatenated into one matrix each, the RMSNorm weights folded into the matrix that follows
 /// them, 1/sqrt(head_dim) folded into q, optionally in bf16; and (2) a preallocated KV cache per
 /// layer, [2, slots, kv_heads, capacity, head_dim], where every slot (row) holds one sequence at
-/// its own length. Nothing is reallocated per token; reserve() grows the cache (one copy).
+/// its own length. prefill, extend and decode are one row-based forward (a row = one token with
+/// its slot and position; no padding); its activations live in a grown-only workspace, so
+/// nothing is allocated per token but the returned logits; reserve() grows the cache (one copy).
 /// The snapshot is refreshed by sync_weights() when any parameter of the model changed in place
 /// (version counters), e.g. after an optimiser step or load_hf_state_dict(). Runs under
 /// c10::InferenceMode. Same numbers as LlamaModel::forward within float rounding (the folding
@@ -174,11 +176,20 @@ public:
     void reserve(int64_t slots, int64_t capacity);
     /// Re-snapshots the weights if a parameter changed since the last snapshot; true if it did.
     bool sync_weights();
+    /// True if a parameter changed since the last snapshot (sync_weights() would re-snapshot).
+    bool weights_changed() const;
 
     /// Runs each prompt (no padding tokens; lengths may differ) into cache row slots[i]
     /// (positions 0..len-1; previous content of those rows is overwritten) and returns the
     /// fp32 logits [m, V] of each prompt's last token.
     torch::Tensor prefill(const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& prompts);
+    /// Runs tokens seqs[i] into cache row slots[i] at positions starts[i].. (the row must hold
+    /// positions 0..starts[i]-1, e.g. from an earlier prefill; those entries are kept, later ones
+    /// overwritten) and returns the fp32 logits [m, V] of each sequence's last token. Slots must
+    /// be distinct. prefill() is extend() with every start 0; with start > 0 it recomputes the
+    /// k/v of a suffix (e.g. with new weights) on top of the kept prefix.
+    torch::Tensor extend(const std::vector<int64_t>& slots, const std::vector<std::vector<int32_t>>& seqs,
+                         const std::vector<int64_t>& starts);
     /// One decode step for rows 0..n-1 (n = tokens.size()): row i feeds tokens[i] at position
     /// positions[i] (row i must hold positions 0..positions[i]-1) and gets fp32 logits [n, V].
     torch::Tensor decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions);

@@ -1,19 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 // llama_decode: LlamaSlotDecoder (see llama.hpp), the batched inference path of the
-// Llama/Qwen2 decoder: fused weight snapshot, slot-based preallocated KV cache, batched
-// prefill of prompts of different lengths, and a decode step with per-row positions.
-// Small models are overhead-bound, so the decode step keeps the tensor ops per layer low
-// (~20): one GEMM for q|k|v and one for gate|up, RMSNorm weights folded into them, RoPE on q, k
-// and v at once (v heads get cos 1, sin 0), residual adds fused into addmm_. On CPU in fp32 the
-// k/v stores are memcpy's and the attention of every (sequence, kv head) is a direct BLAS
-// sgemm_ call on the cache (GQA without repeat_interleave); elsewhere (bf16, other devices)
-// index_put_/baddbmm/bmm do the same. Does not sample or schedule (rollout/engine.cpp does).
+// Llama/Qwen2 decoder: fused weight snapshot, slot-based preallocated KV cache, and one
+// row-based forward used by prefill, extend and decode alike: every row is one token with its
+// own cache slot and position (a prefill is the concatenation of its prompts, no padding; a
+// decode step is one row per sequence), so causal masking is just "keys 0..pos".
+// Small models are overhead-bound, so a layer is ~10 tensor ops: one GEMM for q|k|v and one for
+// gate|up, RMSNorm weights folded into them, residual adds fused into addmm_, and every GEMM
+// output written into a preallocated workspace (no per-step allocation: fresh multi-100-KiB
+// temporaries cost page faults on every step). On CPU in fp32 the RMSNorm, the RoPE of q and k,
+// the k/v stores and the attention are plain loops over the rows (attention: one pass per
+// (row, kv head) over its cache row, scores + softmax + PV fused, AVX2/FMA when the CPU has
+// it); elsewhere (bf16, other devices) the same steps are tensor ops (index_put_, baddbmm, bmm).
+// Does not sample or schedule (rollout/engine.cpp does).
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <ATen/Parallel.h>
 #include <ATen/core/List.h>
@@ -27,10 +35,226 @@ namespace tagflow::model {
 
 namespace {
 
+struct LayerW {
+    torch::Tensor qkv_t, qkv_b;  ///< [dm, (H+2KV)*D] (transposed, contiguous), bias or undefined
+    torch::Tensor o_t, o_b;      ///< [H*D, dm], bias or undefined
+    torch::Tensor gu_t;          ///< [dm, 2F]
+    torch::Tensor down_t;        ///< [F, dm]
+};
+
+// ---- fp32 CPU kernels (rows of the row-based forward) ----
+
+/// Geometry shared by the kernels: q|k|v rows of `ld` = NH*D floats, the layer's cache
+/// [2, slots, KV, cap, D].
+struct Geo {
+    int64_t H, KV, G, D, NH, slots, cap;
+};
+
+/// y[r] = x[r] * rsqrt(sum(x[r]^2) + deps), rows of `dm` floats.
+void rms_rows(const float* x, float* y, int64_t R, int64_t dm, float deps) {
+    at::parallel_for(0, R, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+            const float* a = x + r * dm;
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int64_t i = 0;
+            for (; i + 8 <= dm; i += 8)
+                for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * a[i + j];
+            float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+            for (; i < dm; ++i) s += a[i] * a[i];
+            const float k = 1.0f / std::sqrt(s + deps);
+            float* o = y + r * dm;
+            for (i = 0; i < dm; ++i) o[i] = a[i] * k;
+        }
+    });
+}
+
+/// RoPE in place on the q and k heads (the first H + KV heads) of each row, at the row's
+/// position; `sin_tab` has its first half negated (rotate_half folded in).
+void rope_rows(float* qkv, const int64_t* pos, int64_t R, const Geo& g, const float* cos_tab, const float* sin_tab) {
+    const int64_t half = g.D / 2, heads = g.H + g.KV, ld = g.NH * g.D;
+    at::parallel_for(0, R, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+            const float* c = cos_tab + pos[r] * g.D;
+            const float* s = sin_tab + pos[r] * g.D;
+            for (int64_t h = 0; h < heads; ++h) {
+                float* x = qkv + r * ld + h * g.D;
+                for (int64_t i = 0; i < half; ++i) {
+                    const float x1 = x[i], x2 = x[i + half];
+                    x[i] = x1 * c[i] + x2 * s[i];
+                    x[i + half] = x2 * c[i + half] + x1 * s[i + half];
+                }
+            }
+        }
+    });
+}
+
+/// Copies the k and v heads of each row into its cache slot at its position.
+void store_rows(const float* qkv, float* cache, const int64_t* slot, const int64_t* pos, int64_t R, const Geo& g) {
+    const int64_t ld = g.NH * g.D;
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t t = 0; t < 2 * g.KV; ++t)  // t < KV: k head t; else v head t - KV
+            std::memcpy(cache + ((((t / g.KV) * g.slots + slot[r]) * g.KV + t % g.KV) * g.cap + pos[r]) * g.D,
+                        qkv + r * ld + (g.H + t) * g.D, static_cast<std::size_t>(g.D) * sizeof(float));
+}
+
+/// One query head over keys/values 0..n-1 (rows of D floats): o = softmax(q K^T) V.
+/// `buf` holds at least n rounded up to 8 floats.
+void head_scalar(const float* q, const float* K, const float* V, int64_t n, int64_t D, float* buf, float* o) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t t = 0; t < n; ++t) {
+        const float* k = K + t * D;
+        float s = 0;
+        for (int64_t d = 0; d < D; ++d) s += q[d] * k[d];
+        buf[t] = s;
+        m = std::max(m, s);
+    }
+    float sum = 0;
+    for (int64_t t = 0; t < n; ++t) sum += (buf[t] = std::exp(buf[t] - m));
+    for (int64_t d = 0; d < D; ++d) o[d] = 0;
+    for (int64_t t = 0; t < n; ++t) {
+        const float p = buf[t];
+        const float* v = V + t * D;
+        for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+}
+
+#if defined(__x86_64__)
+#define TAGFLOW_AVX2 __attribute__((target("avx2,fma")))
+
+/// exp of 8 floats (Cephes' expf polynomial, ~1 ulp over the range that matters here;
+/// inputs <= -88.4, -inf included, give 0).
+TAGFLOW_AVX2 inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f)), _mm256_set1_ps(88.3762626647949f));
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+TAGFLOW_AVX2 inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_hadd_ps(s, s);
+    s = _mm_hadd_ps(s, s);
+    return _mm_cvtss_f32(s);
+}
+
+TAGFLOW_AVX2 inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/// head_scalar with AVX2/FMA; D must be a multiple of 8.
+TAGFLOW_AVX2 void head_avx2(const float* q, const float* K, const float* V, int64_t n, int64_t D, float* buf,
+                            float* o) {
+    // Scores, four keys at a time (four independent FMA chains, one transposing reduction).
+    int64_t t = 0;
+    for (; t + 4 <= n; t += 4) {
+        const float* k = K + t * D;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t d = 0; d < D; d += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + d);
+            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + d), a0);
+            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + D + d), a1);
+            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 2 * D + d), a2);
+            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k + 3 * D + d), a3);
+        }
+        const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        _mm_storeu_ps(buf + t, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
+    }
+    for (; t < n; ++t) {
+        __m256 a = _mm256_setzero_ps();
+        for (int64_t d = 0; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(K + t * D + d), a);
+        buf[t] = hsum8(a);
+    }
+    const int64_t n8 = (n + 7) / 8 * 8;
+    for (t = n; t < n8; ++t) buf[t] = -std::numeric_limits<float>::infinity();  // exp -> 0
+    __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    for (t = 0; t < n8; t += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(buf + t));
+    const __m256 m = _mm256_set1_ps(hmax8(mv));
+    __m256 sv = _mm256_setzero_ps();
+    for (t = 0; t < n8; t += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(buf + t), m));
+        _mm256_storeu_ps(buf + t, e);
+        sv = _mm256_add_ps(sv, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / hsum8(sv));
+    // o = (sum_t p_t v_t) / sum, 32 output floats (four FMA chains) at a time where possible.
+    int64_t d = 0;
+    for (; d + 32 <= D; d += 32) {
+        __m256 o0 = _mm256_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+        for (t = 0; t < n; ++t) {
+            const __m256 p = _mm256_broadcast_ss(buf + t);
+            const float* v = V + t * D + d;
+            o0 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v), o0);
+            o1 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8), o1);
+            o2 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 16), o2);
+            o3 = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 24), o3);
+        }
+        _mm256_storeu_ps(o + d, _mm256_mul_ps(o0, inv));
+        _mm256_storeu_ps(o + d + 8, _mm256_mul_ps(o1, inv));
+        _mm256_storeu_ps(o + d + 16, _mm256_mul_ps(o2, inv));
+        _mm256_storeu_ps(o + d + 24, _mm256_mul_ps(o3, inv));
+    }
+    for (; d < D; d += 8) {
+        __m256 o0 = _mm256_setzero_ps();
+        for (t = 0; t < n; ++t) o0 = _mm256_fmadd_ps(_mm256_broadcast_ss(buf + t), _mm256_loadu_ps(V + t * D + d), o0);
+        _mm256_storeu_ps(o + d, _mm256_mul_ps(o0, inv));
+    }
+}
+
+/// silu(g) * u over the first F & ~7 floats; returns how many it did.
+TAGFLOW_AVX2 int64_t silu_mul_avx2(const float* g, const float* u, float* a, int64_t F) {
+    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= F; j += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + j);
+        const __m256 sig = _mm256_div_ps(gv, _mm256_add_ps(one, exp8(_mm256_sub_ps(zero, gv))));
+        _mm256_storeu_ps(a + j, _mm256_mul_ps(sig, _mm256_loadu_ps(u + j)));
+    }
+    return j;
+}
+
+bool cpu_has_avx2() {
+    static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return yes;
+}
+#endif
+
+/// act[r, j] = silu(gu[r, j]) * gu[r, F + j] (SwiGLU), rows of 2F and F floats.
+void silu_mul_rows(const float* gu, float* act, int64_t R, int64_t F) {
+    bool avx2 = false;
+#if defined(__x86_64__)
+    avx2 = cpu_has_avx2();
+#endif
+    at::parallel_for(0, R, 16, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+            const float* g = gu + r * 2 * F;
+            const float* u = g + F;
+            float* a = act + r * F;
+            int64_t j = 0;
+#if defined(__x86_64__)
+            if (avx2) j = silu_mul_avx2(g, u, a, F);
+#endif
+            for (; j < F; ++j) a[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+        }
+    });
+}
+
 // The Fortran BLAS sgemm_ that LibTorch itself calls (libblas.so.3, OpenBLAS here), looked up
-// at run time. Decode attention is a batch of tiny GEMMs (one per sequence and kv head) at
-// different cache offsets; at::bmm runs such a batch as one dispatched addmm_ per matrix
-// (~10 us each), a direct sgemm_ call costs ~1 us. Null: use at::baddbmm/at::bmm.
+// at run time: at::mm_out on a narrowed workspace costs ~4 dispatched ops per GEMM (~20 per
+// decode step), the direct call none. Null: use at::mm_out/addmm_.
 using SgemmFn = void(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
                      const int*, const float*, const int*, const float*, float*, const int*);
 SgemmFn* blas_sgemm() {
@@ -38,12 +262,43 @@ SgemmFn* blas_sgemm() {
     return f;
 }
 
-struct LayerW {
-    torch::Tensor qkv_t, qkv_b;  ///< [dm, (H+2KV)*D] (transposed, contiguous), bias or undefined
-    torch::Tensor o_t, o_b;      ///< [H*D, dm], bias or undefined
-    torch::Tensor gu_t;          ///< [dm, 2F]
-    torch::Tensor down_t;        ///< [F, dm]
-};
+/// Row-major c[M, N] = x[M, K] w[K, N] + beta * c, all contiguous (column-major c^T = w^T x^T).
+void gemm_rows(SgemmFn* sgemm, const float* x, const float* w, float* c, int64_t M, int64_t K, int64_t N, float beta) {
+    const int m = static_cast<int>(N), n = static_cast<int>(M), k = static_cast<int>(K);
+    const float one = 1.0f;
+    sgemm("N", "N", &m, &n, &k, &one, w, &m, x, &k, &beta, c, &m);
+}
+
+/// Causal attention of R rows: row r's q heads (pre-scaled, rotated) against keys/values
+/// 0..pos[r] of cache slot slot[r] (its own k/v already stored there); out [R, H*D].
+void attend_rows(const float* qkv, const float* cache, float* out, const int64_t* slot, const int64_t* pos, int64_t R,
+                 const Geo& g) {
+    const int64_t ld = g.NH * g.D;
+    const float* vbase = cache + g.slots * g.KV * g.cap * g.D;
+    bool avx2 = false;
+#if defined(__x86_64__)
+    avx2 = g.D % 8 == 0 && cpu_has_avx2();
+#endif
+    at::parallel_for(0, R * g.KV, 16, [&](int64_t lo, int64_t hi) {
+        std::vector<float> buf(static_cast<std::size_t>((g.cap + 7) / 8 * 8));
+        for (int64_t i = lo; i < hi; ++i) {
+            const int64_t r = i / g.KV, h = i % g.KV, n = pos[r] + 1;
+            const int64_t off = (slot[r] * g.KV + h) * g.cap * g.D;
+            for (int64_t j = 0; j < g.G; ++j) {
+                const int64_t hh = h * g.G + j;
+                const float* q = qkv + r * ld + hh * g.D;
+                float* o = out + (r * g.H + hh) * g.D;
+#if defined(__x86_64__)
+                if (avx2) {
+                    head_avx2(q, cache + off, vbase + off, n, g.D, buf.data(), o);
+                    continue;
+                }
+#endif
+                head_scalar(q, cache + off, vbase + off, n, g.D, buf.data(), o);
+            }
+        }
+    });
+}
 
 }  // namespace
 
@@ -54,6 +309,7 @@ struct LlamaSlotDecoder::State {
     torch::TensorOptions opt;  ///< compute dtype + device
     int64_t H = 0, KV = 0, G = 0, D = 0, NH = 0, F = 0, dm = 0, V = 0, L = 0;
     int64_t slots = 0, cap = 0;
+    bool fast = false;  ///< fp32 on CPU: the loop kernels above
 
     // weight snapshot
     std::vector<torch::Tensor> params;  ///< the model's parameters, for change detection
@@ -68,6 +324,10 @@ struct LlamaSlotDecoder::State {
     torch::Tensor cos_tab, sin_tab;    ///< [cap, D]; sin_tab has its first half negated
     torch::Tensor is_v;                ///< [1, NH, 1] bool: true for v heads
     torch::Tensor arange;              ///< [max(cap, slots)] int64
+
+    // workspace of the row-based forward (grown, never shrunk), rows x columns in dt
+    int64_t ws_rows = 0;
+    torch::Tensor ws_h, ws_x, ws_qkv, ws_o, ws_gu, ws_act;
 
     std::vector<std::pair<const void*, int64_t>> current_signature() const {
         std::vector<std::pair<const void*, int64_t>> s;
@@ -140,18 +400,13 @@ struct LlamaSlotDecoder::State {
         return (xf * xf.pow(2).sum(-1, true).add_(deps).rsqrt_()).to(dt);
     }
 
-    torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& wt, const torch::Tensor& b) const {
-        return b.defined() ? at::addmm(b, x, wt) : at::mm(x, wt);
-    }
-
-    /// RoPE on [..., NH, D] (v heads: cos 1, sin 0, so they pass unchanged).
-    torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) const {
-        std::vector<int64_t> split = x.sizes().vec();
-        split.back() = D / 2;
-        split.insert(split.end() - 1, 2);
-        const torch::Tensor flipped = x.view(split).flip({static_cast<int64_t>(split.size()) - 2}).view(x.sizes());
-        torch::Tensor r = x * cos;
-        return r.addcmul_(flipped, sin);
+    /// rms(h) into the workspace x (fast path) or as a new tensor.
+    torch::Tensor rms_ws(const torch::Tensor& h) {
+        if (!fast) return rms(h);
+        const int64_t R = h.size(0);
+        torch::Tensor x = ws_x.narrow(0, 0, R);
+        rms_rows(h.data_ptr<float>(), x.data_ptr<float>(), R, dm, static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps));
+        return x;
     }
 
     torch::Tensor softmax(const torch::Tensor& s) const {
@@ -159,128 +414,135 @@ struct LlamaSlotDecoder::State {
         return at::softmax(s, -1, torch::kFloat).to(dt);
     }
 
-    /// Residual + MLP, in place on h [N, dm].
-    void mlp(torch::Tensor& h, const LayerW& w) const {
-        const torch::Tensor gu = at::mm(rms(h), w.gu_t);
-        const torch::Tensor act = at::silu(gu.narrow(1, 0, F)).mul_(gu.narrow(1, F, F));
-        h.addmm_(act, w.down_t);
+    Geo geo() const { return Geo{H, KV, G, D, NH, slots, cap}; }
+
+    void ensure_workspace(int64_t R) {
+        if (R <= ws_rows) return;
+        const int64_t n = std::max(R, 2 * ws_rows);
+        ws_h = torch::empty({n, dm}, opt);
+        ws_x = torch::empty({n, dm}, opt);
+        ws_qkv = torch::empty({n, NH * D}, opt);
+        ws_o = torch::empty({n, H * D}, opt);
+        ws_gu = torch::empty({n, 2 * F}, opt);
+        ws_act = torch::empty({n, F}, opt);
+        ws_rows = n;
     }
 
-    void attn_out(torch::Tensor& h, const torch::Tensor& o, const LayerW& w) const {
-        h.addmm_(o, w.o_t);
-        if (w.o_b.defined()) h.add_(w.o_b);
-    }
+    /// Runs R rows (row r: token tok[r] into cache slot slot[r] at position pos[r]; the slot
+    /// must hold positions 0..pos[r]-1, rows of one slot in position order) through every
+    /// layer, storing their k/v. Leaves the final hidden states (before the final norm) in
+    /// ws_h[0:R] and returns that view.
+    torch::Tensor forward_rows(const int64_t* tok, const int64_t* slot, const int64_t* pos, int64_t R) {
+        ensure_workspace(R);
+        const auto dev = opt.device();
+        const torch::Tensor tok_t = torch::from_blob(const_cast<int64_t*>(tok), {R}, torch::kLong).to(dev);
+        const torch::Tensor pos_t = torch::from_blob(const_cast<int64_t*>(pos), {R}, torch::kLong).to(dev);
+        torch::Tensor h = ws_h.narrow(0, 0, R);
+        at::index_select_out(h, embed, 0, tok_t);
+        if (pos_embed.defined()) h.add_(pos_embed.index_select(0, pos_t));
 
-    /// Writes the new k/v of rows 0..n-1 (heads H.. of r [n, NH, D]) into cache positions pos[i].
-    void store_kv(torch::Tensor& kv, const torch::Tensor& r, const std::vector<int64_t>& pos,
-                  const c10::List<c10::optional<at::Tensor>>& where_new) const {
-        const auto n = static_cast<int64_t>(pos.size());
-        if (!kv.is_cpu() || !r.is_contiguous() || r.scalar_type() != kv.scalar_type()) {
-            kv.index_put_(where_new, r.narrow(1, H, 2 * KV).view({n, 2, KV, D}));
-            return;
+        // Generic path: per-call tensors of the positions (RoPE tables, mask, cache indices).
+        torch::Tensor cos, sin, slot_t, mask;
+        c10::List<c10::optional<at::Tensor>> where_new;  // cache[:, slot, :, pos]
+        bool prefix = true;  // slots are 0..R-1: the cache rows are a narrow(), not a gather
+        int64_t S = 0;
+        for (int64_t r = 0; r < R; ++r) {
+            prefix &= slot[r] == r;
+            S = std::max(S, pos[r] + 1);
         }
-        // CPU: 2*KV contiguous runs of D elements per row (index_put_ costs ~100 us here).
-        const auto es = static_cast<int64_t>(kv.element_size());
-        const char* src = static_cast<const char*>(r.data_ptr());
-        char* dst = static_cast<char*>(kv.data_ptr());
-        for (int64_t b = 0; b < n; ++b)
-            for (int64_t t = 0; t < 2 * KV; ++t)  // t < KV: k head t; else v head t - KV
-                std::memcpy(dst + ((((t / KV) * slots + b) * KV + t % KV) * cap + pos[static_cast<std::size_t>(b)]) * D * es,
-                            src + (b * NH + H + t) * D * es, static_cast<std::size_t>(D * es));
-    }
-
-    /// Causal attention of a prefill: r [m, P, NH, D] (rotated q|k|v), kvp = its k|v as
-    /// [2, m, KV, P, D] (a view of r), the same already in the layer's cache `kvc` rows slot_ids;
-    /// causal [P, P].
-    /// Returns [m*P, H*D].
-    torch::Tensor prefill_attention(const torch::Tensor& r, const torch::Tensor& kvp, const torch::Tensor& kvc,
-                                    const std::vector<int64_t>& slot_ids, const torch::Tensor& causal) const {
-        const int64_t m = r.size(0), P = r.size(1);
-        SgemmFn* sgemm = blas_sgemm();
-        if (sgemm == nullptr || dt != torch::kFloat || !r.is_cpu() || !r.is_contiguous()) {
-            const torch::Tensor q =
-                r.narrow(2, 0, H).view({m, P, KV, G, D}).permute({0, 2, 3, 1, 4}).reshape({m, KV, G * P, D});
-            const torch::Tensor k = kvp.select(0, 0), v = kvp.select(0, 1);  // [m, KV, P, D]
-            const torch::Tensor p = softmax(at::matmul(q, k.transpose(-2, -1)) + causal.repeat({G, 1}));
-            return at::matmul(p, v).view({m, KV, G, P, D}).permute({0, 3, 1, 2, 4}).reshape({m * P, H * D});
+        if (!fast) {
+            slot_t = torch::from_blob(const_cast<int64_t*>(slot), {R}, torch::kLong).to(dev);
+            cos = at::where(is_v, 1.0, cos_tab.index_select(0, pos_t).unsqueeze(1));  // [R, NH, D]
+            sin = at::where(is_v, 0.0, sin_tab.index_select(0, pos_t).unsqueeze(1));
+            mask = torch::zeros({R, S}, opt).masked_fill_(arange.narrow(0, 0, S).unsqueeze(0) > pos_t.unsqueeze(1),
+                                                          -std::numeric_limits<float>::infinity());
+            where_new.push_back(c10::nullopt);
+            where_new.push_back(slot_t);
+            where_new.push_back(c10::nullopt);
+            where_new.push_back(pos_t);
         }
-        // One [P, D] x [D, P] and one [P, P] x [P, D] sgemm per (prompt, query head), q read in
-        // place from r (row stride NH*D), k/v from the cache rows (row stride D).
-        torch::Tensor sc = torch::empty({m, H, P, P}, opt);
-        torch::Tensor out = torch::empty({m * P, H * D}, opt);
-        const float* rp = r.data_ptr<float>();
-        const float* kp = kvc.data_ptr<float>();
-        const float* vp = kp + slots * KV * cap * D;
-        float* sp = sc.data_ptr<float>();
-        float* op = out.data_ptr<float>();
-        const int iP = static_cast<int>(P), iD = static_cast<int>(D), ldq = static_cast<int>(NH * D),
-                  ldo = static_cast<int>(H * D);
-        const float one = 1.0f, zero = 0.0f;
-        at::parallel_for(0, m * H, 8, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; ++i) {
-                const int64_t b = i / H, hh = i % H, slot = slot_ids[static_cast<std::size_t>(b)];
-                sgemm("T", "N", &iP, &iP, &iD, &one, kp + (slot * KV + hh / G) * cap * D, &iD,
-                      rp + (b * P * NH + hh) * D, &ldq, &zero, sp + i * P * P, &iP);
+        const Geo g = geo();
+        SgemmFn* sgemm = fast ? blas_sgemm() : nullptr;
+        const float deps = static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps);
+        for (int64_t l = 0; l < L; ++l) {
+            const LayerW& w = layers[static_cast<std::size_t>(l)];
+            torch::Tensor& kv = cache[static_cast<std::size_t>(l)];
+            if (sgemm != nullptr) {  // fp32 CPU: raw loops and BLAS calls on the workspace
+                float *hp = h.data_ptr<float>(), *xp = ws_x.data_ptr<float>(), *qp = ws_qkv.data_ptr<float>();
+                float *op = ws_o.data_ptr<float>(), *gup = ws_gu.data_ptr<float>(), *ap = ws_act.data_ptr<float>();
+                float* kvp = kv.data_ptr<float>();
+                rms_rows(hp, xp, R, dm, deps);
+                float beta = 0.0f;
+                if (w.qkv_b.defined()) {
+                    for (int64_t r = 0; r < R; ++r)
+                        std::memcpy(qp + r * NH * D, w.qkv_b.data_ptr<float>(), static_cast<std::size_t>(NH * D) * sizeof(float));
+                    beta = 1.0f;
+                }
+                gemm_rows(sgemm, xp, w.qkv_t.data_ptr<float>(), qp, R, dm, NH * D, beta);
+                rope_rows(qp, pos, R, g, cos_tab.data_ptr<float>(), sin_tab.data_ptr<float>());
+                store_rows(qp, kvp, slot, pos, R, g);
+                attend_rows(qp, kvp, op, slot, pos, R, g);
+                gemm_rows(sgemm, op, w.o_t.data_ptr<float>(), hp, R, H * D, dm, 1.0f);
+                if (w.o_b.defined()) h.add_(w.o_b);
+                rms_rows(hp, xp, R, dm, deps);
+                gemm_rows(sgemm, xp, w.gu_t.data_ptr<float>(), gup, R, dm, 2 * F, 0.0f);
+                silu_mul_rows(gup, ap, R, F);
+                gemm_rows(sgemm, ap, w.down_t.data_ptr<float>(), hp, R, F, dm, 1.0f);
+                continue;
             }
-        });
-        const torch::Tensor p = at::softmax(sc.add_(causal), -1);
-        const float* pp = p.data_ptr<float>();
-        at::parallel_for(0, m * H, 8, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; ++i) {
-                const int64_t b = i / H, hh = i % H, slot = slot_ids[static_cast<std::size_t>(b)];
-                sgemm("N", "N", &iD, &iP, &iP, &one, vp + (slot * KV + hh / G) * cap * D, &iD, pp + i * P * P, &iP,
-                      &zero, op + (b * P * H + hh) * D, &ldo);
+            torch::Tensor qkv = ws_qkv.narrow(0, 0, R);
+            const torch::Tensor x = rms_ws(h);
+            if (w.qkv_b.defined()) at::addmm_out(qkv, w.qkv_b, x, w.qkv_t);
+            else at::mm_out(qkv, x, w.qkv_t);
+            torch::Tensor o;
+            if (fast) {
+                float* qp = qkv.data_ptr<float>();
+                rope_rows(qp, pos, R, g, cos_tab.data_ptr<float>(), sin_tab.data_ptr<float>());
+                float* kvp = kv.data_ptr<float>();
+                store_rows(qp, kvp, slot, pos, R, g);
+                o = ws_o.narrow(0, 0, R);
+                attend_rows(qp, kvp, o.data_ptr<float>(), slot, pos, R, g);
+            } else {
+                torch::Tensor r3 = qkv.view({R, NH, D});
+                const torch::Tensor flipped = r3.view({R, NH, 2, D / 2}).flip({2}).view({R, NH, D});
+                r3.copy_((r3 * cos).addcmul_(flipped, sin));
+                kv.index_put_(where_new, r3.narrow(1, H, 2 * KV).view({R, 2, KV, D}));
+                const torch::Tensor q = r3.narrow(1, 0, H).reshape({R * KV, G, D});
+                torch::Tensor k = kv.select(0, 0), v = kv.select(0, 1);  // [slots, KV, cap, D]
+                k = prefix ? k.narrow(0, 0, R) : k.index_select(0, slot_t);
+                v = prefix ? v.narrow(0, 0, R) : v.index_select(0, slot_t);
+                k = k.narrow(2, 0, S).reshape({R * KV, S, D});
+                v = v.narrow(2, 0, S).reshape({R * KV, S, D});
+                const torch::Tensor m3 = mask.view({R, 1, S}).expand({R, KV * G, S}).reshape({R * KV, G, S});
+                o = at::bmm(softmax(at::baddbmm(m3, q, k.transpose(1, 2))), v).view({R, H * D});
             }
-        });
-        return out;
-    }
-
-    /// Attention of one decode step: r [n, NH, D] (rotated q|k|v, k/v already in the cache),
-    /// cache [2, slots, KV, cap, D], mask [n, 1, 1, S] (-inf beyond each row's position).
-    /// Returns [n, H*D].
-    torch::Tensor decode_attention(const torch::Tensor& r, const torch::Tensor& kv, const torch::Tensor& mask,
-                                   int64_t n, int64_t S) const {
-        SgemmFn* sgemm = blas_sgemm();
-        if (sgemm == nullptr || dt != torch::kFloat || !r.is_cpu() || !r.is_contiguous()) {
-            const torch::Tensor q = r.narrow(1, 0, H).reshape({n * KV, G, D});
-            const torch::Tensor k = kv.select(0, 0).narrow(0, 0, n).narrow(2, 0, S).view({n * KV, S, D});
-            const torch::Tensor v = kv.select(0, 1).narrow(0, 0, n).narrow(2, 0, S).view({n * KV, S, D});
-            const torch::Tensor m3 = mask.expand({n, KV, G, S}).reshape({n * KV, G, S});
-            return at::bmm(softmax(at::baddbmm(m3, q, k.transpose(1, 2))), v).view({n, H * D});
+            h.addmm_(o, w.o_t);
+            if (w.o_b.defined()) h.add_(w.o_b);
+            torch::Tensor gu = ws_gu.narrow(0, 0, R), act = ws_act.narrow(0, 0, R);
+            at::mm_out(gu, rms_ws(h), w.gu_t);
+            at::silu_out(act, gu.narrow(1, 0, F)).mul_(gu.narrow(1, F, F));
+            h.addmm_(act, w.down_t);
         }
-        torch::Tensor sc = torch::empty({n, KV, G, S}, opt);
-        torch::Tensor out = torch::empty({n, H * D}, opt);
-        const float* rp = r.data_ptr<float>();
-        const float* kp = kv.data_ptr<float>();
-        const float* vp = kp + slots * KV * cap * D;
-        float* sp = sc.data_ptr<float>();
-        float* op = out.data_ptr<float>();
-        const int iS = static_cast<int>(S), iG = static_cast<int>(G), iD = static_cast<int>(D);
-        const float one = 1.0f, zero = 0.0f;
-        // Row-major C[G,S] = Q[G,D] K^T  <=>  column-major C^T = K Q^T ("T","N").
-        at::parallel_for(0, n * KV, 16, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; ++i) {
-                const int64_t b = i / KV, h = i % KV;
-                sgemm("T", "N", &iS, &iG, &iD, &one, kp + (b * KV + h) * cap * D, &iD, rp + b * NH * D + h * G * D,
-                      &iD, &zero, sp + i * G * S, &iS);
-            }
-        });
-        const torch::Tensor p = at::softmax(sc.add_(mask), -1);
-        const float* pp = p.data_ptr<float>();
-        // Row-major O[G,D] = P[G,S] V[S,D]  <=>  column-major O^T = V^T P^T ("N","N").
-        at::parallel_for(0, n * KV, 16, [&](int64_t lo, int64_t hi) {
-            for (int64_t i = lo; i < hi; ++i) {
-                const int64_t b = i / KV, h = i % KV;
-                sgemm("N", "N", &iD, &iG, &iS, &one, vp + (b * KV + h) * cap * D, &iD, pp + i * G * S, &iS, &zero,
-                      op + i * G * D, &iD);
-            }
-        });
-        return out;
+        return h;
     }
 
-    torch::Tensor logits(const torch::Tensor& h) const { return at::mm(rms(h), lm_t).to(torch::kFloat); }
+    /// Rows per forward_rows() call of an extend(): bounds the workspace (fast path) or the
+    /// gathered cache rows (generic path: R * KV * S * D elements).
+    int64_t chunk_rows(int64_t S) const {
+        const int64_t base = std::max<int64_t>(slots, 1024);
+        if (fast) return base;
+        return std::max<int64_t>(1, std::min<int64_t>(base, (int64_t{1} << 24) / std::max<int64_t>(1, KV * S * D)));
+    }
+
+    /// fp32 logits [N, V] of final hidden states h [N, dm] (contiguous).
+    torch::Tensor logits(const torch::Tensor& h) const {
+        if (!fast) return at::mm(rms(h), lm_t).to(torch::kFloat);
+        torch::Tensor x = torch::empty_like(h);
+        rms_rows(h.data_ptr<float>(), x.data_ptr<float>(), h.size(0), dm,
+                 static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps));
+        return at::mm(x, lm_t);
+    }
 };
-
 LlamaSlotDecoder::LlamaSlotDecoder(LlamaModel model, int64_t slots, int64_t capacity, bool bf16)
     : s_(std::make_unique<State>()) {
     State& s = *s_;
@@ -297,6 +559,7 @@ LlamaSlotDecoder::LlamaSlotDecoder(LlamaModel model, int64_t slots, int64_t capa
     s.dm = s.c.hidden_size;
     s.V = s.c.vocab_size;
     s.L = s.c.num_hidden_layers;
+    s.fast = s.dt == torch::kFloat && s.opt.device().is_cpu();
     for (const auto& p : s.model->parameters(/*recurse=*/true)) s.params.push_back(p);
     c10::InferenceMode im;
     s.snapshot();
@@ -341,56 +604,71 @@ bool LlamaSlotDecoder::sync_weights() {
     return true;
 }
 
+
+bool LlamaSlotDecoder::weights_changed() const { return s_->current_signature() != s_->signature; }
+
+torch::Tensor LlamaSlotDecoder::extend(const std::vector<int64_t>& slot_ids,
+                                       const std::vector<std::vector<int32_t>>& seqs,
+                                       const std::vector<int64_t>& starts) {
+    State& s = *s_;
+    TORCH_CHECK(slot_ids.size() == seqs.size() && starts.size() == seqs.size(),
+                "extend: slots, sequences and starts differ in number");
+    const auto m = static_cast<int64_t>(seqs.size());
+    TORCH_CHECK(m > 0, "extend: no sequences");
+    std::vector<char> used(static_cast<std::size_t>(s.slots), 0);
+    int64_t R = 0, S = 0;
+    for (int64_t i = 0; i < m; ++i) {
+        const auto& q = seqs[static_cast<std::size_t>(i)];
+        const int64_t slot = slot_ids[static_cast<std::size_t>(i)], start = starts[static_cast<std::size_t>(i)];
+        TORCH_CHECK(!q.empty(), "extend: empty token list");
+        TORCH_CHECK(slot >= 0 && slot < s.slots, "extend: slot ", slot, " out of range");
+        TORCH_CHECK(!used[static_cast<std::size_t>(slot)], "extend: slot ", slot, " given twice");
+        used[static_cast<std::size_t>(slot)] = 1;
+        const int64_t end = start + static_cast<int64_t>(q.size());
+        TORCH_CHECK(start >= 0 && end <= s.cap, "extend: positions ", start, "..", end - 1,
+                    " outside the cache capacity ", s.cap);
+        for (int32_t t : q) TORCH_CHECK(t >= 0 && t < s.V, "extend: token id ", t, " outside the vocabulary (", s.V, ")");
+        R += static_cast<int64_t>(q.size());
+        S = std::max(S, end);
+    }
+    c10::InferenceMode im;
+    // Rows: the sequences one after the other, each in position order (no padding).
+    std::vector<int64_t> tok(static_cast<std::size_t>(R)), slot(static_cast<std::size_t>(R)),
+        pos(static_cast<std::size_t>(R)), last(static_cast<std::size_t>(m));
+    int64_t r = 0;
+    for (int64_t i = 0; i < m; ++i) {
+        const auto& q = seqs[static_cast<std::size_t>(i)];
+        for (std::size_t t = 0; t < q.size(); ++t, ++r) {
+            tok[static_cast<std::size_t>(r)] = q[t];
+            slot[static_cast<std::size_t>(r)] = slot_ids[static_cast<std::size_t>(i)];
+            pos[static_cast<std::size_t>(r)] = starts[static_cast<std::size_t>(i)] + static_cast<int64_t>(t);
+        }
+        last[static_cast<std::size_t>(i)] = r - 1;
+    }
+    // Chunks of rows in order: a later chunk sees the k/v an earlier one stored.
+    const int64_t chunk = s.chunk_rows(S);
+    torch::Tensor final_h = torch::empty({m, s.dm}, s.opt);
+    std::size_t next = 0;  // first sequence whose last row is not collected yet
+    for (int64_t c0 = 0; c0 < R; c0 += chunk) {
+        const int64_t n = std::min(chunk, R - c0);
+        const torch::Tensor h = s.forward_rows(tok.data() + c0, slot.data() + c0, pos.data() + c0, n);
+        std::vector<int64_t> dst, src;
+        for (; next < last.size() && last[next] < c0 + n; ++next) {
+            dst.push_back(static_cast<int64_t>(next));
+            src.push_back(last[next] - c0);
+        }
+        if (dst.empty()) continue;
+        const auto k = static_cast<int64_t>(dst.size());
+        const auto dev = s.opt.device();
+        final_h.index_copy_(0, torch::from_blob(dst.data(), {k}, torch::kLong).to(dev),
+                            h.index_select(0, torch::from_blob(src.data(), {k}, torch::kLong).to(dev)));
+    }
+    return s.logits(final_h);
+}
+
 torch::Tensor LlamaSlotDecoder::prefill(const std::vector<int64_t>& slot_ids,
                                         const std::vector<std::vector<int32_t>>& prompts) {
-    State& s = *s_;
-    TORCH_CHECK(slot_ids.size() == prompts.size(), "prefill: slots and prompts differ in number");
-    const auto m = static_cast<int64_t>(prompts.size());
-    TORCH_CHECK(m > 0, "prefill: no prompts");
-    int64_t P = 0;
-    for (const auto& p : prompts) {
-        TORCH_CHECK(!p.empty(), "prefill: empty prompt");
-        P = std::max<int64_t>(P, static_cast<int64_t>(p.size()));
-    }
-    TORCH_CHECK(P <= s.cap, "prefill: prompt of ", P, " tokens exceeds the cache capacity ", s.cap);
-    for (int64_t r : slot_ids) TORCH_CHECK(r >= 0 && r < s.slots, "prefill: slot ", r, " out of range");
-    c10::InferenceMode im;
-
-    // Right-padded tokens (pads are token 0 after the prompt: causal attention keeps real
-    // tokens from seeing them; their cache entries are overwritten by the first decode steps).
-    std::vector<int64_t> flat(static_cast<std::size_t>(m * P), 0), last(static_cast<std::size_t>(m));
-    for (int64_t b = 0; b < m; ++b) {
-        const auto& p = prompts[static_cast<std::size_t>(b)];
-        for (std::size_t t = 0; t < p.size(); ++t) {
-            TORCH_CHECK(p[t] >= 0 && p[t] < s.V, "prefill: token id ", p[t], " outside the vocabulary (", s.V, ")");
-            flat[static_cast<std::size_t>(b * P) + t] = p[t];
-        }
-        last[static_cast<std::size_t>(b)] = b * P + static_cast<int64_t>(p.size()) - 1;
-    }
-    const auto dev = s.opt.device();
-    const torch::Tensor tok = torch::from_blob(flat.data(), {m * P}, torch::kLong).to(dev);
-    const torch::Tensor rows = torch::from_blob(const_cast<int64_t*>(slot_ids.data()), {m}, torch::kLong).to(dev);
-    const torch::Tensor last_t = torch::from_blob(last.data(), {m}, torch::kLong).to(dev);
-
-    const torch::Tensor cos = at::where(s.is_v, 1.0, s.cos_tab.narrow(0, 0, P).unsqueeze(1));  // [P, NH, D]
-    const torch::Tensor sin = at::where(s.is_v, 0.0, s.sin_tab.narrow(0, 0, P).unsqueeze(1));
-    const torch::Tensor causal =  // [P, P]: query t sees keys 0..t
-        torch::zeros({P, P}, s.opt)
-            .masked_fill_(torch::ones({P, P}, torch::TensorOptions().dtype(torch::kBool).device(dev)).triu(1),
-                          -std::numeric_limits<float>::infinity());
-
-    torch::Tensor h = s.embed.index_select(0, tok);  // [m*P, dm]
-    if (s.pos_embed.defined())  // learned absolute positions 0..P-1 of every prompt row
-        h = (h.view({m, P, -1}) + s.pos_embed.narrow(0, 0, P).unsqueeze(0)).view({m * P, -1});
-    for (int64_t l = 0; l < s.L; ++l) {
-        const LayerW& w = s.layers[static_cast<std::size_t>(l)];
-        const torch::Tensor r = s.rope(s.linear(s.rms(h), w.qkv_t, w.qkv_b).view({m, P, s.NH, s.D}), cos, sin);
-        const torch::Tensor kv = r.narrow(2, s.H, 2 * s.KV).view({m, P, 2, s.KV, s.D}).permute({2, 0, 3, 1, 4});
-        s.cache[static_cast<std::size_t>(l)].narrow(3, 0, P).index_copy_(1, rows, kv);
-        s.attn_out(h, s.prefill_attention(r, kv, s.cache[static_cast<std::size_t>(l)], slot_ids, causal), w);
-        s.mlp(h, w);
-    }
-    return s.logits(h.index_select(0, last_t));
+    return extend(slot_ids, prompts, std::vector<int64_t>(prompts.size(), 0));
 }
 
 torch::Tensor LlamaSlotDecoder::decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions) {
@@ -398,42 +676,15 @@ torch::Tensor LlamaSlotDecoder::decode(const std::vector<int64_t>& tokens, const
     const auto n = static_cast<int64_t>(tokens.size());
     TORCH_CHECK(n > 0 && tokens.size() == positions.size() && n <= s.slots,
                 "decode: need 1..", s.slots, " rows with one position each");
-    int64_t S = 0;
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = tokens[static_cast<std::size_t>(i)], p = positions[static_cast<std::size_t>(i)];
         TORCH_CHECK(t >= 0 && t < s.V, "decode: token id ", t, " outside the vocabulary (", s.V, ")");
         TORCH_CHECK(p >= 0 && p < s.cap, "decode: position ", p, " outside the cache capacity ", s.cap);
-        S = std::max(S, p + 1);
     }
     c10::InferenceMode im;
-    const auto dev = s.opt.device();
-    const torch::Tensor tok = torch::from_blob(const_cast<int64_t*>(tokens.data()), {n}, torch::kLong).to(dev);
-    const torch::Tensor pos = torch::from_blob(const_cast<int64_t*>(positions.data()), {n}, torch::kLong).to(dev);
-    const torch::Tensor rows = s.arange.narrow(0, 0, n);
-
-    const torch::Tensor cos = at::where(s.is_v, 1.0, s.cos_tab.index_select(0, pos).unsqueeze(1));  // [n, NH, D]
-    const torch::Tensor sin = at::where(s.is_v, 0.0, s.sin_tab.index_select(0, pos).unsqueeze(1));
-    // Row i sees cache positions 0..pos[i]; mask [n, 1, 1, S] shared by every layer.
-    const torch::Tensor mask = torch::zeros({n, S}, s.opt)
-                                   .masked_fill_(s.arange.narrow(0, 0, S).unsqueeze(0) > pos.unsqueeze(1),
-                                                 -std::numeric_limits<float>::infinity())
-                                   .view({n, 1, 1, S});
-    c10::List<c10::optional<at::Tensor>> where_new;  // cache[:, rows, :, pos]
-    where_new.push_back(c10::nullopt);
-    where_new.push_back(rows);
-    where_new.push_back(c10::nullopt);
-    where_new.push_back(pos);
-
-    torch::Tensor h = s.embed.index_select(0, tok);  // [n, dm]
-    if (s.pos_embed.defined()) h = h + s.pos_embed.index_select(0, pos);
-    for (int64_t l = 0; l < s.L; ++l) {
-        const LayerW& w = s.layers[static_cast<std::size_t>(l)];
-        torch::Tensor& cache = s.cache[static_cast<std::size_t>(l)];
-        const torch::Tensor r = s.rope(s.linear(s.rms(h), w.qkv_t, w.qkv_b).view({n, s.NH, s.D}), cos, sin);
-        s.store_kv(cache, r, positions, where_new);
-        s.attn_out(h, s.decode_attention(r, cache, mask, n, S), w);
-        s.mlp(h, w);
-    }
+    std::vector<int64_t> rows(static_cast<std::size_t>(n));
+    for (int64_t i = 0; i < n; ++i) rows[static_cast<std::size_t>(i)] = i;
+    const torch::Tensor h = s.forward_rows(tokens.data(), rows.data(), positions.data(), n);
     return s.logits(h);
 }
 

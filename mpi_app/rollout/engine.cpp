@@ -36,6 +36,7 @@ struct Engine::Impl {
     std::vector<Seq> active;
     std::vector<std::pair<int64_t, GenResult>> done;
     int64_t submitted = 0;
+    int32_t version = 0;  ///< policy version of the tokens sampled now
     EngineStats stats;
 
     static int64_t need(const GenRequest& r) {
@@ -53,6 +54,7 @@ struct Engine::Impl {
             const auto token = static_cast<int32_t>(t[i]);
             s.res.response.push_back(token);
             s.res.logprobs.push_back(l[i]);
+            s.res.versions.push_back(version);
             s.next_token = token;
             const auto& stop = s.req.params.stop_ids;
             if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
@@ -222,6 +224,37 @@ std::vector<GenResult> Engine::run(const Callback& on_finish) {
     d.clear();
     return out;
 }
+
+void Engine::update_weights(int32_t new_version, ResumeMode mode, int64_t recompute_window) {
+    Impl& m = *impl_;
+    if (recompute_window < 0)
+        throw Error("Engine::update_weights: recompute_window must be >= 0, got " + std::to_string(recompute_window));
+    c10::InferenceMode im;
+    if (m.dec && m.dec->sync_weights()) ++m.stats.weight_refreshes;
+    m.version = new_version;
+    ++m.stats.weight_updates;
+    if (mode != ResumeMode::kRecompute || !m.dec || m.active.empty()) return;
+    // Row i holds (prompt + response)[0, len) (the last sampled token is not in the cache yet):
+    // recompute [start, len) of every row in one batched extend; its logits are not needed
+    // (the next token was sampled already, with the old weights).
+    const auto n = m.active.size();
+    std::vector<int64_t> slots(n), starts(n);
+    std::vector<std::vector<int32_t>> seqs(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const Impl::Seq& s = m.active[i];
+        const int64_t start = recompute_window > 0 ? std::max<int64_t>(0, s.len - recompute_window) : 0;
+        std::vector<int32_t> all = s.req.prompt;
+        all.insert(all.end(), s.res.response.begin(), s.res.response.end());
+        slots[i] = static_cast<int64_t>(i);
+        starts[i] = start;
+        seqs[i].assign(all.begin() + start, all.begin() + s.len);
+        m.stats.recomputed_tokens += s.len - start;
+    }
+    m.dec->extend(slots, seqs, starts);
+}
+
+void Engine::set_policy_version(int32_t version) { impl_->version = version; }
+int32_t Engine::policy_version() const { return impl_->version; }
 
 int64_t Engine::active() const { return static_cast<int64_t>(impl_->active.size()); }
 int64_t Engine::waiting() const { return static_cast<int64_t>(impl_->waiting.size()); }

@@ -7,8 +7,12 @@
 // batch size, the slot it got or the other requests (up to float rounding of batched GEMMs).
 // Also the convenience generate()/evaluate() built on it, next to the old Policy ones in
 // generate.hpp. Per-rank and single-threaded: no MPI, no locking (one engine per thread).
+// Partial rollout: new weights can arrive while generations are in flight; update_weights()
+// (between steps) swaps them at a token boundary and the generations resume (kept or
+// recomputed KV caches), every response token tagged with the policy version that sampled it.
 // Does not tokenize, compute rewards or exchange weights (the caller updates the model's
-// parameters in place; the engine notices and re-snapshots them at the next step).
+// parameters in place; the engine notices and re-snapshots them at the next step, or at once
+// in update_weights()).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -48,6 +52,9 @@ struct GenResult {
     /// temperature T (T = 0: plain log_softmax), before top-k/top-p filtering — the quantity
     /// the trainer computes, so PPO ratios are exactly 1 on-policy without filtering.
     std::vector<float> logprobs;
+    /// One per response token: the engine's policy version when the token was sampled (see
+    /// Engine::update_weights); a generation interrupted by a weight update has two or more.
+    std::vector<int32_t> versions;
     FinishReason finish = FinishReason::kLength;
     int32_t prompt_tokens = 0;
     int32_t num_tokens = 0;  ///< response.size()
@@ -68,7 +75,25 @@ struct EngineStats {
     int64_t generated_tokens = 0; ///< response tokens sampled
     int64_t max_active = 0;       ///< most sequences in the slots at once
     int64_t weight_refreshes = 0; ///< re-snapshots of the model's weights after a change
+    int64_t weight_updates = 0;   ///< update_weights() calls
+    int64_t recomputed_tokens = 0; ///< cached tokens whose k/v update_weights() recomputed
 };
+
+/// What update_weights() does with the KV caches of the sequences in flight.
+///  - kKeep (the default): keep them. Free; the tokens generated after the update attend to keys
+///    and values computed partly with the old weights, so they are sampled from a mixture of
+///    the two policies, one version stale at most per update. Their logprobs are exactly the
+///    probabilities they were sampled with, and `versions` says which update each followed, so
+///    an off-policy-corrected loss (PPO's ratio against these logprobs) stays exact. This is the
+///    default because an update costs nothing, whatever the batch and lengths, and the
+///    staleness it leaves is bounded and recorded.
+///  - kRecompute: re-run each active sequence's prompt + generated tokens through the new
+///    weights (one batched extend) before resuming, so that the rest of the generation is
+///    exactly what the new policy would sample after that prefix. Costs a prefill of everything
+///    in flight per update; `recompute_window` W > 0 recomputes only the last W cached tokens
+///    of each sequence (older positions keep their old k/v), bounding that cost.
+/// Either way the token already sampled before the update keeps its old version and logprob.
+enum class ResumeMode { kKeep, kRecompute };
 
 class Engine {
 public:
@@ -92,6 +117,17 @@ public:
     /// Steps until every queued request (including any submitted from `on_finish`) finished;
     /// returns the results not yet returned, in submission order.
     std::vector<GenResult> run(const Callback& on_finish = {});
+
+    /// Partial rollout: call between step()s after changing the model's parameters in place
+    /// (e.g. a weight sync). Re-snapshots the weights at once, sets the policy version that
+    /// later tokens are tagged with, and keeps or recomputes the caches of the sequences in
+    /// flight (ResumeMode; `recompute_window` 0 = everything, else the last W tokens). No
+    /// request is restarted or dropped. Throws tagflow::Error on a negative window.
+    void update_weights(int32_t new_version, ResumeMode mode = ResumeMode::kKeep, int64_t recompute_window = 0);
+    /// Sets the version that tokens sampled from now on carry (no weight handling; e.g. the
+    /// version of the weights the engine starts with). Default 0.
+    void set_policy_version(int32_t version);
+    int32_t policy_version() const;
 
     int64_t active() const;   ///< sequences decoding
     int64_t waiting() const;  ///< requests not admitted yet
