@@ -35,7 +35,9 @@ po::options_description describe(Options& o) {
         ("overwrite", val(&o.overwrite)->implicit_value(true), "replace an existing OUT/tagflow.h5")
         ("steps", val(&o.steps), "training steps")
         ("seed", val(&o.seed), "random seed (model init, prompts, sampling)")
-        ("mode", val(&o.mode), "scheduling mode: sync (disaggregated and multiplex are not in this build yet)")
+        ("mode", val(&o.mode), "scheduling mode: sync (all ranks roll out, then train), disaggregated (fixed split: "
+                                 "train ranks only train, the others only roll out) or multiplex (multi-tag ranks "
+                                 "roll out and are preempted into the train group when enough samples are ready)")
         ("task", val(&o.task), "task: reverse or sort (built in), or one registered with rollout::register_task")
         ("digits", val(&o.digits), "digits per prompt of the digit tasks (0 = the task's default: reverse and sort 5, addition 3)")
         ("threads", val(&o.threads), "torch threads per rank (0 = cores available to the rank / ranks sharing them)");
@@ -99,6 +101,17 @@ po::options_description describe(Options& o) {
         ("bucket-mb", val(&o.bucket_mb), "weight-sync / gradient all-reduce bucket size in MiB")
         ("sync-delta", val(&o.sync_delta)->implicit_value(true),
          "weight sync sends only the weights that changed since the version the rollout ranks hold")
+        ("train-threshold", val(&o.train_threshold),
+         "disaggregated/multiplex: fresh samples (of complete groups) that trigger a training step "
+         "(0 = prompts-per-step x group-size)")
+        ("min-rollout-frac", val(&o.min_rollout_frac),
+         "multiplex: at least this fraction of the ranks never leaves rollout")
+        ("staleness", val(&o.staleness),
+         "disaggregated/multiplex: samples whose oldest token is more than this many versions behind the "
+         "trained version are stale")
+        ("stale", val(&o.stale), "what happens to stale samples: drop (consumed with weight 0) or weight "
+                                 "(trained with advantage weight (staleness + 1) / (age + 1), age = versions behind; "
+                                 "dropped below 0.25)")
         ("gemm-check", val(&o.gemm_check)->implicit_value(true), "measure fp32 GEMM GFLOP/s at start")
         ("min-gflops", val(&o.min_gflops), "warn when the GEMM check is below this many GFLOP/s per rank");
     po::options_description all("tagflow train options");
@@ -165,8 +178,10 @@ void validate(const Options& o) {
     check_range<int64_t>("seed", o.seed, 0, (int64_t{1} << 62));
     if (o.mode != "sync" && o.mode != "disaggregated" && o.mode != "multiplex")
         throw ConfigError("--mode " + o.mode + ": unknown mode (sync, disaggregated, multiplex)");
-    if (o.mode != "sync")
-        throw ConfigError("--mode " + o.mode + ": not available in this build yet (use sync)");
+    check_range<int32_t>("train-threshold", o.train_threshold, 0, 1 << 30);
+    check_range<double>("min-rollout-frac", o.min_rollout_frac, 0.0, 1.0);
+    check_range<int32_t>("staleness", o.staleness, 0, 1 << 20);
+    check_choice("stale", o.stale, {"drop", "weight"});
     check_range<int32_t>("digits", o.digits, 0, 32);
     check_range<int32_t>("threads", o.threads, 0, 1024);
     check_range<int32_t>("d-model", o.d_model, 8, 8192);

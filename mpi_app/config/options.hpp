@@ -73,6 +73,11 @@ struct Options {
     // ---- weight sync ----
     double bucket_mb = 32.0;
     bool sync_delta = false;  // send only the weights that changed since the receivers' version
+    // ---- async modes (disaggregated, multiplex) ----
+    int32_t train_threshold = 0;    // samples that trigger a training step; 0 = prompts-per-step x group-size
+    double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout
+    int32_t staleness = 1;          // eta: max versions a sample's oldest token may lag the trained version
+    std::string stale = "drop";     // drop (weight 0) or weight (trained with a decayed weight)
     // ---- system ----
     bool gemm_check = true;
     double min_gflops = 50.0;  // Netlib ~4, generic kernels ~33, AVX2 ~65-80, AVX-512 ~150

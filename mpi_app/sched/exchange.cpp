@@ -60,6 +60,8 @@ std::vector<char> pack_samples(const std::vector<RolloutSample>& samples) {
         put_vec(b, s.prompt);
         put_vec(b, s.response);
         put_vec(b, s.logprobs);
+        put_vec(b, s.versions);
+        put(b, s.weight);
     }
     return b;
 }
@@ -80,6 +82,8 @@ std::vector<RolloutSample> unpack_samples(const char* data, size_t size) {
         s.prompt = r.get_vec<int32_t>();
         s.response = r.get_vec<int32_t>();
         s.logprobs = r.get_vec<float>();
+        s.versions = r.get_vec<int32_t>();
+        s.weight = r.get<float>();
         out.push_back(std::move(s));
     }
     return out;

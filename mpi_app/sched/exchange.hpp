@@ -21,6 +21,10 @@ struct RolloutSample {
     std::vector<int32_t> prompt;
     std::vector<int32_t> response;
     std::vector<float> logprobs;  // one per response token
+    // Async modes: the policy version of each response token (empty: every token is `version`;
+    // then `version` is the oldest) and the advantage weight of a stale sample (1 = full).
+    std::vector<int32_t> versions;
+    float weight = 1.f;
 };
 
 /// Serialises samples into bytes and back (exposed for tests).

@@ -33,8 +33,37 @@ struct RlTrainer::Impl {
     std::unique_ptr<train::ReferenceWorker> ref;
     std::unique_ptr<train::CriticWorker> critic;
     std::unique_ptr<train::MpiCollectives> train_comm, critic_comm;
+    // Who trains: the run's roles, or (async modes) one train group that also holds the critic.
+    MPI_Comm exch = MPI_COMM_WORLD;  // the per-sample exchanges; ranks below are its ranks
+    std::vector<int> train_ranks, critic_ranks;
+    int me = 0;
+    bool in_train = false, in_critic = false;
+    bool by_position = false;  // owners by the group's position in the batch (async modes)
+    MPI_Comm train_c = MPI_COMM_NULL, critic_c = MPI_COMM_NULL;
 
-    Impl(const config::Options& o, cluster::Roles& r, model::LlamaModel p) : opt(o), roles(r), policy(std::move(p)) {
+    Impl(const config::Options& o, cluster::Roles& r, model::LlamaModel p, const TrainGroup* g)
+        : opt(o), roles(r), policy(std::move(p)) {
+        if (g) {
+            exch = g->comm;
+            by_position = true;
+            in_train = in_critic = g->comm != MPI_COMM_NULL;
+            if (in_train) {
+                int n = 0;
+                TAGFLOW_MPI_CHECK(MPI_Comm_size(g->comm, &n));
+                TAGFLOW_MPI_CHECK(MPI_Comm_rank(g->comm, &me));
+                for (int k = 0; k < n; ++k) train_ranks.push_back(k);
+            }
+            critic_ranks = train_ranks;
+            train_c = critic_c = g->comm;
+        } else {
+            train_ranks = roles.train_ranks;
+            critic_ranks = roles.critic_ranks;
+            me = roles.world_rank;
+            in_train = roles.is_train();
+            in_critic = roles.is_critic();
+            train_c = roles.train.get();
+            critic_c = roles.critic.get();
+        }
         adv.estimator = train::parse_adv_estimator(opt.algo);
         adv.norm_adv_by_std = true;
         adv.gamma = opt.gamma;
@@ -56,8 +85,8 @@ struct RlTrainer::Impl {
         ec.optim.grad_clip = opt.grad_clip;
         ec.micro_batch = opt.micro_batch > 0 ? opt.micro_batch : std::numeric_limits<int32_t>::max();
         ec.bf16 = opt.bf16;
-        if (roles.is_train()) {
-            train_comm = std::make_unique<train::MpiCollectives>(roles.train.get(), bucket);
+        if (in_train) {
+            train_comm = std::make_unique<train::MpiCollectives>(train_c, bucket);
             if (opt.kl_coef > 0) {
                 train::EngineConfig rc = ec;
                 rc.trainable = false;
@@ -73,8 +102,8 @@ struct RlTrainer::Impl {
             ac.temperature = opt.temperature;
             actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(policy), ec), ac);
         }
-        if (adv.estimator == train::AdvEstimator::kGae && roles.is_critic()) {
-            critic_comm = std::make_unique<train::MpiCollectives>(roles.critic.get(), bucket);
+        if (adv.estimator == train::AdvEstimator::kGae && in_critic) {
+            critic_comm = std::make_unique<train::MpiCollectives>(critic_c, bucket);
             // veRL starts the critic from the actor's weights; its value head starts at 0.
             model::ValueModel vm(policy->config(), static_cast<uint64_t>(opt.seed) + 17);
             vm->init_from_policy(*policy);
@@ -91,7 +120,7 @@ struct RlTrainer::Impl {
     std::vector<size_t> mine(const std::vector<int>& owner) const {
         std::vector<size_t> idx;
         for (size_t i = 0; i < owner.size(); ++i)
-            if (owner[i] == roles.world_rank) idx.push_back(i);
+            if (owner[i] == me) idx.push_back(i);
         return idx;
     }
     static std::vector<train::TrainSeq> select(const std::vector<train::TrainSeq>& seqs, const std::vector<size_t>& idx) {
@@ -105,17 +134,20 @@ struct RlTrainer::Impl {
         TrainReport rep;
         const size_t N = all.size();
         const int64_t P = opt.prompts_per_step;
-        const auto n_train = static_cast<int64_t>(roles.train_ranks.size());
-        const auto n_critic = static_cast<int64_t>(roles.critic_ranks.size());
+        const auto n_train = static_cast<int64_t>(train_ranks.size());
+        const auto n_critic = static_cast<int64_t>(critic_ranks.size());
         std::vector<train::TrainSeq> seqs(N);
         std::vector<int> train_owner(N), critic_owner(N);
         std::vector<size_t> lengths(N);
+        int64_t ordinal = -1;
         for (size_t i = 0; i < N; ++i) {
             seqs[i] = train::make_train_seq(all[i].prompt, all[i].response, all[i].logprobs);
             lengths[i] = all[i].response.size();
-            const int64_t j = all[i].group - static_cast<int64_t>(s) * P;
-            train_owner[i] = roles.train_ranks[static_cast<size_t>(j % n_train)];
-            critic_owner[i] = roles.critic_ranks[static_cast<size_t>(j % n_critic)];
+            // Async batches hold any groups: there the k-th group of the batch is prompt k.
+            if (by_position && (i == 0 || all[i].group != all[i - 1].group)) ++ordinal;
+            const int64_t j = by_position ? ordinal : all[i].group - static_cast<int64_t>(s) * P;
+            train_owner[i] = train_ranks[static_cast<size_t>(((j % n_train) + n_train) % n_train)];
+            critic_owner[i] = critic_ranks[static_cast<size_t>(((j % n_critic) + n_critic) % n_critic)];
         }
         const std::vector<size_t> my_train = mine(train_owner);
 
@@ -125,7 +157,7 @@ struct RlTrainer::Impl {
             auto r = ref->compute_ref_log_probs(select(seqs, my_train));
             for (size_t k = 0; k < my_train.size(); ++k) ref_lp[my_train[k]] = std::move(r[k]);
         }
-        if (kl_in_reward) allgather_rows(ref_lp, train_owner, lengths, MPI_COMM_WORLD);
+        if (kl_in_reward) allgather_rows(ref_lp, train_owner, lengths, exch);
 
         // Values (ppo): by the sample's critic rank, then to everyone.
         std::vector<std::vector<float>> values(N);
@@ -136,7 +168,7 @@ struct RlTrainer::Impl {
                 auto v = critic->compute_values(select(seqs, my_critic));
                 for (size_t k = 0; k < my_critic.size(); ++k) values[my_critic[k]] = std::move(v[k]);
             }
-            allgather_rows(values, critic_owner, lengths, MPI_COMM_WORLD);
+            allgather_rows(values, critic_owner, lengths, exch);
         }
 
         // Advantages of the whole batch, identical on every rank.
@@ -160,6 +192,10 @@ struct RlTrainer::Impl {
             for (size_t i = 0; i < N; ++i) ar.advantages[i] = {seq_adv[i]};
         }
         for (size_t i = 0; i < N; ++i) {
+            if (all[i].weight != 1.f) {
+                seq_adv[i] *= all[i].weight;
+                for (float& a : ar.advantages[i]) a *= all[i].weight;
+            }
             seqs[i].advantages = std::move(ar.advantages[i]);
             seqs[i].returns = std::move(ar.returns[i]);
             if (gae) seqs[i].old_values = values[i];
@@ -176,8 +212,9 @@ struct RlTrainer::Impl {
             rep.logprob_diff_mean = st.logprob_diff_mean;
             rep.grad_norm = st.grad_norm;
             rep.tokens = st.tokens;
-            for (size_t i : my_train) rep.consumed.push_back({all[i].id, s, seq_adv[i], 1.0f});
+            for (size_t i : my_train) rep.consumed.push_back({all[i].id, s, seq_adv[i], all[i].weight});
         }
+        rep.advantages = seq_adv;
         if (critic) {
             std::vector<train::TrainSeq> local = select(seqs, mine(critic_owner));
             train::CriticStats cs = critic->update(local, critic_comm.get(), schedule);
@@ -189,7 +226,10 @@ struct RlTrainer::Impl {
 };
 
 RlTrainer::RlTrainer(const config::Options& opt, cluster::Roles& roles, model::LlamaModel policy)
-    : impl_(std::make_unique<Impl>(opt, roles, std::move(policy))) {}
+    : impl_(std::make_unique<Impl>(opt, roles, std::move(policy), nullptr)) {}
+RlTrainer::RlTrainer(const config::Options& opt, cluster::Roles& roles, model::LlamaModel policy,
+                     const TrainGroup& group)
+    : impl_(std::make_unique<Impl>(opt, roles, std::move(policy), &group)) {}
 RlTrainer::~RlTrainer() = default;
 
 TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>& all) { return impl_->step(step, all); }

@@ -28,12 +28,23 @@ struct TrainReport {
     double value_loss = 0, explained_var = 0;
     int64_t tokens = 0;
     std::vector<io::ConsumedRecord> consumed;  ///< this rank's samples used by the actor
+    std::vector<float> advantages;  ///< every sample's sequence advantage, in input order (every rank)
+};
+
+/// A train group other than the run's fixed one (async modes): `comm` holds exactly the ranks
+/// that train (null on other ranks, which never call train_step). The actor and, for ppo, the
+/// critic both live on it, and every exchange of train_step stays inside it.
+struct TrainGroup {
+    MPI_Comm comm = MPI_COMM_NULL;
 };
 
 class RlTrainer {
 public:
     /// `policy` is this rank's policy module (trained in place on train ranks).
     RlTrainer(const config::Options& opt, cluster::Roles& roles, model::LlamaModel policy);
+    /// Same on the train group `group` (async modes): train_step is then COLLECTIVE over
+    /// group.comm only. A sample's advantage is multiplied by its `weight`.
+    RlTrainer(const config::Options& opt, cluster::Roles& roles, model::LlamaModel policy, const TrainGroup& group);
     ~RlTrainer();
 
     /// COLLECTIVE over MPI_COMM_WORLD (and the train/critic groups): trains on `all`, every

@@ -22,6 +22,7 @@
 #include "model/hf_config.hpp"
 #include "profile/timeline.hpp"
 #include "rollout/task.hpp"
+#include "sched/async_scheduler.hpp"
 #include "sched/gemm_check.hpp"
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
@@ -92,6 +93,9 @@ int train_command(int argc, char** argv) {
         local_error = e.what();
     }
     cluster::Roles roles = cluster::build_roles(local, local_error);
+    // Same verdict on every rank (it depends only on the options and every rank's tags).
+    check_async_roles(opt, roles);
+    const bool async = opt.mode != "sync";
 
     // The run file must not silently replace an earlier run.
     const std::string path = opt.out + "/tagflow.h5";
@@ -164,26 +168,34 @@ int train_command(int argc, char** argv) {
     attrs.world_size = roles.world_size;
     attrs.t0_unix = t0;
     if (const char* job = std::getenv("SLURM_JOB_ID")) attrs.slurm_job_id = job;
-    io::RunFile run = io::RunFile::create(roles.io.get(), path, attrs);
+    // sync: every rank writes through the io communicator. The async modes: the coordinator is
+    // the only writer (a communicator of just that rank), so no rollout rank ever joins an HDF5
+    // collective while it generates.
+    const int writer = async ? async_coordinator(roles) : 0;
+    std::unique_ptr<io::RunFile> run;
+    if (!async || rank == writer) {
+        run = std::make_unique<io::RunFile>(io::RunFile::create(async ? MPI_COMM_SELF : roles.io.get(), path, attrs));
+        std::vector<io::RankRecord> ranks;
+        if (rank == writer)
+            for (int r = 0; r < roles.world_size; ++r) {
+                io::RankRecord rr;
+                rr.rank = r;
+                rr.host = roles.hosts[static_cast<size_t>(r)];
+                rr.tags = cluster::tags_to_string(roles.all_tags[static_cast<size_t>(r)]);
+                rr.tag_source = roles.sources[static_cast<size_t>(r)];
+                rr.gpus = 0;  // Debian's LibTorch is CPU-only; GPU ranks come with a CUDA build
+                rr.clock_offset = 0;
+                ranks.push_back(rr);
+            }
+        run->append_ranks(ranks);
+        run->flush();
+    }
 
-    std::vector<io::RankRecord> ranks;
-    if (rank == 0)
-        for (int r = 0; r < roles.world_size; ++r) {
-            io::RankRecord rr;
-            rr.rank = r;
-            rr.host = roles.hosts[static_cast<size_t>(r)];
-            rr.tags = cluster::tags_to_string(roles.all_tags[static_cast<size_t>(r)]);
-            rr.tag_source = roles.sources[static_cast<size_t>(r)];
-            rr.gpus = 0;  // Debian's LibTorch is CPU-only; GPU ranks come with a CUDA build
-            rr.clock_offset = 0;
-            ranks.push_back(rr);
-        }
-    run.append_ranks(ranks);
-    run.flush();
-
-    auto scheduler = make_sync_scheduler(opt, roles, run, t0, std::move(task));
+    std::unique_ptr<Scheduler> scheduler =
+        async ? make_async_scheduler(opt, roles, run.get(), t0, std::move(task))
+              : make_sync_scheduler(opt, roles, *run, t0, std::move(task));
     RunSummary s = scheduler->run();
-    run.close();
+    if (run) run->close();
     print0("summary: %ld steps in %.1fs (%.1f samples/s); reward first step %.3f -> last step %.3f; "
            "held-out greedy eval %.3f -> %.3f (best %.3f; best constant output %.3f)\n",
            s.steps, s.elapsed, s.samples_per_s, s.first_reward, s.last_reward, s.first_eval, s.last_eval,

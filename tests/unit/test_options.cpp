@@ -140,7 +140,11 @@ TEST(Options, PluginVariablesAreAccepted) {
 
 TEST(Options, ModeValidation) {
     EXPECT_NE(error_of({"--out", "o", "--mode", "fast"}).find("--mode fast"), std::string::npos);
-    EXPECT_NE(error_of({"--out", "o", "--mode", "multiplex"}).find("not available"), std::string::npos);
+    EXPECT_EQ(parse({"--out", "o", "--mode", "multiplex"}, Env{}).options.mode, "multiplex");
+    EXPECT_EQ(parse({"--out", "o", "--mode", "disaggregated"}, Env{}).options.mode, "disaggregated");
+    EXPECT_NE(error_of({"--out", "o", "--stale", "keep"}).find("--stale"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "o", "--min-rollout-frac", "1.5"}).find("--min-rollout-frac"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "o", "--staleness", "-1"}).find("--staleness"), std::string::npos);
 }
 
 TEST(Options, StrayPositionalArgument) {

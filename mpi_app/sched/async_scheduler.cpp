@@ -1,0 +1,992 @@
+// SPDX-License-Identifier: Apache-2.0
+// async_scheduler: see the header. The protocol, all point-to-point on one communicator
+// duplicated up front (p2p_), every message from the coordinator C tagged with an epoch:
+//   samples  rank -> C    [spans][pack_samples] as soon as an engine step finishes samples
+//   ctl      C -> rank    [kind, epoch, version, n, members...]: TRAIN (join the train group for
+//                         training step `epoch`) or STOP (end of run)
+//   weights  C -> rollout-only ranks: a header (version) and one message per bucket of the flat
+//                         parameter buffer; receivers keep these receives posted into a shadow
+//                         buffer, test them between decode steps and copy at a token boundary
+//   final    rank -> C    [spans][membership log][discarded count] after STOP
+// The train group's communicator is made once with MPI_Comm_create_group over its members;
+// a training step's batch reaches them with MPI_Ibcast on it. Every wait is test-and-sleep.
+// Paused generations keep their KV caches (computed with the older weights): recomputing them
+// would cost a prefill per sequence, and the per-token versions record what produced each token.
+#include "sched/async_scheduler.hpp"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <limits>
+#include <list>
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "cluster/roles.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "config/options.hpp"
+#include "io/run_file.hpp"
+#include "model/llama.hpp"
+#include "profile/timeline.hpp"
+#include "rollout/engine.hpp"
+#include "rollout/sampling.hpp"
+#include "rollout/task.hpp"
+#include "sched/exchange.hpp"
+#include "sched/rl_trainer.hpp"
+#include "train/delta_sync.hpp"
+#include "train/delta_sync_mpi.hpp"
+
+namespace tagflow::sched {
+
+int async_coordinator(const cluster::Roles& roles) { return roles.train_root; }
+
+std::vector<int> async_train_group(const config::Options& opt, const cluster::Roles& roles) {
+    std::vector<int> t = roles.train_ranks;
+    if (opt.mode != "multiplex") return t;
+    const int n = roles.world_size;
+    const int need = static_cast<int>(std::ceil(opt.min_rollout_frac * n - 1e-9));
+    int staying = 0;  // ranks tagged rollout and not train
+    for (int r = 0; r < n; ++r)
+        if ((roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) &&
+            !(roles.all_tags[static_cast<size_t>(r)] & cluster::kTrain))
+            ++staying;
+    // Keep the highest multi-tag ranks (never the coordinator) in rollout until enough stay.
+    for (int k = static_cast<int>(t.size()) - 1; k >= 1 && staying < need; --k)
+        if (roles.all_tags[static_cast<size_t>(t[static_cast<size_t>(k)])] & cluster::kRollout) {
+            t.erase(t.begin() + k);
+            ++staying;
+        }
+    return t;
+}
+
+void check_async_roles(const config::Options& opt, const cluster::Roles& roles) {
+    if (opt.mode == "sync") return;
+    if (!roles.critic_colocated)
+        throw ConfigError("--mode " + opt.mode + ": ranks tagged critic are supported in sync mode only "
+                          "(the async modes keep the critic on the train group)");
+    const std::vector<int> t = async_train_group(opt, roles);
+    int outside = 0;
+    for (int r = 0; r < roles.world_size; ++r)
+        if ((roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) && !std::count(t.begin(), t.end(), r))
+            ++outside;
+    if (opt.mode == "disaggregated" && outside == 0)
+        throw ConfigError("--mode disaggregated: every rank tagged rollout is also tagged train; the mode needs at "
+                          "least one rank that only rolls out (e.g. --rank-tags \"0=rollout;1=rollout,train\")");
+    if (opt.mode == "multiplex") {
+        const int need = static_cast<int>(std::ceil(opt.min_rollout_frac * roles.world_size - 1e-9));
+        if (outside < need)
+            throw ConfigError("--min-rollout-frac " + std::to_string(opt.min_rollout_frac) + ": needs " +
+                              std::to_string(need) + " rank(s) that never leave rollout, but only " +
+                              std::to_string(outside) + " rank(s) besides the coordinator (rank " +
+                              std::to_string(roles.train_root) + ") can stay there");
+    }
+}
+
+namespace {
+
+using io::SpanKind;
+
+constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103, kTagWHdr = 7104, kTagWBucket = 7200;
+constexpr int64_t kCtlTrain = 1, kCtlStop = 2;
+
+void nap() { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
+
+// Test-and-sleep until every request completed (never a busy spin: ranks are oversubscribed).
+void wait_all(std::vector<MPI_Request>& reqs) {
+    if (reqs.empty()) return;
+    for (;;) {
+        int done = 0;
+        TAGFLOW_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+        if (done) break;
+        nap();
+    }
+    reqs.clear();
+}
+
+// Copy of sync_scheduler.cpp's make_policy (the lead owns that file): the policy from --model or
+// from the size options, with the task's vocabulary; the same weights on every rank.
+model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions) {
+    if (!opt.model.empty()) {
+        auto m = model::LlamaModelImpl::from_pretrained(opt.model);
+        const model::HfConfig& c = m->config();
+        if (c.vocab_size < task.vocab_size())
+            throw Error("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) + " is smaller than task " +
+                        task.name() + "'s " + std::to_string(task.vocab_size()) + " tokens");
+        if (c.max_position_embeddings < positions)
+            throw Error("--model " + opt.model + ": max_position_embeddings " + std::to_string(c.max_position_embeddings) +
+                        " is below the " + std::to_string(positions) + " positions task " + task.name() + " needs");
+        return model::LlamaModel(m);
+    }
+    model::HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = opt.d_model;
+    c.intermediate_size = opt.d_ff;
+    c.num_hidden_layers = opt.layers;
+    c.num_attention_heads = opt.heads;
+    c.num_key_value_heads = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
+    c.head_dim = opt.d_model / opt.heads;
+    c.vocab_size = task.vocab_size();
+    c.max_position_embeddings = positions;
+    c.rope_theta = opt.rope_theta;
+    c.abs_positions = opt.abs_positions;
+    return model::LlamaModel(c, static_cast<uint64_t>(opt.seed));
+}
+
+template <typename T>
+void put(std::vector<char>& b, const T& v) {
+    const char* p = reinterpret_cast<const char*>(&v);
+    b.insert(b.end(), p, p + sizeof(T));
+}
+template <typename T>
+T get(const char*& p, const char* end) {
+    if (static_cast<size_t>(end - p) < sizeof(T)) throw InternalError("async scheduler: truncated message");
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    p += sizeof(T);
+    return v;
+}
+void put_spans(std::vector<char>& b, const std::vector<io::SpanRecord>& spans) {
+    put<uint64_t>(b, spans.size());
+    for (const auto& s : spans) {
+        put(b, s.rank);
+        put(b, static_cast<uint8_t>(s.kind));
+        put(b, s.t_start);
+        put(b, s.t_end);
+        put(b, s.step);
+    }
+}
+std::vector<io::SpanRecord> get_spans(const char*& p, const char* end) {
+    auto n = get<uint64_t>(p, end);
+    std::vector<io::SpanRecord> out;
+    for (uint64_t i = 0; i < n; ++i) {
+        io::SpanRecord s;
+        s.rank = get<int32_t>(p, end);
+        s.kind = static_cast<SpanKind>(get<uint8_t>(p, end));
+        s.t_start = get<double>(p, end);
+        s.t_end = get<double>(p, end);
+        s.step = get<int32_t>(p, end);
+        out.push_back(s);
+    }
+    return out;
+}
+
+// One (epoch, members) a rank saw: the coordinator's announcement, logged on every member.
+struct Membership {
+    int64_t epoch = 0;
+    std::vector<int64_t> members;
+};
+
+class AsyncScheduler final : public Scheduler {
+ public:
+    AsyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run, double t0_unix,
+                   std::unique_ptr<rollout::Task> task)
+        : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), tl_(clock_, roles.world_rank),
+          task_(std::move(task)), multiplex_(opt.mode == "multiplex") {
+        me_ = roles.world_rank;
+        coord_ = async_coordinator(roles);
+        members_ = async_train_group(opt, roles);
+        in_train_ = std::count(members_.begin(), members_.end(), me_) > 0;
+        for (int r = 0; r < roles.world_size; ++r) {
+            const bool rolls = (roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) != 0;
+            const bool trains = std::count(members_.begin(), members_.end(), r) > 0;
+            if (rolls && (multiplex_ || !trains)) gens_.push_back(r);
+            if (rolls && !trains) receivers_.push_back(r);
+        }
+        is_gen_ = std::count(gens_.begin(), gens_.end(), me_) > 0;
+        is_recv_ = std::count(receivers_.begin(), receivers_.end(), me_) > 0;
+        threshold_ = opt.train_threshold > 0 ? opt.train_threshold
+                                             : static_cast<int64_t>(opt.prompts_per_step) * opt.group_size;
+
+        max_new_ = opt.max_new_tokens > 0 ? opt.max_new_tokens : task_->max_response_tokens();
+        policy_ = make_policy(opt, *task_, task_->max_prompt_tokens() + max_new_);
+        flat_ = train::share_one_buffer(policy_->parameters());
+        {
+            train::FlatView fv(params());
+            buckets_ = fv.plan_buckets(static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0));
+        }
+        train::WeightSync::Options so;
+        so.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
+        wsync_ = std::make_unique<train::WeightSync>(so);
+
+        // Communicators, once, up front (every rank is here: nobody is generating yet).
+        p2p_ = Comm::world().dup();
+        const bool in_bcast = is_recv_ || me_ == coord_;
+        bcast_ = Comm::world().split(in_bcast ? 0 : MPI_UNDEFINED, me_ == coord_ ? -1 : me_);
+        if (in_train_) {
+            MPI_Group wg = MPI_GROUP_NULL, tg = MPI_GROUP_NULL;
+            TAGFLOW_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+            TAGFLOW_MPI_CHECK(MPI_Group_incl(wg, static_cast<int>(members_.size()), members_.data(), &tg));
+            MPI_Comm c = MPI_COMM_NULL;
+            TAGFLOW_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, tg, 7301, &c));
+            MPI_Group_free(&tg);
+            MPI_Group_free(&wg);
+            train_comm_ = Comm::adopt(c);
+            if (train_comm_.rank() != static_cast<int>(std::find(members_.begin(), members_.end(), me_) - members_.begin()))
+                throw InternalError("train group: rank order differs from the member list");
+            TrainGroup g;
+            g.comm = train_comm_.get();
+            trainer_ = std::make_unique<RlTrainer>(opt, roles, policy_, g);
+        }
+        if (is_gen_) {
+            rollout::EngineConfig ec;
+            ec.max_batch = opt.max_batch;
+            engine_ = std::make_unique<rollout::Engine>(policy_, ec);
+            gen_index_ = static_cast<int64_t>(std::find(gens_.begin(), gens_.end(), me_) - gens_.begin());
+        }
+        if (me_ == coord_) {
+            std::string ms, rs;
+            for (int r : members_) ms += (ms.empty() ? "" : ",") + std::to_string(r);
+            for (int r : gens_) rs += (rs.empty() ? "" : ",") + std::to_string(r);
+            say("%s: coordinator rank %d; train group {%s}; generating ranks {%s}; threshold %lld samples; "
+                "staleness %d (%s)\n",
+                opt.mode.c_str(), coord_, ms.c_str(), rs.c_str(), static_cast<long long>(threshold_), opt.staleness,
+                opt.stale.c_str());
+        }
+    }
+
+    RunSummary run() override {
+        RunSummary sum;
+        sum.best_constant = task_->best_constant_score(opt_.eval_prompts);
+        // Version 0: one WeightSync broadcast from the coordinator to the rollout-only ranks.
+        if (!bcast_.is_null()) {
+            profile::Span span(tl_, SpanKind::kWeightSync, 0);
+            train::WeightSyncStats st = wsync_->broadcast(params(), 0, bcast_.get(), 0);
+            if (me_ == coord_) {
+                io::SyncRecord r;
+                r.version = 0;
+                r.bytes = st.bytes;
+                r.t_end = clock_.now();
+                r.t_start = r.t_end - st.seconds;
+                r.mode = wsync_->mode();
+                r.dense_bytes = st.dense_bytes;
+                r.buckets = st.buckets;
+                syncs_.push_back(r);
+            }
+        }
+        version_ = 0;
+        if (is_recv_) post_weight_recv();
+        if (me_ == coord_) {
+            double e0 = evaluate(0);
+            sum.first_eval = sum.best_eval = sum.last_eval = std::max(0.0, e0);
+            if (e0 >= 0) say("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
+                             static_cast<long long>(opt_.steps), e0, sum.best_constant);
+            coordinator_loop(sum);
+        } else {
+            worker_loop();
+        }
+        // The one final collective: every rank meets here, then learns the summary.
+        {
+            MPI_Request rq = MPI_REQUEST_NULL;
+            TAGFLOW_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &rq));
+            std::vector<MPI_Request> v{rq};
+            wait_all(v);
+        }
+        double s[8] = {sum.first_reward, sum.last_reward, sum.first_eval, sum.last_eval,
+                       sum.best_eval, sum.samples_per_s, sum.elapsed, static_cast<double>(sum.steps)};
+        TAGFLOW_MPI_CHECK(MPI_Bcast(s, 8, MPI_DOUBLE, coord_, MPI_COMM_WORLD));
+        sum.first_reward = s[0], sum.last_reward = s[1], sum.first_eval = s[2], sum.last_eval = s[3];
+        sum.best_eval = s[4], sum.samples_per_s = s[5], sum.elapsed = s[6], sum.steps = static_cast<long>(s[7]);
+        return sum;
+    }
+
+ private:
+    // ------------------------------------------------------------------ helpers
+    __attribute__((format(printf, 2, 3))) void say(const char* fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        std::vprintf(fmt, ap);
+        va_end(ap);
+        std::fflush(stdout);
+    }
+
+    std::vector<at::Tensor> params() {
+        std::vector<at::Tensor> ps;
+        for (auto& p : policy_->parameters()) ps.push_back(p.data());
+        return ps;
+    }
+
+    // One span at a time per rank: entering a kind closes the previous span (so spans on one
+    // rank never overlap). `step` is the rank's policy version (the training step for train).
+    void enter(SpanKind k, int32_t step) {
+        const double now = clock_.now();
+        if (open_ && (k != kind_ || step != span_step_)) {
+            if (now > span_t0_) tl_.add(kind_, span_t0_, now, span_step_);
+            span_t0_ = now;
+        } else if (!open_) {
+            span_t0_ = now;
+        }
+        open_ = true;
+        kind_ = k;
+        span_step_ = step;
+    }
+    void enter(SpanKind k) { enter(k, version_); }
+    // Closes the open span at now (it reopens on the next enter()).
+    void cut() {
+        const double now = clock_.now();
+        if (open_ && now > span_t0_) tl_.add(kind_, span_t0_, now, span_step_);
+        open_ = false;
+    }
+    std::vector<io::SpanRecord> take_spans() {
+        const bool was = open_;
+        const SpanKind k = kind_;
+        const int32_t st = span_step_;
+        cut();
+        if (was) enter(k, st);
+        return tl_.take();
+    }
+
+    double evaluate(int32_t step) {
+        if (!roles_.is_rollout()) return -1;  // a rank without the rollout tag never generates
+        enter(SpanKind::kRollout);
+        torch::NoGradGuard ng;
+        double e = rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);
+        cut();  // the evaluation's span ends here, not at the next enter()
+        if (run_) evals_.push_back({step, task_->name(), static_cast<float>(e), opt_.eval_prompts});
+        return e;
+    }
+
+    // ------------------------------------------------------------------ generation
+    void fill_engine() {
+        const int64_t G = opt_.group_size, n = static_cast<int64_t>(gens_.size());
+        while (engine_->active() + engine_->waiting() < opt_.max_batch) {
+            const int64_t g = next_local_++ * n + gen_index_;
+            auto prompt = task_->train_prompt(g);
+            for (int64_t k = 0; k < G; ++k) {
+                const int64_t id = g * G + k;
+                rollout::GenRequest rq;
+                rq.id = id;
+                rq.prompt = prompt;
+                rq.params.temperature = opt_.temperature;
+                rq.params.top_p = opt_.top_p;
+                rq.params.top_k = opt_.top_k;
+                rq.params.max_tokens = max_new_;
+                rq.params.stop_ids = {task_->eos_token()};
+                rq.params.seed = rollout::derive_seed(static_cast<uint64_t>(opt_.seed), static_cast<uint64_t>(id));
+                groups_of_[id] = g;
+                engine_->submit(std::move(rq));
+            }
+        }
+    }
+
+    // One engine step (a token boundary before and after); finished samples go to `out`.
+    void gen_step(std::vector<RolloutSample>& out) {
+        fill_engine();
+        enter(SpanKind::kRollout);
+        step_versions_.push_back(version_);
+        const size_t f = step_versions_.size() - 1;
+        engine_->step([&](const rollout::GenResult& g) {
+            RolloutSample r;
+            r.id = g.id;
+            auto it = groups_of_.find(g.id);
+            r.group = it->second;
+            groups_of_.erase(it);
+            r.rank = me_;
+            r.prompt = task_->train_prompt(r.group);
+            r.response = g.response;
+            r.logprobs = g.logprobs;
+            r.hit_eos = g.finish == rollout::FinishReason::kStop;
+            r.reward = task_->reward(r.prompt, r.response);
+            r.t_done = clock_.now();
+            // Per-token versions: the engine's (GenResult::versions, set by update_weights);
+            // failing that, since the engine samples one token per step for every admitted
+            // sequence, the n tokens of a result that finished in step f came from steps f-n+1..f.
+            const size_t n = g.response.size();
+            if (g.versions.size() == n) {
+                r.versions = g.versions;
+            } else {
+                r.versions.resize(n);
+                for (size_t k = 0; k < n; ++k) {
+                    const size_t at = f + 1 >= n - k ? f + 1 - (n - k) : 0;
+                    r.versions[k] = step_versions_[at];
+                }
+            }
+            r.version = n ? *std::min_element(r.versions.begin(), r.versions.end()) : version_;
+            out.push_back(std::move(r));
+        });
+    }
+
+    // Sends finished samples (and this rank's spans so far) to the coordinator; never waits.
+    void send_samples(const std::vector<RolloutSample>& s) {
+        test_sends();
+        std::vector<char> b;
+        put_spans(b, take_spans());
+        std::vector<char> p = pack_samples(s);
+        b.insert(b.end(), p.begin(), p.end());
+        sends_.push_back({MPI_REQUEST_NULL, std::move(b)});
+        auto& m = sends_.back();
+        TAGFLOW_MPI_CHECK(MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, coord_, kTagSamples,
+                                    p2p_.get(), &m.req));
+    }
+    void test_sends() {
+        for (auto it = sends_.begin(); it != sends_.end();) {
+            int done = 0;
+            TAGFLOW_MPI_CHECK(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE));
+            it = done ? sends_.erase(it) : std::next(it);
+        }
+    }
+    void finish_sends() {
+        std::vector<MPI_Request> v;
+        for (auto& m : sends_) v.push_back(m.req);
+        wait_all(v);
+        sends_.clear();
+    }
+
+    // ------------------------------------------------------------------ weights
+    // Rollout-only ranks: a header and every bucket, received into the shadow buffer.
+    void post_weight_recv() {
+        shadow_.resize(static_cast<size_t>(flat_.numel()));
+        wreqs_.assign(1 + buckets_.size(), MPI_REQUEST_NULL);
+        TAGFLOW_MPI_CHECK(MPI_Irecv(&whdr_, 1, MPI_INT, coord_, kTagWHdr, p2p_.get(), &wreqs_[0]));
+        for (size_t b = 0; b < buckets_.size(); ++b)
+            TAGFLOW_MPI_CHECK(MPI_Irecv(shadow_.data() + buckets_[b].first, static_cast<int>(buckets_[b].second),
+                                        MPI_FLOAT, coord_, kTagWBucket + static_cast<int>(b), p2p_.get(),
+                                        &wreqs_[b + 1]));
+    }
+    // Between decode steps: swaps in new weights when they have fully arrived.
+    void test_weight_recv() {
+        int done = 0;
+        TAGFLOW_MPI_CHECK(MPI_Testall(static_cast<int>(wreqs_.size()), wreqs_.data(), &done, MPI_STATUSES_IGNORE));
+        if (!done) return;
+        enter(SpanKind::kWeightSync, whdr_);
+        {
+            torch::NoGradGuard ng;
+            // In place on the flat buffer: the parameters are views of it, their version
+            // counters move, and the engine re-snapshots the weights at its next step.
+            flat_.copy_(torch::from_blob(shadow_.data(), {flat_.numel()}, torch::kFloat));
+        }
+        version_ = whdr_;
+        // At a token boundary: in-flight generations resume with their KV caches kept.
+        engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);
+        post_weight_recv();
+    }
+    void cancel_weight_recv() {
+        for (auto& r : wreqs_) {
+            if (r == MPI_REQUEST_NULL) continue;
+            int done = 0;
+            TAGFLOW_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
+            if (done) continue;
+            MPI_Cancel(&r);
+            MPI_Wait(&r, MPI_STATUS_IGNORE);
+        }
+        wreqs_.clear();
+    }
+
+    // Coordinator: the new weights to every rollout-only rank, non-blocking.
+    void send_weights(int32_t version) {
+        if (receivers_.empty()) return;
+        wait_weight_sends();  // the send buffer is reused
+        send_buf_.resize(static_cast<size_t>(flat_.numel()));
+        std::memcpy(send_buf_.data(), flat_.data_ptr<float>(), send_buf_.size() * sizeof(float));
+        send_version_ = version;
+        for (int r : receivers_) {
+            wsends_.emplace_back();
+            TAGFLOW_MPI_CHECK(MPI_Isend(&send_version_, 1, MPI_INT, r, kTagWHdr, p2p_.get(), &wsends_.back()));
+            for (size_t b = 0; b < buckets_.size(); ++b) {
+                wsends_.emplace_back();
+                TAGFLOW_MPI_CHECK(MPI_Isend(send_buf_.data() + buckets_[b].first, static_cast<int>(buckets_[b].second),
+                                            MPI_FLOAT, r, kTagWBucket + static_cast<int>(b), p2p_.get(),
+                                            &wsends_.back()));
+            }
+        }
+        wsend_t0_ = clock_.now();
+    }
+    // Coordinator: records the sync once every message went out.
+    void test_weight_sends() {
+        if (wsends_.empty()) return;
+        int done = 0;
+        TAGFLOW_MPI_CHECK(MPI_Testall(static_cast<int>(wsends_.size()), wsends_.data(), &done, MPI_STATUSES_IGNORE));
+        if (!done) return;
+        wsends_.clear();
+        io::SyncRecord r;
+        r.version = send_version_;
+        r.bytes = static_cast<int64_t>(send_buf_.size() * sizeof(float));
+        r.dense_bytes = r.bytes;
+        r.t_start = wsend_t0_;
+        r.t_end = std::max(wsend_t0_, clock_.now());
+        r.mode = "mpi_isend";
+        r.buckets = static_cast<int32_t>(buckets_.size());
+        syncs_.push_back(r);
+    }
+    void wait_weight_sends() {
+        if (wsends_.empty()) return;
+        enter(SpanKind::kIdle);
+        while (!wsends_.empty()) {
+            poll_messages();
+            test_weight_sends();
+            if (!wsends_.empty()) nap();
+        }
+    }
+
+    // ------------------------------------------------------------------ coordinator
+    struct Pending {
+        MPI_Request req = MPI_REQUEST_NULL;
+        std::vector<char> buf;
+    };
+
+    void add_to_pool(std::vector<RolloutSample>& got) {
+        for (auto& r : got) {
+            written_.push_back(to_record(r));
+            ++finished_;
+            auto& v = pool_[r.group];
+            v.push_back(std::move(r));
+            if (static_cast<int64_t>(v.size()) == opt_.group_size) ready_.push_back(v.front().group);
+        }
+    }
+
+    // Receives every message that has arrived (samples, finals); never waits.
+    void poll_messages() {
+        for (;;) {
+            int flag = 0;
+            MPI_Status st;
+            TAGFLOW_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p2p_.get(), &flag, &st));
+            if (!flag) return;
+            int count = 0;
+            TAGFLOW_MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &count));
+            std::vector<char> b(static_cast<size_t>(count));
+            TAGFLOW_MPI_CHECK(MPI_Recv(b.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, p2p_.get(), MPI_STATUS_IGNORE));
+            const char* p = b.data();
+            const char* end = p + b.size();
+            auto spans = get_spans(p, end);
+            other_spans_.insert(other_spans_.end(), spans.begin(), spans.end());
+            if (st.MPI_TAG == kTagSamples) {
+                auto got = unpack_samples(p, static_cast<size_t>(end - p));
+                add_to_pool(got);
+            } else if (st.MPI_TAG == kTagFinal) {
+                auto n = get<uint64_t>(p, end);
+                auto& log = seen_[st.MPI_SOURCE];
+                for (uint64_t i = 0; i < n; ++i) {
+                    Membership m;
+                    m.epoch = get<int64_t>(p, end);
+                    auto k = get<int64_t>(p, end);
+                    for (int64_t j = 0; j < k; ++j) m.members.push_back(get<int64_t>(p, end));
+                    log.push_back(m);
+                }
+                discarded_ += get<int64_t>(p, end);
+                ++finals_;
+            } else {
+                throw InternalError("coordinator: unexpected message tag " + std::to_string(st.MPI_TAG) + " from rank " +
+                                    std::to_string(st.MPI_SOURCE));
+            }
+        }
+    }
+
+    int64_t age(const RolloutSample& r) const { return static_cast<int64_t>(version_) - r.version; }
+    // --stale weight: weight (eta+1)/(age+1); below kMinWeight the sample is dropped anyway, so
+    // a rollout side much faster than training cannot make the backlog ever staler.
+    static constexpr double kMinWeight = 0.25;
+    double weight_of(int64_t a) const {
+        if (a <= opt_.staleness) return 1.0;
+        if (opt_.stale == "drop") return 0.0;
+        const double w = static_cast<double>(opt_.staleness + 1) / static_cast<double>(a + 1);
+        return w < kMinWeight ? 0.0 : w;
+    }
+    // Samples of complete groups that would be trained now.
+    int64_t usable() const {
+        int64_t n = 0;
+        for (int64_t g : ready_)
+            for (const auto& r : pool_.at(g))
+                if (weight_of(age(r)) > 0) ++n;
+        return n;
+    }
+
+    void send_ctl(int dest, int64_t kind, int64_t epoch) {
+        std::vector<int64_t> m{kind, epoch, version_, static_cast<int64_t>(members_.size())};
+        for (int r : members_) m.push_back(r);
+        ctl_.push_back({MPI_REQUEST_NULL, std::vector<char>(reinterpret_cast<char*>(m.data()),
+                                                            reinterpret_cast<char*>(m.data() + m.size()))});
+        auto& c = ctl_.back();
+        TAGFLOW_MPI_CHECK(MPI_Isend(c.buf.data(), static_cast<int>(c.buf.size()), MPI_CHAR, dest, kTagCtl, p2p_.get(),
+                                    &c.req));
+    }
+
+    void coordinator_loop(RunSummary& sum) {
+        double total = 0;
+        double t_prev = clock_.now();
+        std::vector<RolloutSample> mine;
+        while (step_ < opt_.steps) {
+            poll_messages();
+            test_weight_sends();
+            if (usable() >= threshold_) {
+                const double t_end = train_one(t_prev, sum, total);
+                t_prev = t_end;
+                continue;
+            }
+            if (is_gen_) {
+                mine.clear();
+                gen_step(mine);
+                add_to_pool(mine);
+            } else {
+                enter(SpanKind::kIdle);  // waiting for samples
+                nap();
+            }
+        }
+        wait_weight_sends();
+        // End of run: STOP to every other rank; their last samples and spans come back.
+        for (int r = 0; r < roles_.world_size; ++r)
+            if (r != coord_) send_ctl(r, kCtlStop, step_);
+        enter(SpanKind::kIdle);
+        while (finals_ < roles_.world_size - 1) {
+            poll_messages();
+            nap();
+        }
+        std::vector<MPI_Request> v;
+        for (auto& c : ctl_) v.push_back(c.req);
+        wait_all(v);
+        ctl_.clear();
+        if (engine_) discarded_ += engine_->active() + engine_->waiting();
+        seen_[coord_] = my_log_;
+        int64_t leftover = finished_ - consumed_count_;
+        cut();
+        {
+            std::vector<io::SpanRecord> spans = tl_.take();
+            spans.insert(spans.end(), other_spans_.begin(), other_spans_.end());
+            other_spans_.clear();
+            write({}, {}, spans);
+        }
+        write_membership();
+        sum.steps = step_;
+        sum.elapsed = clock_.now();
+        sum.samples_per_s = total / std::max(1e-9, sum.elapsed);
+        say("%s: %lld samples finished, %lld consumed (%lld dropped as stale, %lld trained with a staleness "
+            "weight), %lld left over at the end, %lld unfinished generations discarded\n",
+            opt_.mode.c_str(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
+            static_cast<long long>(dropped_), static_cast<long long>(weighted_), static_cast<long long>(leftover),
+            static_cast<long long>(discarded_));
+    }
+
+    // One training step on the coordinator; returns its t_end.
+    double train_one(double t_start, RunSummary& sum, double& total) {
+        const int32_t s = static_cast<int32_t>(step_);
+        enter(SpanKind::kResplit, s);
+        for (int r : members_)
+            if (r != coord_) send_ctl(r, kCtlTrain, s);
+        my_log_.push_back({s, std::vector<int64_t>(members_.begin(), members_.end())});
+        // The batch: complete groups, oldest first; stale samples dropped (weight 0) or weighted.
+        std::vector<RolloutSample> batch;
+        std::vector<io::ConsumedRecord> consumed;
+        double age_sum = 0;
+        int64_t age_max = 0;
+        while (!ready_.empty() && static_cast<int64_t>(batch.size()) < threshold_) {
+            const int64_t g = ready_.front();
+            ready_.pop_front();
+            auto node = pool_.extract(g);
+            for (auto& r : node.mapped()) {
+                const int64_t a = age(r);
+                const double w = weight_of(a);
+                if (w <= 0) {
+                    consumed.push_back({r.id, s, 0.f, 0.f});
+                    ++dropped_;
+                    continue;
+                }
+                if (w < 1) {
+                    r.weight = static_cast<float>(w);
+                    ++weighted_;
+                }
+                age_sum += static_cast<double>(a);
+                age_max = std::max(age_max, a);
+                batch.push_back(std::move(r));
+            }
+        }
+        std::sort(batch.begin(), batch.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+        bcast_batch(batch);
+        enter(SpanKind::kTrain, s);
+        TrainReport tr = trainer_->train_step(s, batch);
+        version_ = s + 1;
+        if (engine_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);  // resume, KV kept
+        enter(SpanKind::kWeightSync);
+        send_weights(version_);
+        for (size_t i = 0; i < batch.size(); ++i) consumed.push_back({batch[i].id, s, tr.advantages[i], batch[i].weight});
+        consumed_count_ += static_cast<int64_t>(consumed.size());
+        ++step_;
+        // The evaluation (generation, on the coordinator) falls between steps, not inside one.
+        const double t_end = clock_.now();
+        const bool eval_now = (opt_.eval_every > 0 && step_ % opt_.eval_every == 0) || step_ == opt_.steps;
+        const double ev = eval_now ? evaluate(static_cast<int32_t>(step_)) : -1;
+
+        io::StepRecord row;
+        row.step = s;
+        row.t_start = t_start;
+        row.t_end = t_end;
+        row.policy_version = version_;
+        row.samples = static_cast<int64_t>(batch.size());
+        double mean = 0, var = 0;
+        int64_t tokens = 0;
+        for (const auto& r : batch) {
+            mean += r.reward;
+            tokens += static_cast<int64_t>(r.prompt.size() + r.response.size());
+        }
+        mean /= std::max<double>(1, static_cast<double>(batch.size()));
+        for (const auto& r : batch) var += (r.reward - mean) * (r.reward - mean);
+        row.tokens = tokens;
+        row.reward_mean = static_cast<float>(mean);
+        row.reward_std = static_cast<float>(std::sqrt(var / std::max<double>(1, static_cast<double>(batch.size()))));
+        row.loss = static_cast<float>(tr.loss);
+        row.kl = static_cast<float>(tr.kl);
+        row.entropy = static_cast<float>(tr.entropy);
+        row.clip_frac = static_cast<float>(tr.clip_frac);
+        row.logprob_diff_mean = static_cast<float>(tr.logprob_diff_mean);
+        row.staleness_mean = static_cast<float>(age_sum / std::max<double>(1, static_cast<double>(batch.size())));
+        row.staleness_max = static_cast<int32_t>(age_max);
+        const double dt = std::max(1e-9, t_end - t_start);
+        row.samples_per_s = static_cast<float>(static_cast<double>(batch.size()) / dt);
+        // Idle: every rank's idle spans inside this step, as known to the coordinator now.
+        std::vector<io::SpanRecord> spans = take_spans();
+        spans.insert(spans.end(), other_spans_.begin(), other_spans_.end());
+        other_spans_.clear();
+        double idle = 0;
+        for (const auto& sp : spans)
+            if (sp.kind == SpanKind::kIdle) idle += std::max(0.0, std::min(sp.t_end, t_end) - std::max(sp.t_start, t_start));
+        row.idle_frac = static_cast<float>(std::min(1.0, idle / (roles_.world_size * dt)));
+        total += static_cast<double>(batch.size());
+        if (s == 0) sum.first_reward = row.reward_mean;
+        sum.last_reward = row.reward_mean;
+        if (ev >= 0) {
+            sum.last_eval = ev;
+            sum.best_eval = std::max(sum.best_eval, ev);
+        }
+        enter(SpanKind::kIo);
+        write(consumed, {row}, spans);
+        char evs[32] = "";
+        if (ev >= 0) snprintf(evs, sizeof evs, "  eval %.3f", ev);
+        say("step %5d/%-5lld reward %.3f ± %.3f%s  loss %+.4f  samples/s %7.1f  staleness %.2f/%d  idle %4.1f%%  "
+            "elapsed %6.1fs\n",
+            s + 1, static_cast<long long>(opt_.steps), row.reward_mean, row.reward_std, evs, row.loss,
+            row.samples_per_s, row.staleness_mean, row.staleness_max, 100.0 * row.idle_frac, clock_.now());
+        return t_end;
+    }
+
+    // Train group: the coordinator's batch to every member (Ibcast, test-and-sleep).
+    void bcast_batch(std::vector<RolloutSample>& batch) {
+        std::vector<char> b;
+        if (me_ == coord_) b = pack_samples(batch);
+        int64_t n = static_cast<int64_t>(b.size());
+        std::vector<MPI_Request> v(1);
+        TAGFLOW_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, train_comm_.get(), &v[0]));
+        wait_all(v);
+        b.resize(static_cast<size_t>(n));
+        v.assign(1, MPI_REQUEST_NULL);
+        TAGFLOW_MPI_CHECK(MPI_Ibcast(b.data(), static_cast<int>(n), MPI_CHAR, 0, train_comm_.get(), &v[0]));
+        wait_all(v);
+        if (me_ != coord_) batch = unpack_samples(b.data(), b.size());
+    }
+
+    void write(const std::vector<io::ConsumedRecord>& consumed, const std::vector<io::StepRecord>& steps,
+               const std::vector<io::SpanRecord>& spans) {
+        run_->append_samples(written_);
+        written_.clear();
+        run_->append_consumed(consumed);
+        run_->append_steps(steps);
+        run_->append_eval(evals_);
+        evals_.clear();
+        run_->append_syncs(syncs_);
+        syncs_.clear();
+        run_->append_timeline(spans);
+        run_->flush();
+    }
+
+    // OUT/membership.json: the train group of every epoch as each member saw it announced.
+    void write_membership() {
+        std::ofstream f(opt_.out + "/membership.json");
+        f << "{\"mode\": \"" << opt_.mode << "\", \"coordinator\": " << coord_ << ", \"seen\": {";
+        bool first = true;
+        for (const auto& [rank, log] : seen_) {
+            f << (first ? "" : ", ") << "\"" << rank << "\": [";
+            first = false;
+            for (size_t i = 0; i < log.size(); ++i) {
+                f << (i ? ", " : "") << "[" << log[i].epoch << ", [";
+                for (size_t j = 0; j < log[i].members.size(); ++j) f << (j ? ", " : "") << log[i].members[j];
+                f << "]]";
+            }
+            f << "]";
+        }
+        f << "}}\n";
+    }
+
+    io::SampleRecord to_record(const RolloutSample& r) const {
+        io::SampleRecord rec;
+        rec.id = r.id;
+        rec.group = r.group;
+        rec.prompt_index = r.group;
+        rec.task = task_->name();
+        rec.reward = r.reward;
+        rec.finish_reason = r.hit_eos ? io::FinishReason::kStop : io::FinishReason::kLength;
+        rec.rank = r.rank;
+        rec.t_done = r.t_done;
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        rec.tokens = r.prompt;
+        rec.tokens.insert(rec.tokens.end(), r.response.begin(), r.response.end());
+        rec.logprobs.assign(r.prompt.size(), nan);
+        rec.logprobs.insert(rec.logprobs.end(), r.logprobs.begin(), r.logprobs.end());
+        rec.versions.assign(r.prompt.size(), -1);
+        if (r.versions.size() == r.response.size())
+            rec.versions.insert(rec.versions.end(), r.versions.begin(), r.versions.end());
+        else
+            rec.versions.insert(rec.versions.end(), r.response.size(), r.version);
+        rec.version_min = rec.version_max = r.version;
+        for (size_t k = r.prompt.size(); k < rec.versions.size(); ++k) {
+            rec.version_min = std::min(rec.version_min, rec.versions[k]);
+            rec.version_max = std::max(rec.version_max, rec.versions[k]);
+        }
+        rec.loss_mask.assign(r.prompt.size(), 0);
+        rec.loss_mask.insert(rec.loss_mask.end(), r.response.size(), 1);
+        return rec;
+    }
+
+    // ------------------------------------------------------------------ other ranks
+    // Returns the control message from the coordinator if one has arrived (never waits).
+    bool poll_ctl(std::vector<int64_t>& m) {
+        int flag = 0;
+        MPI_Status st;
+        TAGFLOW_MPI_CHECK(MPI_Iprobe(coord_, kTagCtl, p2p_.get(), &flag, &st));
+        if (!flag) return false;
+        int count = 0;
+        TAGFLOW_MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &count));
+        m.assign(static_cast<size_t>(count) / sizeof(int64_t), 0);
+        TAGFLOW_MPI_CHECK(MPI_Recv(m.data(), count, MPI_CHAR, coord_, kTagCtl, p2p_.get(), MPI_STATUS_IGNORE));
+        if (m.size() < 4 || m.size() != 4 + static_cast<size_t>(m[3]))
+            throw InternalError("rank " + std::to_string(me_) + ": malformed control message from the coordinator");
+        return true;
+    }
+
+    void worker_loop() {
+        std::vector<int64_t> ctl;
+        std::vector<RolloutSample> done;
+        for (;;) {
+            if (poll_ctl(ctl)) {
+                if (ctl[0] == kCtlStop) break;
+                if (ctl[0] != kCtlTrain || !in_train_)
+                    throw InternalError("rank " + std::to_string(me_) + ": told to train, but it is not in the train group");
+                // Preempted into the train group: the engine is not stepped until training ends.
+                const auto s = static_cast<int32_t>(ctl[1]);
+                enter(SpanKind::kResplit, s);
+                Membership mb;
+                mb.epoch = ctl[1];
+                mb.members.assign(ctl.begin() + 4, ctl.end());
+                my_log_.push_back(mb);
+                if (mb.members != std::vector<int64_t>(members_.begin(), members_.end()))
+                    throw InternalError("rank " + std::to_string(me_) + ": epoch " + std::to_string(s) +
+                                        " announces a train group other than the one built up front");
+                std::vector<RolloutSample> batch;
+                bcast_batch(batch);
+                enter(SpanKind::kTrain, s);
+                trainer_->train_step(s, batch);
+                version_ = s + 1;
+                if (engine_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);  // resume, KV kept
+                enter(is_gen_ ? SpanKind::kRollout : SpanKind::kIdle);
+                continue;
+            }
+            if (is_recv_) test_weight_recv();
+            done.clear();
+            if (is_gen_) {
+                gen_step(done);
+            } else {
+                enter(SpanKind::kIdle);  // a train-only rank waiting for the next training step
+                nap();
+            }
+            // Finished samples go out at once; spans at least every second anyway.
+            if (!done.empty() || clock_.now() - last_ship_ > 1.0) {
+                last_ship_ = clock_.now();
+                send_samples(done);
+            } else {
+                test_sends();
+            }
+        }
+        // STOP: unfinished generations are discarded (never written); finished ones are sent.
+        if (is_recv_) cancel_weight_recv();
+        const int64_t discarded = engine_ ? engine_->active() + engine_->waiting() : 0;
+        enter(SpanKind::kIdle);
+        finish_sends();
+        cut();
+        std::vector<char> b;
+        put_spans(b, tl_.take());
+        put<uint64_t>(b, my_log_.size());
+        for (const auto& m : my_log_) {
+            put<int64_t>(b, m.epoch);
+            put<int64_t>(b, static_cast<int64_t>(m.members.size()));
+            for (int64_t r : m.members) put<int64_t>(b, r);
+        }
+        put<int64_t>(b, discarded);
+        MPI_Request rq = MPI_REQUEST_NULL;
+        TAGFLOW_MPI_CHECK(MPI_Isend(b.data(), static_cast<int>(b.size()), MPI_CHAR, coord_, kTagFinal, p2p_.get(), &rq));
+        std::vector<MPI_Request> v{rq};
+        wait_all(v);
+    }
+
+    // ------------------------------------------------------------------ state
+    const config::Options& opt_;
+    cluster::Roles& roles_;
+    io::RunFile* run_;
+    profile::Clock clock_;
+    profile::Timeline tl_;
+    std::unique_ptr<rollout::Task> task_;
+    bool multiplex_;
+    int me_ = 0, coord_ = 0;
+    std::vector<int> members_, gens_, receivers_;
+    bool in_train_ = false, is_gen_ = false, is_recv_ = false;
+    int64_t threshold_ = 0;
+    int32_t max_new_ = 0;
+    int32_t version_ = 0;
+
+    model::LlamaModel policy_{nullptr};
+    at::Tensor flat_;
+    std::vector<std::pair<size_t, size_t>> buckets_;
+    std::unique_ptr<train::WeightSync> wsync_;
+    std::unique_ptr<RlTrainer> trainer_;
+    std::unique_ptr<rollout::Engine> engine_;
+    Comm p2p_, bcast_, train_comm_;
+
+    // span recorder
+    bool open_ = false;
+    SpanKind kind_ = SpanKind::kIdle;
+    int32_t span_step_ = 0;
+    double span_t0_ = 0;
+
+    // generation
+    int64_t gen_index_ = 0, next_local_ = 0;
+    std::map<int64_t, int64_t> groups_of_;  // sample id -> group, while generating
+    std::vector<int32_t> step_versions_;    // policy version at each engine step
+    std::list<Pending> sends_;
+    double last_ship_ = 0;
+
+    // weights
+    std::vector<float> shadow_;
+    int whdr_ = 0;
+    std::vector<MPI_Request> wreqs_;
+    std::vector<float> send_buf_;
+    int send_version_ = 0;
+    std::vector<MPI_Request> wsends_;
+    double wsend_t0_ = 0;
+
+    // coordinator
+    int64_t step_ = 0;
+    std::map<int64_t, std::vector<RolloutSample>> pool_;  // group -> its finished samples
+    std::deque<int64_t> ready_;                            // complete groups, in completion order
+    std::vector<io::SampleRecord> written_;                // finished samples not yet in the file
+    std::vector<io::SpanRecord> other_spans_;
+    std::vector<io::EvalRecord> evals_;
+    std::vector<io::SyncRecord> syncs_;
+    std::list<Pending> ctl_;
+    int64_t finished_ = 0, consumed_count_ = 0, dropped_ = 0, weighted_ = 0, discarded_ = 0;
+    int finals_ = 0;
+    std::vector<Membership> my_log_;
+    std::map<int, std::vector<Membership>> seen_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scheduler> make_async_scheduler(const config::Options& opt, cluster::Roles& roles,
+                                                io::RunFile* run, double t0_unix,
+                                                std::unique_ptr<rollout::Task> task) {
+    return std::make_unique<AsyncScheduler>(opt, roles, run, t0_unix, std::move(task));
+}
+
+}  // namespace tagflow::sched

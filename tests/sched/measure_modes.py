@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Measurement (not a ctest): sync vs disaggregated vs multiplex on one task, same seed, same
+number of training steps (each step trains prompts-per-step x group-size samples), 2 ranks
+"0=rollout;1=rollout,train". Prints trained samples/s, final reward (mean of the last 3 steps),
+samples dropped as stale, and the rollout-only rank 0's idle and generating fractions of the run,
+with samples/s relative to the first mode (sync).
+
+    measure_modes.py --tagflow BIN --workdir DIR [--task longtail] [--steps 20] [-- extra args]
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
+import tagflow_run  # noqa: E402
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def measure(a, mode, extra):
+    out = os.path.join(a.workdir, f"measure_{mode}")
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", mode, "--rank-tags",
+           "0=rollout;1=rollout,train", "--task", a.task, "--steps", str(a.steps), "--seed", str(a.seed),
+           "--eval-every", "0", "--gemm-check", "false"] + extra
+    t0 = time.time()
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"{mode}: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    wall = time.time() - t0
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        st = f["steps"]
+        t_first, t_last = float(st["t_start"][0]), float(st["t_end"][-1])
+        trained = int(np.sum(st["samples"][()]))
+        reward = float(np.mean(st["reward_mean"][-3:]))
+        w = f["consumed"]["weight"][()]
+        tl = f["timeline"]
+        rank, kind = tl["rank"][()], np.array(tagflow_run._decode(tl["kind"]), dtype=str)
+        a0, a1 = np.maximum(tl["t_start"][()], t_first), np.minimum(tl["t_end"][()], t_last)
+        dur = np.clip(a1 - a0, 0, None)
+        idle0 = float(np.sum(dur[(rank == 0) & (kind == "idle")]) / (t_last - t_first))
+        # sync's rollout-only rank waits for training inside the weight broadcast (a weight_sync span)
+        gen0 = float(np.sum(dur[(rank == 0) & (kind == "rollout")]) / (t_last - t_first))
+        ev = f["eval"]["score"][()]
+    return dict(mode=mode, trained=trained, sps=trained / (t_last - t_first), reward=reward,
+                dropped=int(np.sum(w == 0)), idle0=idle0, gen0=gen0, eval=float(ev[-1]) if len(ev) else float("nan"),
+                wall=wall, span=t_last - t_first)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tagflow", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--task", default="longtail")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--modes", default="sync,disaggregated,multiplex", help="first one is the baseline")
+    ap.add_argument("extra", nargs="*")
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    rows = [measure(a, m, a.extra) for m in a.modes.split(",")]
+    base = rows[0]
+    print(f"task {a.task}, {a.steps} steps, seed {a.seed}, 2 ranks '0=rollout;1=rollout,train', extra {a.extra}")
+    print(f"{'mode':14s} {'trained':>8s} {'samples/s':>10s} {'vs sync':>8s} {'reward(last3)':>14s} "
+          f"{'eval':>6s} {'dropped':>8s} {'rank0 idle':>10s} {'rank0 gen':>9s} {'run s':>7s}")
+    for r in rows:
+        print(f"{r['mode']:14s} {r['trained']:8d} {r['sps']:10.1f} {r['sps'] / base['sps']:8.2f} "
+              f"{r['reward']:14.3f} {r['eval']:6.3f} {r['dropped']:8d} {100 * r['idle0']:9.1f}% {100 * r['gen0']:8.1f}% {r['span']:7.1f}")
+
+
+if __name__ == "__main__":
+    main()

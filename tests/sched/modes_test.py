@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""The three scheduling modes end to end: short real `tagflow train` runs under mpirun.
+
+    modes_test.py CASE --tagflow BIN --workdir DIR
+CASE: stale_weight (--stale weight at 3 ranks), two_ranks (sync, disaggregated and multiplex at 2 ranks give valid run files and keep
+every rank to its tags), multiplex4 (4 ranks with mixed tags over many role switches: no sample
+trained twice or lost, no overlap, monotone steps and versions, every member saw the same train
+group at every switch), bad_usage (tags a mode cannot run with, bad option values).
+Each case prints what it checked and exits non-zero on failure.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
+import tagflow_run  # noqa: E402
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+for k in list(ENV):
+    if k.startswith("TAGFLOW_"):
+        del ENV[k]
+# Plumbing, not learning: a tiny batch, few eval prompts, no GEMM check.
+FAST = ["--prompts-per-step", "2", "--group-size", "4", "--eval-every", "0", "--eval-prompts", "8",
+        "--gemm-check", "false", "--max-batch", "16", "--threads", "1"]
+TWO = "0=rollout;1=rollout,train"
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Failure(msg)
+    print("ok:", msg)
+
+
+def train(a, name, np_, args, timeout=120):
+    out = os.path.join(a.workdir, name)
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["mpirun", "-n", str(np_), a.tagflow, "train", "--out", out] + FAST + args
+    t0 = time.time()
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    wall = time.time() - t0
+    return out, p, wall
+
+
+def train_ok(a, name, np_, args):
+    out, p, wall = train(a, name, np_, args)
+    sys.stdout.write(p.stdout[-2500:])
+    if p.returncode != 0:
+        sys.stdout.write(p.stderr[-3000:])
+    check(p.returncode == 0, f"{name}: {np_}-rank run exits 0 ({wall:.1f}s)")
+    return out
+
+
+def spans(f):
+    tl = f["timeline"]
+    kind = np.array(tagflow_run._decode(tl["kind"]), dtype=str)
+    return tl["rank"][()], kind, tl["t_start"][()], tl["t_end"][()], tl["step"][()]
+
+
+def common_checks(f, name, train_ranks, nsteps, staleness=1):
+    bad = tagflow_run.check_invariants(f)
+    check(not bad, f"{name}: schema v1 invariants hold {bad}")
+    st = f["steps"]
+    steps, vers = st["step"][()], st["policy_version"][()]
+    check(len(steps) == nsteps and np.all(np.diff(steps) > 0) and np.all(np.diff(vers) > 0),
+          f"{name}: {nsteps} steps, step and policy_version strictly increasing")
+    check(np.all(st["t_start"][1:] >= st["t_end"][:-1] - 1e-6), f"{name}: steps do not overlap in time")
+    rank, kind, t0, t1, _ = spans(f)
+    for r in np.unique(rank):
+        if r not in train_ranks:
+            check(not np.any((rank == r) & (kind == "train")), f"{name}: rank {r} (no train tag) has no train span")
+        sel = np.argsort(t0[rank == r], kind="stable")
+        a0, a1 = t0[rank == r][sel], t1[rank == r][sel]
+        check(np.all(a0[1:] >= a1[:-1] - 1e-9), f"{name}: rank {r}'s {len(a0)} spans do not overlap")
+    ids = f["samples"]["id"][()]
+    cons = f["consumed"]
+    cid, cstep, cw = cons["id"][()], cons["step"][()], cons["weight"][()]
+    check(len(np.unique(cid)) == len(cid), f"{name}: every consumed id appears once ({len(cid)} rows)")
+    check(np.all(np.isin(cid, ids)), f"{name}: every consumed id is in /samples")
+    # Staleness (drop mode): trained samples are at most `staleness` versions behind the trained
+    # version (= the step); dropped ones (weight 0) are more.
+    vmin = dict(zip(ids.tolist(), f["samples"]["version_min"][()].tolist()))
+    age = np.array([s - vmin[i] for i, s in zip(cid.tolist(), cstep.tolist())])
+    check(np.all(age[cw > 0] <= staleness) and np.all(age[cw == 0] > staleness),
+          f"{name}: trained samples at most {staleness} version(s) old, dropped ones older "
+          f"({int(np.sum(cw == 0))} dropped)")
+    trained = cw > 0
+    per_step = np.bincount(cstep[trained], minlength=nsteps)
+    check(np.array_equal(per_step, st["samples"][()]), f"{name}: /steps samples = trained /consumed rows per step")
+    vmax = f["samples"]["version_max"][()]
+    check(vmax.max() <= nsteps, f"{name}: no token from a version that was never trained")
+    return rank, kind, t0, t1
+
+
+def case_two_ranks(a):
+    for mode in ("sync", "disaggregated", "multiplex"):
+        out = train_ok(a, f"two_{mode}", 2, ["--mode", mode, "--rank-tags", TWO, "--steps", "3", "--seed", "5"])
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            rank, kind, t0, t1 = common_checks(f, mode, {1}, 3)
+            check(tagflow_run.config(f)["mode"] == mode, f"{mode}: mode recorded in the config attribute")
+            gen = set(f["samples"]["rank"][()].tolist())
+            st = f["steps"]
+            first, last = st["t_start"][0], st["t_end"][-1]
+            if mode == "disaggregated":
+                check(gen == {0}, f"disaggregated: only the rollout rank generates training samples ({gen})")
+                inside = (rank == 1) & (kind == "rollout") & (t1 > first) & (t0 < last)
+                check(not np.any(inside), "disaggregated: rank 1 never rolls out during the run (only trains)")
+                check(np.any((rank == 1) & (kind == "train")), "disaggregated: rank 1 trains")
+            elif mode == "multiplex":
+                # (the coordinator trains whenever the pool holds enough, so with a fast
+                # rollout-only rank its own samples may all finish after the last step)
+                check(0 in gen and gen <= {0, 1}, f"multiplex: samples from the generating ranks ({gen})")
+                check(np.any((rank == 1) & (kind == "train")) and np.any((rank == 1) & (kind == "rollout")),
+                      "multiplex: rank 1 both rolls out and trains")
+            if mode != "sync":
+                syncs = f["syncs"]["version"][()].tolist()
+                check(syncs[0] == 0 and syncs == sorted(syncs) and len(syncs) >= 2,
+                      f"{mode}: weight syncs to the rollout rank in version order {syncs}")
+                check(not np.any((rank == 0) & (kind == "idle") & (t1 - t0 > 0.5)),
+                      f"{mode}: the rollout-only rank never waits long")
+
+
+def case_multiplex4(a):
+    tags = "0=rollout;1=rollout,train;2=rollout,train;3=rollout"
+    n = 12
+    out = train_ok(a, "mp4", 4, ["--mode", "multiplex", "--rank-tags", tags, "--steps", str(n), "--seed", "3"])
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        rank, kind, t0, t1 = common_checks(f, "mp4", {1, 2}, n)
+        _, _, _, _, step = spans(f)
+        nsamples = len(f["samples"]["id"])
+        ncons = len(f["consumed"]["id"])
+        check(nsamples >= ncons, f"mp4: {nsamples} finished samples, {ncons} consumed or dropped, "
+                                 f"{nsamples - ncons} left over at the end")
+        for r in (1, 2):
+            tr = np.unique(step[(rank == r) & (kind == "train")])
+            check(len(tr) == n, f"mp4: rank {r} trained in all {n} epochs")
+        gen = set(f["samples"]["rank"][()].tolist())
+        check({0, 2, 3} <= gen and gen <= {0, 1, 2, 3}, f"mp4: samples from the generating ranks ({gen})")
+        for r in (0, 3):
+            check(np.any((rank == r) & (kind == "weight_sync")), f"mp4: rollout-only rank {r} received new weights")
+    with open(os.path.join(out, "membership.json")) as fh:
+        m = json.load(fh)
+    seen = {int(r): {e: tuple(mem) for e, mem in log} for r, log in m["seen"].items()}
+    check(set(r for r, log in seen.items() if log) == {1, 2}, f"mp4: only ranks 1 and 2 were ever in a train group")
+    check(len(seen[1]) == n and seen[1] == seen[2],
+          f"mp4: ranks 1 and 2 saw the same {n} epochs with the same members ({n} role switches)")
+    check(all(mem == (1, 2) for mem in seen[1].values()), "mp4: every epoch's group is {1, 2}")
+
+
+def case_stale_weight(a):
+    # --stale weight: stale samples are trained with weight (eta+1)/(age+1), dropped below 0.25.
+    out = train_ok(a, "weight", 3, ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train;2=rollout",
+                                    "--steps", "6", "--seed", "2", "--stale", "weight", "--staleness", "0"])
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        bad = tagflow_run.check_invariants(f)
+        check(not bad, f"weight: schema v1 invariants hold {bad}")
+        ids = f["samples"]["id"][()]
+        vmin = dict(zip(ids.tolist(), f["samples"]["version_min"][()].tolist()))
+        c = f["consumed"]
+        cid, cstep, w = c["id"][()], c["step"][()], c["weight"][()]
+        age = np.array([s - vmin[i] for i, s in zip(cid.tolist(), cstep.tolist())])
+        want = 1.0 / (age + 1)
+        want[want < 0.25] = 0
+        check(np.allclose(w, want, atol=1e-6), f"weight: /consumed weight = 1/(age+1) at eta 0 ({int(np.sum((w > 0) & (w < 1)))} "
+                                               f"weighted, {int(np.sum(w == 0))} dropped)")
+        check(np.any((w > 0) & (w < 1)), "weight: some stale samples were trained with a weight below 1")
+        st = f["steps"]
+        check(np.all(st["staleness_max"][()] <= 3), f"weight: staleness_max stays bounded {st['staleness_max'][()]}")
+
+
+def case_bad_usage(a):
+    for args, needle in [
+        (["--mode", "disaggregated", "--rank-tags", "0=rollout,train;1=rollout,train"], "only rolls out"),
+        (["--mode", "multiplex", "--rank-tags", "0=rollout,train;1=train", "--min-rollout-frac", "0.5"],
+         "--min-rollout-frac"),
+        (["--stale", "bogus"], "--stale"),
+        (["--min-rollout-frac", "2"], "--min-rollout-frac"),
+        (["--staleness", "-1"], "--staleness"),
+    ]:
+        _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
+        check(p.returncode == 2 and needle in p.stderr,
+              f"{' '.join(args)}: exit 2 naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--tagflow", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    try:
+        globals()["case_" + a.case](a)
+    except Failure as e:
+        print("FAIL:", e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
