@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -151,9 +153,23 @@ class SyncScheduler final : public Scheduler {
 
     // COLLECTIVE (sync communicator): train root -> every rollout rank, flat buckets (only the
     // changed weights with --sync-delta). Version v = the weights after v training steps.
-    train::WeightSyncStats sync_weights(int32_t version) {
+    // Waiting for the train root to finish training is idle time (added to *idle), not sync:
+    // members first meet in a non-blocking barrier, tested with short sleeps, in an idle span.
+    train::WeightSyncStats sync_weights(int32_t version, double* idle = nullptr) {
         train::WeightSyncStats st;
         if (roles_.sync.is_null()) return st;
+        {
+            profile::Span wait(timeline_, SpanKind::kIdle, std::max(0, version - 1));
+            MPI_Request rq = MPI_REQUEST_NULL;
+            TAGFLOW_MPI_CHECK(MPI_Ibarrier(roles_.sync.get(), &rq));
+            for (int done = 0;;) {
+                TAGFLOW_MPI_CHECK(MPI_Test(&rq, &done, MPI_STATUS_IGNORE));
+                if (done) break;
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
+            const double waited = wait.end();
+            if (idle) *idle += waited;
+        }
         profile::Span span(timeline_, SpanKind::kWeightSync, version);
         st = wsync_->broadcast(params(), version, roles_.sync.get(), 0);
         last_sync_t0_ = clock_.now() - st.seconds;
@@ -292,7 +308,7 @@ class SyncScheduler final : public Scheduler {
         stats[kLpDiff] = tr.logprob_diff_mean;
         stats[kTokens] = static_cast<double>(tr.tokens);
         std::vector<io::ConsumedRecord>& consumed = tr.consumed;
-        train::WeightSyncStats ss = sync_weights(s + 1);
+        train::WeightSyncStats ss = sync_weights(s + 1, &idle);
         const bool eval_now = (opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps;
         const double eval = eval_now ? evaluate_local(s) : -1;
         // Summed over ranks below: -1 from nobody when there is no evaluation this step.
