@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <thread>
 #include <unordered_map>
 
 #include "cluster/roles.hpp"
