@@ -112,35 +112,6 @@ void wait_all(std::vector<MPI_Request>& reqs) {
     reqs.clear();
 }
 
-// Copy of sync_scheduler.cpp's make_policy (the lead owns that file): the policy from --model or
-// from the size options, with the task's vocabulary; the same weights on every rank.
-model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions) {
-    if (!opt.model.empty()) {
-        auto m = model::LlamaModelImpl::from_pretrained(opt.model);
-        const model::HfConfig& c = m->config();
-        if (c.vocab_size < task.vocab_size())
-            throw Error("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) + " is smaller than task " +
-                        task.name() + "'s " + std::to_string(task.vocab_size()) + " tokens");
-        if (c.max_position_embeddings < positions)
-            throw Error("--model " + opt.model + ": max_position_embeddings " + std::to_string(c.max_position_embeddings) +
-                        " is below the " + std::to_string(positions) + " positions task " + task.name() + " needs");
-        return model::LlamaModel(m);
-    }
-    model::HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = opt.d_model;
-    c.intermediate_size = opt.d_ff;
-    c.num_hidden_layers = opt.layers;
-    c.num_attention_heads = opt.heads;
-    c.num_key_value_heads = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
-    c.head_dim = opt.d_model / opt.heads;
-    c.vocab_size = task.vocab_size();
-    c.max_position_embeddings = positions;
-    c.rope_theta = opt.rope_theta;
-    c.abs_positions = opt.abs_positions;
-    return model::LlamaModel(c, static_cast<uint64_t>(opt.seed));
-}
-
 template <typename T>
 void put(std::vector<char>& b, const T& v) {
     const char* p = reinterpret_cast<const char*>(&v);

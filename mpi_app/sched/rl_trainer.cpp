@@ -16,6 +16,7 @@
 #include "common/error.hpp"
 #include "config/options.hpp"
 #include "model/value_model.hpp"
+#include "rollout/task.hpp"
 #include "train/algorithms.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/workers.hpp"
@@ -235,5 +236,32 @@ RlTrainer::~RlTrainer() = default;
 TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>& all) { return impl_->step(step, all); }
 
 bool RlTrainer::has_critic() const { return impl_->critic != nullptr; }
+
+model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions) {
+    if (!opt.model.empty()) {
+        auto m = model::LlamaModelImpl::from_pretrained(opt.model);
+        const model::HfConfig& c = m->config();
+        if (c.vocab_size < task.vocab_size())
+            throw Error("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) + " is smaller than task " +
+                        task.name() + "'s " + std::to_string(task.vocab_size()) + " tokens");
+        if (c.max_position_embeddings < positions)
+            throw Error("--model " + opt.model + ": max_position_embeddings " + std::to_string(c.max_position_embeddings) +
+                        " is below the " + std::to_string(positions) + " positions task " + task.name() + " needs");
+        return model::LlamaModel(m);
+    }
+    model::HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = opt.d_model;
+    c.intermediate_size = opt.d_ff;
+    c.num_hidden_layers = opt.layers;
+    c.num_attention_heads = opt.heads;
+    c.num_key_value_heads = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
+    c.head_dim = opt.d_model / opt.heads;
+    c.vocab_size = task.vocab_size();
+    c.max_position_embeddings = positions;
+    c.rope_theta = opt.rope_theta;
+    c.abs_positions = opt.abs_positions;
+    return model::LlamaModel(c, static_cast<uint64_t>(opt.seed));
+}
 
 }  // namespace tagflow::sched

@@ -3,7 +3,8 @@
 // reinforce_pp): reference log-probs (KL), critic values (ppo), advantages over the whole
 // batch, the actor update on the train group and the critic update on the critic group, with
 // the per-sample data exchanged between those groups. Built on train/workers.hpp.
-// Does not generate, write the run file or sync weights (sync_scheduler.cpp does).
+// Also make_policy(), the policy every mode trains. Does not generate, write the run file or
+// sync weights (the schedulers do).
 #pragma once
 #include <memory>
 #include <vector>
@@ -18,8 +19,17 @@ struct Options;
 namespace tagflow::cluster {
 struct Roles;
 }
+namespace tagflow::rollout {
+class Task;
+}
 
 namespace tagflow::sched {
+
+/// The policy every scheduling mode trains: a Hugging Face checkpoint (--model; throws
+/// tagflow::Error when its vocabulary or positions are too small for `task`) or a fresh
+/// Llama-family decoder sized by the options with the task's vocabulary and `positions`
+/// positions. Same weights on every rank (same seed).
+model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions);
 
 /// What one step's training reports (valid on the train root; the critic fields on the
 /// critic group's first rank).
