@@ -23,25 +23,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
 import tagflow_run  # noqa: E402
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
+sys.path.insert(0, os.path.join(HERE, "..", "app"))
+from app_tests import ENV, Failure, check  # noqa: E402  (mpirun as root, no TAGFLOW_*; check() prints ok:)
 # Plumbing, not learning: a tiny batch, few eval prompts, no GEMM check.
 FAST = ["--prompts-per-step", "2", "--group-size", "4", "--eval-every", "0", "--eval-prompts", "8",
         "--gemm-check", "false", "--max-batch", "16", "--threads", "1"]
 TWO = "0=rollout;1=rollout,train"
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    print("ok:", msg)
 
 
 def train(a, name, np_, args, timeout=120):
@@ -153,7 +140,7 @@ def case_multiplex4(a):
     with open(os.path.join(out, "membership.json")) as fh:
         m = json.load(fh)
     seen = {int(r): {e: tuple(mem) for e, mem in log} for r, log in m["seen"].items()}
-    check(set(r for r, log in seen.items() if log) == {1, 2}, f"mp4: only ranks 1 and 2 were ever in a train group")
+    check(set(r for r, log in seen.items() if log) == {1, 2}, "mp4: only ranks 1 and 2 were ever in a train group")
     check(len(seen[1]) == n and seen[1] == seen[2],
           f"mp4: ranks 1 and 2 saw the same {n} epochs with the same members ({n} role switches)")
     check(all(mem == (1, 2) for mem in seen[1].values()), "mp4: every epoch's group is {1, 2}")

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import time
@@ -24,21 +23,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "llama"))
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_hwloc_base_binding_policy="none")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
+sys.path.insert(0, os.path.join(HERE, "..", "app"))
+import app_tests  # noqa: E402  (ENV: mpirun as root, no TAGFLOW_*; Failure; check() prints ok:)
+from app_tests import Failure, check, fresh  # noqa: E402
 
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    print("ok:", msg)
+ENV = dict(app_tests.ENV, OMPI_MCA_hwloc_base_binding_policy="none")
 
 
 def mpirun(a, np, args, timeout=300):
@@ -47,12 +36,6 @@ def mpirun(a, np, args, timeout=300):
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
     p.wall = time.time() - t0
     return p
-
-
-def fresh(a, name):
-    d = os.path.join(a.workdir, name)
-    shutil.rmtree(d, ignore_errors=True)
-    return d
 
 
 BAD = [
