@@ -18,6 +18,7 @@
 #include "sched/gemm_check.hpp"
 #include "sched/sft_command.hpp"
 #include "sched/train_command.hpp"
+#include "sim/sim_command.hpp"
 #include "tagflow/config.hpp"
 
 namespace {
@@ -30,6 +31,7 @@ const char kUsage[] =
     "  sft       supervised warm start on a task's solutions (see `tagflow sft --help`)\n"
     "  generate  generate token ids from a checkpoint directory (see `tagflow generate --help`)\n"
     "  trace     write a run file's timeline as Chrome trace JSON (see `tagflow trace --help`)\n"
+    "  sim       simulate the scheduling modes at scale in virtual time (see `tagflow sim --help`)\n"
     "  version   print the version and build features\n"
     "\n"
     "options:\n"
@@ -53,6 +55,11 @@ int dispatch(int argc, char** argv) {
     if (cmd == "sft") return tagflow::sched::sft_command(argc - 1, argv + 1);
     if (cmd == "generate") return tagflow::rollout::generate_command(argc - 1, argv + 1);
     if (cmd == "trace") return tagflow::profile::trace_command(argc - 1, argv + 1);
+    if (cmd == "sim") {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        return tagflow::sim::sim_command(argc - 1, argv + 1, rank == 0);
+    }
     tagflow::log_error("unknown command '%s' (try `tagflow --help`)", cmd.c_str());
     return 2;
 }

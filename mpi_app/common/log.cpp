@@ -2,6 +2,7 @@
 #include "common/log.hpp"
 
 #include <cstdio>
+#include <string>
 
 namespace tagflow {
 namespace {
@@ -51,7 +52,20 @@ void log_error(const char* fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "tagflow: error: %s\n", buf);
+    // One line whatever the message echoes (user values with newlines, escape sequences):
+    // control bytes are written as \xNN.
+    std::string line;
+    for (const char* c = buf; *c; ++c) {
+        const auto u = static_cast<unsigned char>(*c);
+        if (u < 0x20 || u == 0x7f) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\x%02x", u);
+            line += esc;
+        } else {
+            line += *c;
+        }
+    }
+    fprintf(stderr, "tagflow: error: %s\n", line.c_str());
     fflush(stderr);
 }
 

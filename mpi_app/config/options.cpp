@@ -2,6 +2,8 @@
 // options: Boost.Program_options declarations, the three sources, validation, JSON.
 #include "config/options.hpp"
 
+#include <sys/stat.h>
+
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
@@ -33,6 +35,12 @@ po::options_description describe(Options& o) {
         ("config", po::value<std::string>(&o.config_file), "config file (Boost.Program_options INI syntax: key = value)")
         ("out", po::value<std::string>(&o.out), "run directory (required); the run file is OUT/tagflow.h5")
         ("overwrite", val(&o.overwrite)->implicit_value(true), "replace an existing OUT/tagflow.h5")
+        ("ckpt-every", val(&o.ckpt_every), "write a checkpoint (OUT/checkpoint) every N training steps; 0 = only "
+                                           "when SIGTERM/SIGUSR1 arrives and at the end (sync mode)")
+        ("resume", val(&o.resume)->implicit_value(true), "resume from OUT/checkpoint (an error when there is none); "
+                                                        "without --resume/--no-resume a run resumes when OUT/checkpoint exists")
+        ("no-resume", val(&o.no_resume)->implicit_value(true), "ignore OUT/checkpoint and start afresh (with --overwrite, "
+                                                              "which also deletes the old checkpoint)")
         ("steps", val(&o.steps), "training steps")
         ("seed", val(&o.seed), "random seed (model init, prompts, sampling)")
         ("mode", val(&o.mode), "scheduling mode: sync (all ranks roll out, then train), disaggregated (fixed split: "
@@ -112,8 +120,22 @@ po::options_description describe(Options& o) {
         ("stale", val(&o.stale), "what happens to stale samples: drop (consumed with weight 0) or weight "
                                  "(trained with advantage weight (staleness + 1) / (age + 1), age = versions behind; "
                                  "dropped below 0.25)")
+        ("train-timeout", val(&o.train_timeout),
+         "disaggregated/multiplex: also start a training step when this many seconds passed since the last "
+         "one and at least one usable sample is waiting (0 = only --train-threshold)")
+        ("gateway", val(&o.gateway),
+         "disaggregated/multiplex: serve an OpenAI-compatible API on HOST:PORT (default host 127.0.0.1; "
+         "port 0 = any free port) from a rank that only rolls out; token in OUT/gateway.token, URL in "
+         "OUT/gateway.url (share/doc/gateway.md)")
+        ("gateway-any", val(&o.gateway_any)->implicit_value(true),
+         "allow --gateway to bind an address other than loopback (0.0.0.0, [::], a NIC)")
+        ("gateway-only", val(&o.gateway_only)->implicit_value(true),
+         "with --gateway: generate no built-in task prompts; train only on gateway sessions")
         ("gemm-check", val(&o.gemm_check)->implicit_value(true), "measure fp32 GEMM GFLOP/s at start")
-        ("min-gflops", val(&o.min_gflops), "warn when the GEMM check is below this many GFLOP/s per rank");
+        ("min-gflops", val(&o.min_gflops), "warn when the GEMM check is below this many GFLOP/s per rank")
+        ("heartbeat-timeout", val(&o.heartbeat_timeout),
+         "seconds without a heartbeat after which a rank counts as lost and the job is ended, naming it "
+         "(0 = no watchdog; heartbeats go to OUT/.heartbeat/)");
     po::options_description all("tagflow train options");
     all.add(run).add(tags).add(model).add(rollout).add(train).add(eval).add(sys);
     return all;
@@ -228,6 +250,43 @@ void validate(const Options& o) {
     check_range<int32_t>("eval-prompts", o.eval_prompts, 1, 1 << 20);
     check_range<double>("bucket-mb", o.bucket_mb, 1.0 / 1024, 4096.0);
     check_range<double>("min-gflops", o.min_gflops, 0.0, 1e7);
+    check_range<double>("train-timeout", o.train_timeout, 0.0, 1e7);
+    if (!o.gateway.empty()) {
+        if (o.mode == "sync")
+            throw ConfigError("--gateway: needs --mode disaggregated or multiplex (the gateway lives on a rank that "
+                              "only rolls out; sync mode has none)");
+        // HOST:PORT, [V6]:PORT, :PORT or PORT (host 127.0.0.1).
+        std::string host = "127.0.0.1", port = o.gateway;
+        if (!o.gateway.empty() && o.gateway.front() == '[') {
+            const size_t rb = o.gateway.find("]:");
+            if (rb == std::string::npos) throw ConfigError("--gateway " + o.gateway + ": expected [IPv6]:PORT");
+            host = o.gateway.substr(1, rb - 1);
+            port = o.gateway.substr(rb + 2);
+        } else if (const size_t c = o.gateway.rfind(':'); c != std::string::npos) {
+            if (o.gateway.find(':') != c)
+                throw ConfigError("--gateway " + o.gateway + ": write IPv6 addresses as [ADDR]:PORT");
+            if (c > 0) host = o.gateway.substr(0, c);
+            port = o.gateway.substr(c + 1);
+        }
+        if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoi(port) > 65535)
+            throw ConfigError("--gateway " + o.gateway + ": the port must be a number in [0, 65535]");
+        const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+        if (!loopback && !o.gateway_any)
+            throw ConfigError("--gateway " + o.gateway + ": binds beyond loopback; add --gateway-any to serve other "
+                              "hosts (the bearer token is then the only protection, no TLS)");
+    } else if (o.gateway_only) {
+        throw ConfigError("--gateway-only: needs --gateway HOST:PORT");
+    }
+    check_range<int32_t>("ckpt-every", o.ckpt_every, 0, 1000000000);
+    if (o.resume && o.no_resume) throw ConfigError("--resume and --no-resume: choose one");
+    check_range<double>("heartbeat-timeout", o.heartbeat_timeout, 0.0, 1e6);
+    if (o.heartbeat_timeout > 0 && o.heartbeat_timeout < 3)
+    {
+        std::ostringstream m;
+        m << "--heartbeat-timeout " << o.heartbeat_timeout << ": must be 0 (off) or at least 3 s (heartbeats come every second)";
+        throw ConfigError(m.str());
+    }
     for (double v : {o.temperature, o.top_p, o.lr, o.clip_eps, o.bucket_mb, o.rope_theta, o.critic_lr, o.gamma,
                      o.lam, o.value_clip})
         if (!std::isfinite(v)) throw ConfigError("a floating-point option is not finite");
@@ -238,6 +297,12 @@ std::string describe_error(const po::error& e, const std::string& origin) {
     std::string msg = e.what();
     if (auto u = dynamic_cast<const po::unknown_option*>(&e))
         return origin + "unknown option '" + u->get_option_name() + "' (see `tagflow train --help`)";
+    // A huge value would push the option's name past the end of the error line: leave it out.
+    if (auto w = dynamic_cast<const po::error_with_option_name*>(&e); w != nullptr && msg.size() > 300) {
+        po::error_with_option_name shorter = *w;
+        shorter.set_substitute("value", "(too long to show)");
+        return origin + shorter.what();
+    }
     return origin + msg;
 }
 
@@ -323,6 +388,10 @@ ParseResult parse_train(int argc, const char* const* argv,
     // 3. config file.
     std::string cfg = vm.count("config") ? vm["config"].as<std::string>() : std::string();
     if (!cfg.empty()) {
+        // A directory opens and reads as empty, a FIFO blocks: only regular files are read.
+        struct stat st {};
+        if (::stat(cfg.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+            throw ConfigError("--config " + cfg + ": not a regular file");
         std::ifstream in(cfg);
         if (!in) throw ConfigError("--config " + cfg + ": cannot open file");
         try {
@@ -344,6 +413,10 @@ ParseResult parse_train(int argc, const char* const* argv,
         o.tags_origin = "option";  // from the config file
     auto ts = env.find("TAGFLOW_TAG_SOURCE");
     if (ts != env.end()) o.tag_source = ts->second;
+    // Stored in /ranks: only what the SPANK plugin exports (tf_source_name), nothing arbitrary.
+    if (!o.tag_source.empty() && o.tag_source != "map" && o.tag_source != "option" && o.tag_source != "default")
+        throw ConfigError("environment variable TAGFLOW_TAG_SOURCE='" + o.tag_source.substr(0, 40) +
+                          (o.tag_source.size() > 40 ? "...'" : "'") + ": expected map, option or default");
     validate(o);
 
     for (const auto& d : desc.options()) {

@@ -25,6 +25,10 @@ struct Options {
     int32_t digits = 0;       // 0 = the task's own default (reverse, sort: 5; addition: 3)
     int32_t threads = 0;      // torch intra-op threads per rank; 0 = auto
     bool overwrite = false;
+    // ---- checkpoints (mpi_app/ckpt, share/doc/checkpoints.md) ----
+    int32_t ckpt_every = 10;  // steps between checkpoints in OUT/checkpoint; 0 = only on a signal and at the end
+    bool resume = false;      // --resume: a checkpoint must exist (default: resume when one exists)
+    bool no_resume = false;   // --no-resume: start afresh even when OUT/checkpoint exists (needs --overwrite)
     // ---- tags ----
     std::string tags;         // --tags / TAGFLOW_TAGS: one list for this rank
     std::string rank_tags;    // --rank-tags "0=rollout;1=rollout,train"
@@ -78,9 +82,15 @@ struct Options {
     double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout
     int32_t staleness = 1;          // eta: max versions a sample's oldest token may lag the trained version
     std::string stale = "drop";     // drop (weight 0) or weight (trained with a decayed weight)
+    double train_timeout = 0;       // s since the last step after which >= 1 usable sample trains anyway; 0 = off
+    // ---- gateway (async modes; share/doc/gateway.md) ----
+    std::string gateway;            // --gateway HOST:PORT: serve the OpenAI-compatible API; "" = off
+    bool gateway_any = false;       // allow a --gateway address other than loopback (e.g. 0.0.0.0)
+    bool gateway_only = false;      // no built-in task prompts: train only on gateway sessions
     // ---- system ----
     bool gemm_check = true;
     double min_gflops = 50.0;  // Netlib ~4, generic kernels ~33, AVX2 ~65-80, AVX-512 ~150
+    double heartbeat_timeout = 30.0;  // s of silence after which a rank is lost (health/heartbeat.hpp); 0 = off
 };
 
 /// What parse() found: the options, or a request for help.

@@ -73,6 +73,9 @@ struct RewardReport {
     std::string session;        ///< may be empty if completion_id is set
     std::string completion_id;  ///< may be empty if session is set
     double reward = 0.0;
+    /// Optional: sessions reported with the same group (e.g. G attempts at one prompt) form one
+    /// GRPO group in training; "" = the session is a group of its own.
+    std::string group;
 };
 
 enum class RewardStatus { kAccepted, kUnknown };

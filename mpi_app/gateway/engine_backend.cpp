@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// engine_backend: the engine thread (queue -> Engine::submit, Engine::step, results -> sinks)
+// engine_backend: the engine thread (queue -> Engine::submit, Engine::step, each sampled token
+// -> its sink at once, the finish after the request's last token)
 // and the JSON-lines record of completions and rewards (see engine_backend.hpp).
 #include "gateway/engine_backend.hpp"
 
@@ -153,8 +154,13 @@ void EngineBackend::Impl::run() {
                           {"cancelled", drop}});
         }
         if (drop) return;
-        l.sink->tokens(toks);
+        // The tokens went out one at a time from on_token (streaming); only the end is left.
         l.sink->finish(f);
+    };
+    auto on_token = [this](const rollout::TokenEvent& e) {
+        auto it = live.find(e.id);
+        if (it == live.end()) return;
+        it->second.sink->tokens({GeneratedToken{e.token, e.logprob, version.load()}});
     };
     for (;;) {
         std::deque<std::pair<CompletionRequest, TokenSinkPtr>> batch;
@@ -200,7 +206,7 @@ void EngineBackend::Impl::run() {
             }
         }
         try {
-            engine->step(on_finish);
+            engine->step(on_finish, on_token);
         } catch (const std::exception& e) {
             // The engine is in an unknown state: fail everything in flight and start afresh.
             Finish f;

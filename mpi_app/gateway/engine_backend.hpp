@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // engine_backend: a gateway Backend that runs a rollout::Engine on its own thread (one rank,
 // one model). submit() only queues; the thread admits queued requests into the engine, steps
-// it, and delivers each finished completion to its sink (tokens, log-probabilities, the policy
-// version) — the engine reports whole completions, so a stream gets its tokens when the
-// completion finishes. Optionally records every completion and reward as JSON lines.
+// it, and delivers every token to its sink in the engine step that sampled it (token,
+// log-probability, policy version; Engine::step's on_token), so `stream: true` answers one SSE
+// chunk per token; finish() follows the last one. Optionally records every completion and
+// reward as JSON lines.
 // Does not route between ranks, update weights (set_policy_version() only labels tokens) or
 // cancel generations inside the engine (a cancelled request runs to its end and is dropped).
 #pragma once

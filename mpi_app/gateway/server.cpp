@@ -533,7 +533,7 @@ void Server::Impl::handle(Conn& c, const HttpRequest& r) {
         if (need("POST")) handle_completion(c, r, Endpoint::kCompletions);
     } else if (p == "/v1/chat/completions") {
         if (need("POST")) handle_completion(c, r, Endpoint::kChat);
-    } else if (p == "/v1/rewards") {
+    } else if (p == "/v1/rewards" || p == "/v1/tagflow/reward") {
         if (need("POST")) handle_reward(c, r);
     } else {
         ApiError e;
@@ -594,6 +594,16 @@ void Server::Impl::handle_reward(Conn& c, const HttpRequest& r) {
         return respond_error(c, e);
     }
     rep.reward = j.at("reward").get<double>();
+    if (j.contains("group") && !j.at("group").is_null()) {
+        const json& g = j.at("group");
+        if (g.is_string()) rep.group = g.get<std::string>();
+        else if (g.is_number_integer()) rep.group = std::to_string(g.get<int64_t>());
+        if (rep.group.empty() || rep.group.size() > 256) {
+            e.message = "'group' must be a non-empty string (at most 256 bytes) or an integer";
+            e.param = "group";
+            return respond_error(c, e);
+        }
+    }
     if (backend->report_reward(rep) == RewardStatus::kUnknown) {
         e.status = 404;
         e.message = "no completion was served for " +
@@ -602,7 +612,7 @@ void Server::Impl::handle_reward(Conn& c, const HttpRequest& r) {
         return respond_error(c, e);
     }
     respond(c, 200, json{{"object", "reward"}, {"session", rep.session}, {"id", rep.completion_id},
-                         {"reward", rep.reward}, {"accepted", true}}
+                         {"reward", rep.reward}, {"group", rep.group}, {"accepted", true}}
                         .dump(-1, ' ', false, json::error_handler_t::replace));
 }
 

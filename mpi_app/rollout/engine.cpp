@@ -38,6 +38,7 @@ struct Engine::Impl {
     int64_t submitted = 0;
     int32_t version = 0;  ///< policy version of the tokens sampled now
     EngineStats stats;
+    std::vector<TokenEvent>* token_log = nullptr;  ///< set during a streaming step()
 
     static int64_t need(const GenRequest& r) {
         return static_cast<int64_t>(r.prompt.size()) + std::max<int64_t>(r.params.max_tokens, 1) - 1;
@@ -55,6 +56,7 @@ struct Engine::Impl {
             s.res.response.push_back(token);
             s.res.logprobs.push_back(l[i]);
             s.res.versions.push_back(version);
+            if (token_log) token_log->push_back(TokenEvent{s.req.id, token, l[i], version});
             s.next_token = token;
             const auto& stop = s.req.params.stop_ids;
             if (std::find(stop.begin(), stop.end(), token) != stop.end()) {
@@ -194,17 +196,26 @@ void Engine::submit(GenRequest r) {
     impl_->waiting.push_back(std::move(s));
 }
 
-bool Engine::step(const Callback& on_finish) {
+bool Engine::step(const Callback& on_finish) { return step(on_finish, TokenCallback{}); }
+
+bool Engine::step(const Callback& on_finish, const TokenCallback& on_token) {
     Impl& m = *impl_;
     if (m.active.empty() && m.waiting.empty()) return false;
     std::vector<Impl::Seq> finished;
+    std::vector<TokenEvent> events;
     {
         c10::InferenceMode im;
+        if (on_token) m.token_log = &events;
+        struct Reset {
+            Impl& m;
+            ~Reset() { m.token_log = nullptr; }
+        } reset{m};
         if (m.dec && m.dec->sync_weights()) ++m.stats.weight_refreshes;
         if (!m.active.empty()) m.decode_step(finished);
         m.admit(finished);
     }
     ++m.stats.steps;
+    for (const TokenEvent& e : events) on_token(e);
     for (auto& s : finished) {
         s.res.num_tokens = static_cast<int32_t>(s.res.response.size());
         m.done.emplace_back(s.order, s.res);

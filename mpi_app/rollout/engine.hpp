@@ -95,9 +95,19 @@ struct EngineStats {
 /// Either way the token already sampled before the update keeps its old version and logprob.
 enum class ResumeMode { kKeep, kRecompute };
 
+/// One token sampled in a step (streaming, e.g. the gateway's SSE chunks): which request, the
+/// token, its log-probability and policy version (the same numbers GenResult ends up with).
+struct TokenEvent {
+    int64_t id = 0;
+    int32_t token = 0;
+    float logprob = 0.0f;
+    int32_t version = 0;
+};
+
 class Engine {
 public:
     using Callback = std::function<void(const GenResult&)>;
+    using TokenCallback = std::function<void(const TokenEvent&)>;
 
     /// Shares `model` (no copy of the module; its weights are snapshotted for decoding).
     explicit Engine(model::LlamaModel model, EngineConfig cfg = EngineConfig{});
@@ -114,6 +124,10 @@ public:
     /// from the prefill). `on_finish` (may be empty; may call submit()) is called once per
     /// request that finished in this step. Returns false when nothing is left to do.
     bool step(const Callback& on_finish = {});
+    /// Same, and `on_token` (may be empty; must not call submit()) is called once per token
+    /// sampled in this step, in sampling order per request, after the step's compute and before
+    /// `on_finish` of the requests that finished in it: streaming one token at a time.
+    bool step(const Callback& on_finish, const TokenCallback& on_token);
     /// Steps until every queued request (including any submitted from `on_finish`) finished;
     /// returns the results not yet returned, in submission order.
     std::vector<GenResult> run(const Callback& on_finish = {});

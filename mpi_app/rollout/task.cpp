@@ -233,6 +233,8 @@ std::map<std::string, Registered>& registry() {
                          detail::make_addition_task};
         m["longtail"] = {"count down from A to B: long-tailed response lengths (p50 7, max 121 tokens)",
                          detail::make_longtail_task};
+        m["calc"] = {"multi-turn: compute an expression with the <calc> tool; reward = exact final answer",
+                     detail::make_calc_task};
         return m;
     }();
     return r;

@@ -37,5 +37,6 @@ float best_constant_positional(const std::vector<std::vector<int32_t>>& targets,
 
 std::unique_ptr<Task> make_addition_task(uint64_t seed, const TaskParams& params);
 std::unique_ptr<Task> make_longtail_task(uint64_t seed, const TaskParams& params);
+std::unique_ptr<Task> make_calc_task(uint64_t seed, const TaskParams& params);  // task_calc.cpp
 
 }  // namespace tagflow::rollout::detail

@@ -41,6 +41,8 @@
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
 #include "sched/exchange.hpp"
+#include "sched/gateway_router.hpp"
+#include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
@@ -50,45 +52,11 @@ namespace tagflow::sched {
 int async_coordinator(const cluster::Roles& roles) { return roles.train_root; }
 
 std::vector<int> async_train_group(const config::Options& opt, const cluster::Roles& roles) {
-    std::vector<int> t = roles.train_ranks;
-    if (opt.mode != "multiplex") return t;
-    const int n = roles.world_size;
-    const int need = static_cast<int>(std::ceil(opt.min_rollout_frac * n - 1e-9));
-    int staying = 0;  // ranks tagged rollout and not train
-    for (int r = 0; r < n; ++r)
-        if ((roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) &&
-            !(roles.all_tags[static_cast<size_t>(r)] & cluster::kTrain))
-            ++staying;
-    // Keep the highest multi-tag ranks (never the coordinator) in rollout until enough stay.
-    for (int k = static_cast<int>(t.size()) - 1; k >= 1 && staying < need; --k)
-        if (roles.all_tags[static_cast<size_t>(t[static_cast<size_t>(k)])] & cluster::kRollout) {
-            t.erase(t.begin() + k);
-            ++staying;
-        }
-    return t;
+    return policy::train_group(opt, roles.all_tags);  // pure: shared with the simulator (sim/)
 }
 
 void check_async_roles(const config::Options& opt, const cluster::Roles& roles) {
-    if (opt.mode == "sync") return;
-    if (!roles.critic_colocated)
-        throw ConfigError("--mode " + opt.mode + ": ranks tagged critic are supported in sync mode only "
-                          "(the async modes keep the critic on the train group)");
-    const std::vector<int> t = async_train_group(opt, roles);
-    int outside = 0;
-    for (int r = 0; r < roles.world_size; ++r)
-        if ((roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) && !std::count(t.begin(), t.end(), r))
-            ++outside;
-    if (opt.mode == "disaggregated" && outside == 0)
-        throw ConfigError("--mode disaggregated: every rank tagged rollout is also tagged train; the mode needs at "
-                          "least one rank that only rolls out (e.g. --rank-tags \"0=rollout;1=rollout,train\")");
-    if (opt.mode == "multiplex") {
-        const int need = static_cast<int>(std::ceil(opt.min_rollout_frac * roles.world_size - 1e-9));
-        if (outside < need)
-            throw ConfigError("--min-rollout-frac " + std::to_string(opt.min_rollout_frac) + ": needs " +
-                              std::to_string(need) + " rank(s) that never leave rollout, but only " +
-                              std::to_string(outside) + " rank(s) besides the coordinator (rank " +
-                              std::to_string(roles.train_root) + ") can stay there");
-    }
+    policy::check_roles(opt, roles.all_tags);
 }
 
 namespace {
@@ -174,8 +142,7 @@ class AsyncScheduler final : public Scheduler {
         }
         is_gen_ = std::count(gens_.begin(), gens_.end(), me_) > 0;
         is_recv_ = std::count(receivers_.begin(), receivers_.end(), me_) > 0;
-        threshold_ = opt.train_threshold > 0 ? opt.train_threshold
-                                             : static_cast<int64_t>(opt.prompts_per_step) * opt.group_size;
+        threshold_ = policy::train_threshold(opt);
 
         max_new_ = opt.max_new_tokens > 0 ? opt.max_new_tokens : task_->max_response_tokens();
         policy_ = make_policy(opt, *task_, task_->max_prompt_tokens() + max_new_);
@@ -222,6 +189,7 @@ class AsyncScheduler final : public Scheduler {
                 opt.mode.c_str(), coord_, ms.c_str(), rs.c_str(), static_cast<long long>(threshold_), opt.staleness,
                 opt.stale.c_str());
         }
+        if (!opt.gateway.empty()) setup_gateway();
     }
 
     RunSummary run() override {
@@ -325,8 +293,54 @@ class AsyncScheduler final : public Scheduler {
         return e;
     }
 
+    // ------------------------------------------------------------------ gateway (--gateway)
+    // The gateway rank is the first rank that only rolls out (never preempted); requests go to
+    // the rollout-only ranks; the coordinator records them (/tree) and pools their samples.
+    void setup_gateway() {
+        if (receivers_.empty())
+            throw ConfigError("--gateway: needs a rank that only rolls out (it is never preempted), e.g. "
+                              "--rank-tags \"0=rollout;1=rollout,train\"");
+        gw_rank_ = receivers_.front();
+        if (me_ == coord_) gw_rec_ = std::make_unique<GatewayRecorder>(opt_.group_size);
+        if (me_ == gw_rank_) {
+            GatewayConfig gc;
+            const size_t c = opt_.gateway.rfind(':');
+            gc.host = c == std::string::npos || c == 0 ? "127.0.0.1" : opt_.gateway.substr(0, c);
+            if (gc.host.size() > 2 && gc.host.front() == '[') gc.host = gc.host.substr(1, gc.host.size() - 2);
+            gc.port = std::stoi(c == std::string::npos ? opt_.gateway : opt_.gateway.substr(c + 1));
+            gc.out = opt_.out;
+            gc.context = policy_->config().max_position_embeddings;
+            gc.vocab = policy_->config().vocab_size;
+            gc.me = me_;
+            gc.coordinator = coord_;
+            gc.targets = receivers_;
+            gc.comm = p2p_.get();
+            gw_router_ = std::make_unique<GatewayRouter>(gc);
+        } else if (is_recv_) {
+            gw_worker_ = std::make_unique<GatewayWorker>(gw_rank_, p2p_.get());
+        }
+    }
+    // Between engine steps: take routed requests, relay tokens and rewards.
+    void gateway_poll() {
+        if (gw_router_) gw_router_->poll(*engine_, clock_.now(), version_);
+        if (gw_worker_) gw_worker_->poll(*engine_);
+    }
+    // Coordinator: a gateway record; complete groups of rewarded sessions join the pool.
+    void gateway_ingest(const char* p, size_t n) {
+        std::vector<std::vector<RolloutSample>> groups;
+        gw_rec_->ingest(p, n, groups);
+        for (auto& g : groups) {
+            if (g.empty()) continue;
+            const int64_t id = g.front().group;
+            finished_ += static_cast<int64_t>(g.size());
+            pool_[id] = std::move(g);
+            ready_.push_back(id);
+        }
+    }
+
     // ------------------------------------------------------------------ generation
     void fill_engine() {
+        if (opt_.gateway_only) return;  // only gateway requests are generated
         const int64_t G = opt_.group_size, n = static_cast<int64_t>(gens_.size());
         while (engine_->active() + engine_->waiting() < opt_.max_batch) {
             const int64_t g = next_local_++ * n + gen_index_;
@@ -354,7 +368,19 @@ class AsyncScheduler final : public Scheduler {
         enter(SpanKind::kRollout);
         step_versions_.push_back(version_);
         const size_t f = step_versions_.size() - 1;
+        rollout::Engine::TokenCallback on_token;
+        if (gw_router_) on_token = [&](const rollout::TokenEvent& e) {
+            if (is_gateway_id(e.id)) gw_router_->on_token(e);
+        };
+        if (gw_worker_) on_token = [&](const rollout::TokenEvent& e) {
+            if (is_gateway_id(e.id)) gw_worker_->on_token(e);
+        };
         engine_->step([&](const rollout::GenResult& g) {
+            if (is_gateway_id(g.id)) {  // a gateway request: it goes back to its client, not to the pool
+                if (gw_router_) gw_router_->on_finish(g, clock_.now());
+                if (gw_worker_) gw_worker_->on_finish(g);
+                return;
+            }
             RolloutSample r;
             r.id = g.id;
             auto it = groups_of_.find(g.id);
@@ -382,7 +408,8 @@ class AsyncScheduler final : public Scheduler {
             }
             r.version = n ? *std::min_element(r.versions.begin(), r.versions.end()) : version_;
             out.push_back(std::move(r));
-        });
+        }, on_token);
+        if (gw_worker_) gw_worker_->flush();
     }
 
     // Sends finished samples (and this rank's spans so far) to the coordinator; never waits.
@@ -526,6 +553,10 @@ class AsyncScheduler final : public Scheduler {
             TAGFLOW_MPI_CHECK(MPI_Recv(b.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, p2p_.get(), MPI_STATUS_IGNORE));
             const char* p = b.data();
             const char* end = p + b.size();
+            if (st.MPI_TAG == kTagGwRec && gw_rec_) {  // gateway records carry no spans
+                gateway_ingest(p, b.size());
+                continue;
+            }
             auto spans = get_spans(p, end);
             other_spans_.insert(other_spans_.end(), spans.begin(), spans.end());
             if (st.MPI_TAG == kTagSamples) {
@@ -551,15 +582,9 @@ class AsyncScheduler final : public Scheduler {
     }
 
     int64_t age(const RolloutSample& r) const { return static_cast<int64_t>(version_) - r.version; }
-    // --stale weight: weight (eta+1)/(age+1); below kMinWeight the sample is dropped anyway, so
+    // --stale weight: weight (eta+1)/(age+1); below policy::kMinStaleWeight the sample is dropped anyway, so
     // a rollout side much faster than training cannot make the backlog ever staler.
-    static constexpr double kMinWeight = 0.25;
-    double weight_of(int64_t a) const {
-        if (a <= opt_.staleness) return 1.0;
-        if (opt_.stale == "drop") return 0.0;
-        const double w = static_cast<double>(opt_.staleness + 1) / static_cast<double>(a + 1);
-        return w < kMinWeight ? 0.0 : w;
-    }
+    double weight_of(int64_t a) const { return policy::stale_weight(opt_, a); }
     // Samples of complete groups that would be trained now.
     int64_t usable() const {
         int64_t n = 0;
@@ -586,7 +611,10 @@ class AsyncScheduler final : public Scheduler {
         while (step_ < opt_.steps) {
             poll_messages();
             test_weight_sends();
-            if (usable() >= threshold_) {
+            // --train-timeout: a step also starts when the oldest wait is long enough and at
+            // least one usable sample is there (e.g. a slow agent behind the gateway).
+            const int64_t u = usable();
+            if (u >= threshold_ || (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout)) {
                 const double t_end = train_one(t_prev, sum, total);
                 t_prev = t_end;
                 continue;
@@ -752,6 +780,7 @@ class AsyncScheduler final : public Scheduler {
 
     void write(const std::vector<io::ConsumedRecord>& consumed, const std::vector<io::StepRecord>& steps,
                const std::vector<io::SpanRecord>& spans) {
+        if (gw_rec_) gw_rec_->write(*run_, written_);  // /tree rows first, then the samples naming them
         run_->append_samples(written_);
         written_.clear();
         run_->append_consumed(consumed);
@@ -858,7 +887,12 @@ class AsyncScheduler final : public Scheduler {
             if (is_recv_) test_weight_recv();
             done.clear();
             if (is_gen_) {
+                gateway_poll();
                 gen_step(done);
+                if (engine_->active() + engine_->waiting() == 0) {  // nothing to generate (--gateway-only)
+                    enter(SpanKind::kIdle);
+                    nap();
+                }
             } else {
                 enter(SpanKind::kIdle);  // a train-only rank waiting for the next training step
                 nap();
@@ -872,6 +906,8 @@ class AsyncScheduler final : public Scheduler {
             }
         }
         // STOP: unfinished generations are discarded (never written); finished ones are sent.
+        if (gw_router_) gw_router_->stop();  // the HTTP thread ends; requests in flight end "abort"
+        if (gw_worker_) gw_worker_->finish_sends();
         if (is_recv_) cancel_weight_recv();
         const int64_t discarded = engine_ ? engine_->active() + engine_->waiting() : 0;
         enter(SpanKind::kIdle);
@@ -926,6 +962,12 @@ class AsyncScheduler final : public Scheduler {
     std::map<int64_t, int64_t> groups_of_;  // sample id -> group, while generating
     std::vector<int32_t> step_versions_;    // policy version at each engine step
     std::list<Pending> sends_;
+
+    // gateway (--gateway)
+    int gw_rank_ = -1;
+    std::unique_ptr<GatewayRouter> gw_router_;    // on the gateway rank
+    std::unique_ptr<GatewayWorker> gw_worker_;    // on the other rollout-only ranks
+    std::unique_ptr<GatewayRecorder> gw_rec_;     // on the coordinator
     double last_ship_ = 0;
 
     // weights

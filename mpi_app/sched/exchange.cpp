@@ -62,6 +62,7 @@ std::vector<char> pack_samples(const std::vector<RolloutSample>& samples) {
         put_vec(b, s.logprobs);
         put_vec(b, s.versions);
         put(b, s.weight);
+        put_vec(b, s.loss_mask);
     }
     return b;
 }
@@ -84,6 +85,7 @@ std::vector<RolloutSample> unpack_samples(const char* data, size_t size) {
         s.logprobs = r.get_vec<float>();
         s.versions = r.get_vec<int32_t>();
         s.weight = r.get<float>();
+        s.loss_mask = r.get_vec<uint8_t>();
         out.push_back(std::move(s));
     }
     return out;

@@ -25,6 +25,9 @@ struct RolloutSample {
     // then `version` is the oldest) and the advantage weight of a stale sample (1 = full).
     std::vector<int32_t> versions;
     float weight = 1.f;
+    // Multi-turn sessions (rollout/agent_loop.hpp): 1 on the response tokens the model sampled,
+    // 0 on environment/tool tokens (trained with loss_mask 0); empty = every response token is 1.
+    std::vector<uint8_t> loss_mask;
 };
 
 /// Serialises samples into bytes and back (exposed for tests).

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -143,6 +144,7 @@ struct RlTrainer::Impl {
         int64_t ordinal = -1;
         for (size_t i = 0; i < N; ++i) {
             seqs[i] = train::make_train_seq(all[i].prompt, all[i].response, all[i].logprobs);
+            seqs[i].loss_mask = all[i].loss_mask;  // multi-turn: tool tokens out of the loss (empty = all in)
             lengths[i] = all[i].response.size();
             // Async batches hold any groups: there the k-th group of the batch is prompt k.
             if (by_position && (i == 0 || all[i].group != all[i - 1].group)) ++ordinal;
@@ -236,6 +238,56 @@ RlTrainer::~RlTrainer() = default;
 TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>& all) { return impl_->step(step, all); }
 
 bool RlTrainer::has_critic() const { return impl_->critic != nullptr; }
+
+// ---- checkpoints (mpi_app/ckpt, share/doc/checkpoints.md) ----
+namespace {
+
+void save_engine(const train::Engine& e, const std::string& dir, const std::string& name) {
+    const std::string path = dir + "/" + name;
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) throw Error("checkpoint: cannot create " + path);
+    e.save(out);
+    out.flush();
+    if (!out) throw Error("checkpoint: writing " + path + " failed");
+}
+
+void load_engine(train::Engine& e, const std::string& dir, const std::string& name) {
+    const std::string path = dir + "/" + name;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error("checkpoint " + path + ": cannot open");
+    try {
+        e.load(in);
+    } catch (const Error& err) {
+        throw Error("checkpoint " + path + ": " + err.what());
+    }
+}
+
+}  // namespace
+
+std::vector<std::string> RlTrainer::save_state(const std::string& dir) const {
+    const Impl& m = *impl_;
+    std::vector<std::string> files;
+    if (m.actor && !m.train_ranks.empty() && m.me == m.train_ranks.front()) {
+        save_engine(m.actor->engine(), dir, "actor_state.pt");
+        files.push_back("actor_state.pt");
+        if (m.ref) {
+            save_engine(m.ref->engine(), dir, "reference_state.pt");
+            files.push_back("reference_state.pt");
+        }
+    }
+    if (m.critic && !m.critic_ranks.empty() && m.me == m.critic_ranks.front()) {
+        save_engine(m.critic->engine(), dir, "critic_state.pt");
+        files.push_back("critic_state.pt");
+    }
+    return files;
+}
+
+void RlTrainer::load_state(const std::string& dir) {
+    Impl& m = *impl_;
+    if (m.actor) load_engine(m.actor->engine(), dir, "actor_state.pt");
+    if (m.ref) load_engine(m.ref->engine(), dir, "reference_state.pt");
+    if (m.critic) load_engine(m.critic->engine(), dir, "critic_state.pt");
+}
 
 model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions) {
     if (!opt.model.empty()) {

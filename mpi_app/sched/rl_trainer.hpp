@@ -7,6 +7,7 @@
 // sync weights (the schedulers do).
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "io/run_file.hpp"
@@ -62,6 +63,16 @@ public:
     TrainReport train_step(int32_t step, const std::vector<RolloutSample>& all);
 
     bool has_critic() const;
+
+    /// Checkpoints (mpi_app/ckpt): writes this rank's share of the trainer state into `dir` and
+    /// returns the file names it wrote (relative to `dir`): the first train rank writes
+    /// actor_state.pt (weights, AdamW moments, step, lr) and reference_state.pt (with a KL
+    /// reference), the first critic rank critic_state.pt. Throws tagflow::Error on I/O failure.
+    std::vector<std::string> save_state(const std::string& dir) const;
+    /// Loads those files on every rank that holds the engine (not collective). Throws
+    /// tagflow::Error naming the file on a missing file or a shape mismatch. The actor's
+    /// parameters get new storage (LibTorch's archive load): re-share them afterwards.
+    void load_state(const std::string& dir);
 
 private:
     struct Impl;

@@ -33,7 +33,9 @@
 #include "common/mpi_env.hpp"
 #include "config/options.hpp"
 #include "model/llama.hpp"
+#include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
+#include "sched/agent_rollout.hpp"
 #include "tagflow/config.hpp"
 #include "train/collectives_mpi.hpp"
 
@@ -211,9 +213,13 @@ Batch make_batch(const rollout::Task& task, int64_t first, int64_t count, int ra
     std::vector<std::vector<int32_t>> seqs;
     std::vector<size_t> prompt_len;
     size_t longest = 0;
+    // Multi-turn tasks: the demonstration's tool/environment tokens stay out of the loss.
+    const rollout::AgentLoop* loop = rollout::as_agent_loop(task);
+    std::vector<std::vector<uint8_t>> resp_mask;
     for (int64_t j = rank; j < count; j += size) {
         std::vector<int32_t> s = task.train_prompt(first + j);
         prompt_len.push_back(s.size());
+        if (loop) resp_mask.push_back(loop->demonstration(s).loss_mask);
         const std::vector<int32_t> sol = task.solution(s);
         s.insert(s.end(), sol.begin(), sol.end());
         longest = std::max(longest, s.size());
@@ -230,6 +236,7 @@ Batch make_batch(const rollout::Task& task, int64_t first, int64_t count, int ra
         for (size_t t = 0; t < seqs[r].size(); ++t) tok[static_cast<int64_t>(r)][static_cast<int64_t>(t)] = seqs[r][t];
         // position t predicts token t+1; response tokens are t+1 >= prompt_len
         for (size_t t = prompt_len[r] - 1; t + 1 < seqs[r].size(); ++t) {
+            if (loop && !resp_mask[r].at(t + 1 - prompt_len[r])) continue;
             msk[static_cast<int64_t>(r)][static_cast<int64_t>(t)] = 1.0f;
             ++b.response_tokens;
         }
@@ -299,6 +306,8 @@ std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
 }
 
 GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task, const std::vector<int64_t>& indices) {
+    // Multi-turn tasks: greedy sessions with the tool (sched/agent_rollout.hpp).
+    if (const rollout::AgentLoop* loop = rollout::as_agent_loop(task)) return score_agent_greedy(model, task, *loop, indices);
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i : indices) prompts.push_back(task.eval_prompt(i));
     const auto responses = greedy_decode(model, prompts, task.max_response_tokens(), task.eos_token());

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <thread>
 #include <unordered_map>
 
+#include "ckpt/checkpoint_mpi.hpp"
+#include "ckpt/signals.hpp"
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -18,14 +21,17 @@
 #include "io/run_file.hpp"
 #include "model/llama.hpp"
 #include "profile/timeline.hpp"
+#include "rollout/agent_loop.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
+#include "sched/agent_rollout.hpp"
 #include "sched/exchange.hpp"
 #include "sched/rl_trainer.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
+#include "tagflow/config.hpp"
 
 namespace tagflow::sched {
 namespace {
@@ -35,13 +41,15 @@ using io::SpanKind;
 // Values the train root shares with every rank after a step (one MPI_Allreduce SUM where only
 // the train root contributes them, plus every rank's idle seconds).
 enum StatSlot {
-    kLoss, kKl, kEntropy, kClip, kLpDiff, kTokens, kEval, kSyncBytes, kSyncT0, kSyncT1, kIdle, kNumStats
+    kLoss, kKl, kEntropy, kClip, kLpDiff, kTokens, kEval, kSyncBytes, kSyncT0, kSyncT1, kIdle,
+    kSigTerm, kSigUsr1,  // ranks that received SIGTERM / SIGUSR1 (ckpt/signals.hpp): checkpoint, exit 75
+    kNumStats
 };
 
 class SyncScheduler final : public Scheduler {
  public:
     SyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run, double t0_unix,
-                  std::unique_ptr<rollout::Task> task)
+                  std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan)
         : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), timeline_(clock_, roles.world_rank),
           task_(std::move(task)) {
         max_new_ = opt.max_new_tokens > 0 ? opt.max_new_tokens : task_->max_response_tokens();
@@ -73,26 +81,21 @@ class SyncScheduler final : public Scheduler {
                c.abs_positions ? ", RoPE + learned absolute positions" : ", RoPE");
         print0("algorithm: %s%s\n", opt.algo.c_str(),
                opt.algo == "ppo" ? (roles.critic_colocated ? " (critic on the train ranks)" : " (critic on the ranks tagged critic)") : "");
+        if (plan) {
+            ckpt_ = *plan;
+            have_ckpt_ = true;
+            if (plan->resume) restore_weights();
+        }
     }
 
     RunSummary run() override {
         RunSummary sum;
         sum.best_constant = task_->best_constant_score(opt_.eval_prompts);
-        // Version 0: every rollout rank starts from the train root's initial weights.
-        sync_weights(0);
-        double eval0 = evaluate_local(0);
-        std::vector<io::EvalRecord> evals;
-        if (is_eval_rank()) evals.push_back({0, task_->name(), static_cast<float>(eval0), opt_.eval_prompts});
-        TAGFLOW_MPI_CHECK(MPI_Bcast(&eval0, 1, MPI_DOUBLE, roles_.rollout_ranks.front(), MPI_COMM_WORLD));
-        sum.first_eval = sum.best_eval = sum.last_eval = eval0;
-        std::vector<io::SyncRecord> syncs;
-        if (roles_.is_train_root()) syncs.push_back(sync_record(0, last_sync_));
-        write_rows({}, {}, {}, evals, syncs);
-        print0("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
-               static_cast<long long>(opt_.steps), eval0, sum.best_constant);
-
         double total_samples = 0;
-        for (int32_t s = 0; s < opt_.steps; ++s) {
+        const int32_t first_step = ckpt_.resume ? resume_from(sum, total_samples) : start(sum);
+        // A fresh run checkpoints its start too, so a job killed at any later moment can resume.
+        if (have_ckpt_ && !ckpt_.resume) write_checkpoint(0, sum, total_samples);
+        for (int32_t s = first_step; s < opt_.steps; ++s) {
             StepOut o = step(s);
             total_samples += static_cast<double>(o.row.samples);
             if (s == 0) sum.first_reward = o.row.reward_mean;
@@ -106,6 +109,21 @@ class SyncScheduler final : public Scheduler {
             print0("step %5d/%-5lld reward %.3f ± %.3f%s  loss %+.4f  samples/s %7.1f  idle %4.1f%%  elapsed %6.1fs\n",
                    s + 1, static_cast<long long>(opt_.steps), o.row.reward_mean, o.row.reward_std, evs,
                    o.row.loss, o.row.samples_per_s, 100.0 * o.row.idle_frac, clock_.now());
+            const int32_t done = s + 1;
+            if (o.signal != 0 && done < opt_.steps && have_ckpt_) {
+                // Every rank saw the same flags (reduced with this step's statistics).
+                run_.append_timeline(timeline_.take());
+                run_.flush();
+                write_checkpoint(done, sum, total_samples);
+                print0("tagflow: checkpoint at step %d after %s; exiting for requeue\n", done, ckpt::signal_name(o.signal));
+                sum.steps = done;
+                sum.elapsed = clock_.now();
+                sum.samples_per_s = total_samples / std::max(1e-9, sum.elapsed);
+                sum.exit_code = ckpt::kExitRequeue;
+                return sum;
+            }
+            if (have_ckpt_ && ckpt_.every > 0 && done % ckpt_.every == 0 && done < opt_.steps)
+                write_checkpoint(done, sum, total_samples);
         }
         sum.steps = opt_.steps;
         sum.elapsed = clock_.now();
@@ -113,6 +131,7 @@ class SyncScheduler final : public Scheduler {
         // The last io spans reach the file too.
         run_.append_timeline(timeline_.take());
         run_.flush();
+        if (have_ckpt_) write_checkpoint(static_cast<int32_t>(opt_.steps), sum, total_samples);  // the end
         return sum;
     }
 
@@ -120,7 +139,112 @@ class SyncScheduler final : public Scheduler {
     struct StepOut {
         io::StepRecord row;
         double eval = -1;
+        int signal = 0;  // SIGUSR1 or SIGTERM when any rank received one (same on every rank)
     };
+
+    // A fresh run: version-0 weights to every rollout rank, the step-0 evaluation. Returns 0.
+    int32_t start(RunSummary& sum) {
+        // Version 0: every rollout rank starts from the train root's initial weights.
+        sync_weights(0);
+        double eval0 = evaluate_local(0);
+        std::vector<io::EvalRecord> evals;
+        if (is_eval_rank()) evals.push_back({0, task_->name(), static_cast<float>(eval0), opt_.eval_prompts});
+        {
+            profile::Span wait(timeline_, SpanKind::kIdle, 0);  // the other ranks wait for the evaluation
+            TAGFLOW_MPI_CHECK(MPI_Bcast(&eval0, 1, MPI_DOUBLE, roles_.rollout_ranks.front(), MPI_COMM_WORLD));
+        }
+        sum.first_eval = sum.best_eval = sum.last_eval = eval0;
+        std::vector<io::SyncRecord> syncs;
+        if (roles_.is_train_root()) syncs.push_back(sync_record(0, last_sync_));
+        write_rows({}, {}, {}, evals, syncs);
+        print0("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
+               static_cast<long long>(opt_.steps), eval0, sum.best_constant);
+
+        return 0;
+    }
+
+    // ---- checkpoints (mpi_app/ckpt, share/doc/checkpoints.md) ----
+
+    // Constructor, when resuming: every rank loads the policy weights, the trainer ranks their
+    // engine states (weights, AdamW moments, step); then the flat weight buffer is rebuilt
+    // (LibTorch's archive load gives the actor's parameters new storage).
+    void restore_weights() {
+        const std::string& dir = ckpt_.dir;
+        try {
+            torch::NoGradGuard ng;
+            policy_->load_hf_state_dict(model::load_safetensors(dir + "/policy/model.safetensors"));
+            trainer_->load_state(dir);
+        } catch (const Error& e) {
+            throw Error(std::string("resume: ") + e.what());
+        }
+        train::share_one_buffer(policy_->parameters());
+    }
+
+    // run(), when resuming: the summary so far from the manifest, a full (unrecorded) weight
+    // sync so every rank's WeightSync state matches its weights. Returns the first step to run.
+    int32_t resume_from(RunSummary& sum, double& total_samples) {
+        const ckpt::Manifest& m = ckpt_.manifest;
+        const auto step = static_cast<int32_t>(m.get_int("step"));
+        sum.first_reward = m.get_double("sched.first_reward");
+        sum.last_reward = m.get_double("sched.last_reward");
+        sum.first_eval = m.get_double("sched.first_eval");
+        sum.last_eval = m.get_double("sched.last_eval");
+        sum.best_eval = m.get_double("sched.best_eval");
+        total_samples = m.get_double("sched.total_samples");
+        sync_weights(step);
+        print0("tagflow: resumed from checkpoint at step %d (policy version %lld, next prompt group %lld)\n", step,
+               static_cast<long long>(m.get_int("policy_version")), static_cast<long long>(m.get_int("next_group")));
+        return step;
+    }
+
+    // COLLECTIVE over MPI_COMM_WORLD, after a flush of the run file: `done` steps trained. The
+    // train root writes the policy (Hugging Face dir) and the trainer states, the first critic
+    // rank the critic; rank 0 writes the manifest and swaps the directory in atomically.
+    void write_checkpoint(int32_t done, const RunSummary& sum, double total_samples) {
+        profile::Span span(timeline_, SpanKind::kCheckpoint, done);
+        const std::string tmp = ckpt::staging_dir(ckpt_.out, done);
+        const bool root = roles_.world_rank == 0;
+        if (root) ckpt::prepare_staging(tmp);
+        TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        std::vector<ckpt::FileEntry> files;
+        if (roles_.is_train_root()) {
+            policy_->save_pretrained(tmp + "/policy");
+            ckpt::fsync_path(tmp + "/policy");
+            files.push_back(ckpt::describe_file(tmp, "policy/config.json"));
+            files.push_back(ckpt::describe_file(tmp, "policy/model.safetensors"));
+        }
+        for (const std::string& name : trainer_->save_state(tmp)) files.push_back(ckpt::describe_file(tmp, name));
+        std::vector<ckpt::FileEntry> all = ckpt::gather_files(MPI_COMM_WORLD, 0, files);
+        if (root) {
+            const int64_t P = opt_.prompts_per_step, G = opt_.group_size;
+            ckpt::Manifest m;
+            m.set("writer", std::string("tagflow ") + TAGFLOW_VERSION);
+            m.set("mode", opt_.mode);
+            m.set("task", task_->name());
+            m.set("algo", opt_.algo);
+            m.set_int("seed", opt_.seed);
+            m.set_int("prompts_per_step", P);
+            m.set_int("group_size", G);
+            m.set_int("world_size", roles_.world_size);
+            m.set_int("step", done);
+            m.set_int("policy_version", done);
+            m.set_int("next_group", static_cast<int64_t>(done) * P);  // the dataset cursor
+            m.set_int("next_sample_id", static_cast<int64_t>(done) * P * G);
+            m.set("rng", "stateless: sample seed = derive_seed(seed, sample id); advantage shuffle seed*7919+step");
+            m.set_double("sched.first_reward", sum.first_reward);
+            m.set_double("sched.last_reward", sum.last_reward);
+            m.set_double("sched.first_eval", sum.first_eval);
+            m.set_double("sched.last_eval", sum.last_eval);
+            m.set_double("sched.best_eval", sum.best_eval);
+            m.set_double("sched.total_samples", total_samples);
+            m.set_double("t", clock_.now());
+            ckpt::put_sizes(m, run_.sizes());
+            m.files = all;
+            ckpt::write_manifest(tmp, m);
+            ckpt::commit(ckpt_.out, tmp);
+        }
+        TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    }
 
     // COLLECTIVE (sync communicator): train root -> every rollout rank, flat buckets (only the
     // changed weights with --sync-delta). Version v = the weights after v training steps.
@@ -174,6 +298,9 @@ class SyncScheduler final : public Scheduler {
         if (!is_eval_rank()) return -1;
         torch::NoGradGuard ng;
         profile::Span span(timeline_, SpanKind::kRollout, step);
+        // Multi-turn tasks: greedy sessions with the tool (sched/agent_rollout.hpp).
+        if (const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_))
+            return evaluate_agent_task(*engine_, *task_, *loop, opt_.eval_prompts);
         return rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);
     }
 
@@ -195,6 +322,10 @@ class SyncScheduler final : public Scheduler {
             }
         }
         if (prompts.empty()) return mine;
+        // Multi-turn tasks: sessions through the agent loop, every turn in traj_ (sched/agent_rollout.hpp).
+        if (const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_))
+            return generate_agent_samples(*engine_, *task_, *loop, opt_, prompts, groups, max_new_, s, roles_.world_rank,
+                                          [this] { return clock_.now(); }, traj_, traj_leaf_);
         // One request per sample; its random stream depends only on the run seed and the
         // sample id, so samples do not change with the rank count or the batch they ran in.
         std::vector<int64_t> ids(prompts.size());
@@ -295,6 +426,14 @@ class SyncScheduler final : public Scheduler {
         {
             profile::Span span(timeline_, SpanKind::kIdle, s);
             stats[kIdle] = idle + span.end();  // the waits before this collective are included below
+        }
+        const int sig = ckpt::requeue_signal();
+        stats[kSigTerm] = sig == SIGTERM ? 1.0 : 0.0;
+        stats[kSigUsr1] = sig == SIGUSR1 ? 1.0 : 0.0;
+        {
+            // The reduction itself waits for the slowest rank (e.g. the one evaluating): on the
+            // timeline as idle too, though its length can only count towards the next step.
+            profile::Span span(timeline_, SpanKind::kIdle, s);
             TAGFLOW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, stats, kNumStats, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         }
         const double t_end = clock_.now();
@@ -323,6 +462,7 @@ class SyncScheduler final : public Scheduler {
         row.samples_per_s = static_cast<float>(static_cast<double>(row.samples) / std::max(1e-9, t_end - t_start));
         row.idle_frac = static_cast<float>(stats[kIdle] / (roles_.world_size * std::max(1e-9, t_end - t_start)));
         out.eval = stats[kEval] - 1.0;  // -1: no evaluation this step
+        out.signal = stats[kSigUsr1] > 0 ? SIGUSR1 : (stats[kSigTerm] > 0 ? SIGTERM : 0);
 
         std::vector<io::SampleRecord> samples;
         for (const auto& r : mine) samples.push_back(to_record(r));
@@ -405,14 +545,17 @@ class SyncScheduler final : public Scheduler {
     train::WeightSyncStats last_sync_;
     int32_t max_new_ = 0;
     double last_sync_t0_ = 0, last_sync_t1_ = 0;
+    ckpt::Plan ckpt_;          // where and how often to checkpoint; what to resume from
+    bool have_ckpt_ = false;   // false: no checkpoints (a scheduler built without a plan)
 };
 
 }  // namespace
 
 std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
                                                io::RunFile& run, double t0_unix,
-                                               std::unique_ptr<rollout::Task> task) {
-    return std::make_unique<SyncScheduler>(opt, roles, run, t0_unix, std::move(task));
+                                               std::unique_ptr<rollout::Task> task,
+                                               const ckpt::Plan* ckpt) {
+    return std::make_unique<SyncScheduler>(opt, roles, run, t0_unix, std::move(task), ckpt);
 }
 
 }  // namespace tagflow::sched

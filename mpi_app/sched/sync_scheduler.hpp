@@ -21,6 +21,9 @@ class RunFile;
 namespace tagflow::rollout {
 class Task;
 }
+namespace tagflow::ckpt {
+struct Plan;
+}
 
 namespace tagflow::sched {
 
@@ -32,6 +35,7 @@ struct RunSummary {
     double samples_per_s = 0;
     double elapsed = 0;
     long steps = 0;
+    int exit_code = 0;  ///< ckpt::kExitRequeue (75) after a checkpoint forced by SIGTERM/SIGUSR1
 };
 
 class Scheduler {
@@ -41,9 +45,11 @@ class Scheduler {
     virtual RunSummary run() = 0;
 };
 
-/// The sync scheduler. `t0_unix` is the run's clock origin (same on every rank).
+/// The sync scheduler. `t0_unix` is the run's clock origin (same on every rank). `ckpt`: where
+/// and how often to checkpoint, and the checkpoint to resume from (nullptr: no checkpoints).
 std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
                                                io::RunFile& run, double t0_unix,
-                                               std::unique_ptr<rollout::Task> task);
+                                               std::unique_ptr<rollout::Task> task,
+                                               const ckpt::Plan* ckpt = nullptr);
 
 }  // namespace tagflow::sched

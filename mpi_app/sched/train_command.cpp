@@ -10,20 +10,26 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <thread>
 
+#include "ckpt/checkpoint_mpi.hpp"
+#include "ckpt/signals.hpp"
 #include "cluster/roles.hpp"
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/mpi_env.hpp"
 #include "config/options.hpp"
+#include "health/heartbeat.hpp"
 #include "io/run_file.hpp"
 #include "model/hf_config.hpp"
 #include "profile/timeline.hpp"
+#include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
 #include "sched/async_scheduler.hpp"
 #include "sched/gemm_check.hpp"
+#include "sched/rl_trainer.hpp"
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
 
@@ -99,10 +105,27 @@ int train_command(int argc, char** argv) {
 
     // The run file must not silently replace an earlier run.
     const std::string path = opt.out + "/tagflow.h5";
-    int exists = 0;
-    if (rank == 0) exists = access(path.c_str(), F_OK) == 0;
-    TAGFLOW_MPI_CHECK(MPI_Bcast(&exists, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (exists && !opt.overwrite) {
+    // Checkpoints (mpi_app/ckpt): a run directory with OUT/checkpoint resumes from it unless
+    // --no-resume or --overwrite (both start afresh); --resume insists on one.
+    int probe[2] = {0, 0};  // run file exists, checkpoint exists
+    if (rank == 0) {
+        probe[0] = access(path.c_str(), F_OK) == 0;
+        probe[1] = ckpt::recover_and_probe(opt.out);
+    }
+    TAGFLOW_MPI_CHECK(MPI_Bcast(probe, 2, MPI_INT, 0, MPI_COMM_WORLD));
+    const int exists = probe[0];
+    if (opt.resume && opt.overwrite)
+        throw ConfigError("--resume and --overwrite: choose one (--overwrite deletes the checkpoint)");
+    if (opt.resume && !probe[1])
+        throw ConfigError("--resume: no checkpoint " + ckpt::checkpoint_dir(opt.out) + "/manifest.txt to resume from");
+    const bool resume = probe[1] && !opt.no_resume && !opt.overwrite;
+    if (resume && async)
+        throw ConfigError("--out " + opt.out + ": resuming from a checkpoint is supported in mode sync only (not " + opt.mode +
+                          " yet); use --no-resume --overwrite to start afresh");
+    if (resume && !exists)
+        throw ConfigError("--out " + opt.out + ": has a checkpoint but no run file " + path +
+                          " (use --no-resume --overwrite to start afresh)");
+    if (exists && !resume && !opt.overwrite) {
         if (rank == 0) log_error("--out %s: %s already exists (use a new --out, or --overwrite)", opt.out.c_str(), path.c_str());
         throw ConfigError("");
     }
@@ -111,6 +134,9 @@ int train_command(int argc, char** argv) {
     rollout::TaskParams task_params;
     task_params.digits = opt.digits;
     std::unique_ptr<rollout::Task> task = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), task_params);
+    if (rollout::as_agent_loop(*task) && opt.mode != "sync")  // rollout/agent_loop.hpp
+        throw ConfigError("--task " + opt.task + " is multi-turn (an agent loop): only --mode sync runs it, not --mode " +
+                          opt.mode);
     // So is a --model checkpoint's config.json (the weights are read later, by every rank).
     if (!opt.model.empty()) {
         model::HfConfig c = model::load_hf_config(opt.model + "/config.json");
@@ -123,6 +149,42 @@ int train_command(int argc, char** argv) {
             throw ConfigError("--model " + opt.model + ": max_position_embeddings " +
                               std::to_string(c.max_position_embeddings) + " is below the " + std::to_string(need) +
                               " positions task " + task->name() + " needs");
+    }
+
+    // The checkpoint to resume from: read and verified by rank 0 (manifest, every file's size and
+    // CRC-32, the run's identity, the policy's tensor shapes), the same verdict on every rank.
+    ckpt::Plan plan;
+    plan.out = opt.out;
+    plan.every = opt.ckpt_every;
+    if (resume) {
+        plan.resume = true;
+        plan.dir = ckpt::checkpoint_dir(opt.out);
+        plan.manifest = ckpt::read_verified(MPI_COMM_WORLD, 0, plan.dir, [&](const ckpt::Manifest& m) {
+            auto same = [&](const char* key, const std::string& now, const char* option) {
+                if (m.get(key) != now)
+                    throw ConfigError("checkpoint " + m.path + ": written with " + option + " " + m.get(key) + ", this run has " +
+                                      option + " " + now + " (use --no-resume --overwrite to start afresh)");
+            };
+            same("mode", opt.mode, "--mode");
+            same("task", task->name(), "--task");
+            same("algo", opt.algo, "--algo");
+            same("seed", std::to_string(opt.seed), "--seed");
+            same("prompts_per_step", std::to_string(opt.prompts_per_step), "--prompts-per-step");
+            same("group_size", std::to_string(opt.group_size), "--group-size");
+            if (m.get_int("step") > opt.steps)
+                throw ConfigError("checkpoint " + m.path + ": at step " + m.get("step") + ", past --steps " + std::to_string(opt.steps));
+            std::vector<std::string> need = {"policy/model.safetensors", "actor_state.pt"};
+            if (opt.kl_coef > 0) need.push_back("reference_state.pt");
+            if (opt.algo == "ppo") need.push_back("critic_state.pt");
+            for (const auto& n : need)
+                if (!m.find_file(n)) throw ConfigError("checkpoint " + m.path + ": lists no " + n + " (other --kl-coef or --algo?)");
+            const int64_t positions = task->max_prompt_tokens() +
+                                      (opt.max_new_tokens > 0 ? opt.max_new_tokens : task->max_response_tokens());
+            model::LlamaModel fresh = make_policy(opt, *task, positions);
+            std::map<std::string, std::vector<int64_t>> shapes;
+            for (const auto& [name, t] : fresh->hf_state_dict()) shapes[name] = t.sizes().vec();
+            ckpt::verify_shapes(plan.dir, "policy/model.safetensors", shapes);
+        });
     }
 
     // ---- from here on the run exists; errors abort the job ----
@@ -157,7 +219,11 @@ int train_command(int argc, char** argv) {
     }
 
     if (rank == 0) make_dirs(opt.out);
+    if (rank == 0 && !resume) ckpt::remove_all(opt.out);  // a fresh run: no stale checkpoint to resume later
+    if (rank == 0 && resume) ckpt::remove_stale(opt.out);  // staging dirs a crash left behind
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    // Heartbeat watchdog: a lost rank ends the job within --heartbeat-timeout (health/heartbeat.hpp).
+    health::start_watchdog({opt.out + "/.heartbeat", rank, roles.world_size, roles.hosts, std::to_string(t0), opt.heartbeat_timeout});
     io::RunAttributes attrs;
     // The resolved options plus what the run derived from its surroundings.
     pr.resolved.emplace_back("world_size", std::to_string(roles.world_size));
@@ -173,7 +239,33 @@ int train_command(int argc, char** argv) {
     // collective while it generates.
     const int writer = async ? async_coordinator(roles) : 0;
     std::unique_ptr<io::RunFile> run;
-    if (!async || rank == writer) {
+    double clock0 = t0;  // the schedulers' t = 0: the run file's t0_unix (the first start's)
+    if (resume) {
+        // Append to the run file, cut every table back to the checkpoint (later rows describe
+        // work that is redone), record the resume.
+        run = std::make_unique<io::RunFile>(io::RunFile::open_append(roles.io.get(), path));
+        clock0 = run->attributes().t0_unix;
+        const io::TableSizes want = ckpt::get_sizes(plan.manifest), have = run->sizes();
+        const int64_t w[] = {want.samples, want.consumed, want.steps, want.eval, want.syncs, want.timeline, want.ranks,
+                             want.resumes, want.tree};
+        const int64_t h[] = {have.samples, have.consumed, have.steps, have.eval, have.syncs, have.timeline, have.ranks,
+                             have.resumes, have.tree};
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; ++k)
+            if (w[k] > h[k])
+                throw ConfigError(path + ": has fewer rows than checkpoint " + plan.manifest.path +
+                                  " recorded (another run's file, or one restored from a backup?)");
+        const int64_t dropped = run->truncate(want);
+        io::ResumeRecord rr;
+        rr.from_step = static_cast<int32_t>(plan.manifest.get_int("step"));
+        rr.t = profile::unix_now() - clock0;
+        rr.rows_discarded = dropped;
+        std::vector<io::ResumeRecord> rows;
+        if (rank == 0) rows.push_back(rr);
+        run->append_resumes(rows);
+        run->flush();
+        print0("tagflow: resuming %s from %s (step %d); %lld rows written after it discarded\n", path.c_str(),
+               plan.dir.c_str(), rr.from_step, static_cast<long long>(dropped));
+    } else if (!async || rank == writer) {
         run = std::make_unique<io::RunFile>(io::RunFile::create(async ? MPI_COMM_SELF : roles.io.get(), path, attrs));
         std::vector<io::RankRecord> ranks;
         if (rank == writer)
@@ -193,15 +285,19 @@ int train_command(int argc, char** argv) {
 
     std::unique_ptr<Scheduler> scheduler =
         async ? make_async_scheduler(opt, roles, run.get(), t0, std::move(task))
-              : make_sync_scheduler(opt, roles, *run, t0, std::move(task));
+              : make_sync_scheduler(opt, roles, *run, clock0, std::move(task), &plan);
+    // SIGTERM/SIGUSR1 from here on: checkpoint at the next step boundary, exit 75 (sync mode).
+    if (!async) ckpt::install_requeue_signals();
+    else print0("note: mode %s writes no checkpoints yet (sync only); SIGTERM ends it without one\n", opt.mode.c_str());
     RunSummary s = scheduler->run();
     if (run) run->close();
+    health::mark_done();
     print0("summary: %ld steps in %.1fs (%.1f samples/s); reward first step %.3f -> last step %.3f; "
            "held-out greedy eval %.3f -> %.3f (best %.3f; best constant output %.3f)\n",
            s.steps, s.elapsed, s.samples_per_s, s.first_reward, s.last_reward, s.first_eval, s.last_eval,
            s.best_eval, s.best_constant);
     print0("run file: %s\n", path.c_str());
-    return 0;
+    return s.exit_code;  // ckpt::kExitRequeue after a checkpoint forced by a signal
 }
 
 }  // namespace tagflow::sched

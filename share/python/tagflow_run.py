@@ -297,17 +297,27 @@ def main(argv):
     p.add_argument("run")
     p.add_argument("--min-steps", type=int, default=0, help="fail if /steps has fewer rows")
     a = p.parse_args(argv)
-    with open_run(a.run) as f:
-        problems = check_invariants(f)
-        nsteps = len(f["steps"]["step"])
-        print(f"{a.run}: {len(f['samples']['id'])} samples, {nsteps} steps, "
-              f"{len(f['eval']['step'])} evals, {len(f['timeline']['rank'])} spans, "
-              f"world_size {int(f.attrs['world_size'])}")
-        if nsteps < a.min_steps:
-            problems.append(f"/steps has {nsteps} rows, expected at least {a.min_steps}")
-        for msg in problems:
-            print("violation:", msg)
-        return 1 if problems else 0
+    try:
+        f = open_run(a.run)
+    except (OSError, ValueError) as e:  # not HDF5, truncated, another schema: one line, no traceback
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"tagflow_run.py: error: {msg if a.run in msg else a.run + ': ' + msg}", file=sys.stderr)
+        return 1
+    try:
+        with f:
+            problems = check_invariants(f)
+            nsteps = len(f["steps"]["step"])
+            print(f"{a.run}: {len(f['samples']['id'])} samples, {nsteps} steps, "
+                  f"{len(f['eval']['step'])} evals, {len(f['timeline']['rank'])} spans, "
+                  f"world_size {int(f.attrs['world_size'])}")
+            if nsteps < a.min_steps:
+                problems.append(f"/steps has {nsteps} rows, expected at least {a.min_steps}")
+            for msg in problems:
+                print("violation:", msg)
+            return 1 if problems else 0
+    except KeyError as e:  # a tagflow file of this version without a group or column it must have
+        print(f"tagflow_run.py: error: {a.run}: incomplete run file: {str(e).strip(chr(34))}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

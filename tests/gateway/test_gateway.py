@@ -115,7 +115,7 @@ def test_auth_and_token_file(gw, work):
     check(gw.token.startswith("tf-") and len(gw.token) == 67, "token is tf- + 64 hex digits")
     s, j = gw.json("GET", "/v1/models", token=None)
     check(is_openai_error(j, 401, s), f"no token -> 401 with an OpenAI error body ({s}, {j})")
-    s, j = gw.json("GET", "/v1/models", token="Bearer " + gw.token[:-1] + "0")
+    s, j = gw.json("GET", "/v1/models", token="Bearer " + gw.token[:-1] + ("1" if gw.token.endswith("0") else "0"))
     check(is_openai_error(j, 401, s) and j["error"]["code"] == "invalid_api_key", f"wrong token -> 401 invalid_api_key ({s})")
     s, j = gw.json("POST", "/v1/completions", {"model": MODEL, "prompt": "x"}, token="Basic " + gw.token)
     check(is_openai_error(j, 401, s), f"non-Bearer scheme -> 401 ({s})")
@@ -220,6 +220,39 @@ def test_chat_and_stream(gw):
     chunks = [json.loads(e) for e in events[:-1]]
     check(st == 200 and events[-1] == "[DONE]" and all(c["object"] == "text_completion" for c in chunks)
           and "text" in chunks[0]["choices"][0], "completions stream: text_completion chunks and [DONE]")
+
+
+def test_stream_per_token(gw, clients=16):
+    """stream: true answers one SSE chunk per generated token (Engine::step's on_token), also
+    with many clients streaming at once; the streamed ids equal the non-streamed ones."""
+    results = [None] * clients
+
+    def worker(i):
+        try:
+            body = {"model": MODEL, "prompt": [3 + i % 100, 7, 11], "max_tokens": 10, "temperature": 0,
+                    "stop_token_ids": []}
+            s, j = gw.json("POST", "/v1/completions", body)
+            st, _, events, _ = gw.stream("/v1/completions", dict(body, stream=True))
+            results[i] = (s, j, st, events)
+        except Exception as e:  # noqa: BLE001
+            results[i] = e
+
+    th = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    good = 0
+    for r in results:
+        if not isinstance(r, tuple) or r[0] != 200 or r[2] != 200 or r[3][-1] != "[DONE]":
+            continue
+        toks = r[1]["tagflow"]["token_ids"]
+        chunks = [json.loads(e) for e in r[3][:-1]]
+        per = [c["tagflow"]["token_ids"] for c in chunks if c.get("tagflow", {}).get("token_ids")]
+        if len(toks) >= 2 and all(len(p) == 1 for p in per) and [p[0] for p in per] == toks:
+            good += 1
+    check(good == clients, f"{clients} concurrent streams: one SSE chunk per token, ids == non-streamed "
+          f"({good}/{clients} ok)")
 
 
 def test_rewards(gw, work):
@@ -374,6 +407,7 @@ def main():
         test_info(gw)
         test_greedy_against_reference(gw, a.work)
         test_chat_and_stream(gw)
+        test_stream_per_token(gw)
         test_rewards(gw, a.work)
         test_bad_requests(gw)
         test_concurrency(gw)

@@ -4,7 +4,8 @@
 number of training steps (each step trains prompts-per-step x group-size samples), 2 ranks
 "0=rollout;1=rollout,train". Prints trained samples/s, final reward (mean of the last 3 steps),
 samples dropped as stale, and the rollout-only rank 0's idle and generating fractions of the run,
-with samples/s relative to the first mode (sync).
+with samples/s relative to the first mode (sync), trained tokens/s and every rank's idle fraction
+(all over the span of the training steps). tests/bench/modes_e2e.sh runs it with issue 6's setting.
 
     measure_modes.py --tagflow BIN --workdir DIR [--task longtail] [--steps 20] [-- extra args]
 """
@@ -41,18 +42,27 @@ def measure(a, mode, extra):
         t_first, t_last = float(st["t_start"][0]), float(st["t_end"][-1])
         trained = int(np.sum(st["samples"][()]))
         reward = float(np.mean(st["reward_mean"][-3:]))
+        last = st["reward_mean"][-5:]  # the noise of that: standard error over the last 5 steps
+        reward_se = float(np.std(last, ddof=1) / np.sqrt(len(last))) if len(last) > 1 else 0.0
         w = f["consumed"]["weight"][()]
         tl = f["timeline"]
         rank, kind = tl["rank"][()], np.array(tagflow_run._decode(tl["kind"]), dtype=str)
         a0, a1 = np.maximum(tl["t_start"][()], t_first), np.minimum(tl["t_end"][()], t_last)
         dur = np.clip(a1 - a0, 0, None)
-        idle0 = float(np.sum(dur[(rank == 0) & (kind == "idle")]) / (t_last - t_first))
-        # sync's rollout-only rank waits for training inside the weight broadcast (a weight_sync span)
-        gen0 = float(np.sum(dur[(rank == 0) & (kind == "rollout")]) / (t_last - t_first))
+        span = t_last - t_first
+        idle = {int(r): float(np.sum(dur[(rank == r) & (kind == "idle")]) / span) for r in np.unique(rank)}
+        idle0 = idle.get(0, 0.0)
+        gen0 = float(np.sum(dur[(rank == 0) & (kind == "rollout")]) / span)
+        # trained tokens: the response tokens (loss_mask 1) of the samples trained with weight > 0
+        ids = f["consumed"]["id"][()][w > 0]
+        off = f["samples"]["token_offsets"][()]
+        resp = np.add.reduceat(f["samples"]["loss_mask"][()].astype(np.int64), off[:-1]) if len(off) > 1 else np.zeros(0)
+        by_id = dict(zip(f["samples"]["id"][()].tolist(), resp.tolist()))
+        tokens = int(sum(by_id.get(int(i), 0) for i in ids))
         ev = f["eval"]["score"][()]
-    return dict(mode=mode, trained=trained, sps=trained / (t_last - t_first), reward=reward,
-                dropped=int(np.sum(w == 0)), idle0=idle0, gen0=gen0, eval=float(ev[-1]) if len(ev) else float("nan"),
-                wall=wall, span=t_last - t_first)
+    return dict(mode=mode, trained=trained, sps=trained / span, tps=tokens / span, reward=reward, reward_se=reward_se,
+                dropped=int(np.sum(w == 0)), idle0=idle0, idle=idle, gen0=gen0,
+                eval=float(ev[-1]) if len(ev) else float("nan"), wall=wall, span=span)
 
 
 def main():
@@ -63,17 +73,23 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--modes", default="sync,disaggregated,multiplex", help="first one is the baseline")
+    ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     rows = [measure(a, m, a.extra) for m in a.modes.split(",")]
     base = rows[0]
     print(f"task {a.task}, {a.steps} steps, seed {a.seed}, 2 ranks '0=rollout;1=rollout,train', extra {a.extra}")
-    print(f"{'mode':14s} {'trained':>8s} {'samples/s':>10s} {'vs sync':>8s} {'reward(last3)':>14s} "
-          f"{'eval':>6s} {'dropped':>8s} {'rank0 idle':>10s} {'rank0 gen':>9s} {'run s':>7s}")
+    print(f"{'mode':14s} {'trained':>8s} {'samples/s':>10s} {'vs ' + base['mode'][:5]:>8s} {'tokens/s':>9s} "
+          f"{'reward(last3)':>14s} {'eval':>6s} {'dropped':>8s} {'idle per rank':>16s} {'rank0 gen':>9s} {'run s':>7s}")
     for r in rows:
-        print(f"{r['mode']:14s} {r['trained']:8d} {r['sps']:10.1f} {r['sps'] / base['sps']:8.2f} "
-              f"{r['reward']:14.3f} {r['eval']:6.3f} {r['dropped']:8d} {100 * r['idle0']:9.1f}% {100 * r['gen0']:8.1f}% {r['span']:7.1f}")
+        idle = " ".join(f"{100 * v:.1f}%" for _, v in sorted(r["idle"].items()))
+        print(f"{r['mode']:14s} {r['trained']:8d} {r['sps']:10.1f} {r['sps'] / base['sps']:8.2f} {r['tps']:9.0f} "
+              f"{r['reward']:14.3f} {r['eval']:6.3f} {r['dropped']:8d} {idle:>16s} {100 * r['gen0']:8.1f}% {r['span']:7.1f}")
+    if a.json:
+        import json
+        with open(a.json, "w") as fp:
+            json.dump(rows, fp, indent=1)
 
 
 if __name__ == "__main__":

@@ -300,6 +300,297 @@ case_jobscript_hetjob() {
     tf_ok "grpo_hetjob.sbatch: T4 pool rank 0 rollout-only and never trains, H100 pool trains"
 }
 
+# ---- requeue and lost ranks (share/doc/failures.md) ----
+# tf_wait_file FILE [TIMEOUT_S]: wait until FILE exists
+tf_wait_file() {
+    local t
+    for ((t = 0; t < ${2:-60} * 10; t++)); do
+        [[ -e $1 ]] && return 0
+        sleep 0.1
+    done
+    tf_fail "$1 not there after ${2:-60}s"
+}
+
+# submit_requeue_fake [SBATCH-ARGS...]: the shipped single-pool jobscript on two nodes with
+# fake_tagflow_requeue.sh as its tagflow binary; prints the job id
+submit_requeue_fake() {
+    TF_BIN=$HERE/fake_tagflow_requeue.sh TF_OUT=$T_OUT/run \
+        sbatch --parsable -o "$T_OUT/%j.out" --constraint='h100|t4' --nodes=2 \
+        --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1 "$@" "$JOBSCRIPTS/grpo_single_pool.sbatch"
+}
+
+# skip_requeue_delay JOBID: slurmctld makes a requeued job wait 2 minutes (its BeginTime); once
+# the job is pending again after a restart, move its start to now so the test does not idle
+skip_requeue_delay() { # JOBID [TIMEOUT_S=60]
+    local j=$1 t u line
+    for ((t = 0; t < ${2:-60} * 10; t++)); do
+        line=$(scontrol show job -o "$j" 2> /dev/null || true)
+        if [[ $line == *JobState=PENDING* && $line != *Restarts=0* ]]; then
+            echo "requeued: $(grep -oE '(Restarts|BeginTime)=[^ ]*' <<< "$line" | tr '\n' ' ')"
+            # the old incarnation's steps (same job and step ids) must be gone from the nodes
+            for ((u = 0; u < 300; u++)); do
+                sinfo -h -N -o '%t' | grep -q comp || break
+                sleep 0.1
+            done
+            sleep 2
+            scontrol update JobId="$j" StartTime=now
+            return 0
+        fi
+        [[ $line == *JobState=COMPLETED* || $line == *JobState=FAILED* ]] && return 0
+        sleep 0.1
+    done
+    tf_fail "job $j was not requeued within ${2:-60} s: $line"
+}
+
+check_requeued_fake() { # JOBID [REQUEUE_TIMEOUT_S]
+    local j=$1 r
+    skip_requeue_delay "$j" "${2:-60}"
+    tf_expect_state "$j" "COMPLETED 0:0" 200
+    for r in 0 1; do
+        [[ -f $T_OUT/run/checkpoint.$r ]] || tf_fail "rank $r wrote no checkpoint (job output: $T_OUT/$j.out)"
+        [[ -f $T_OUT/run/finished.$r ]] || tf_fail "rank $r did not resume (job output: $T_OUT/$j.out)"
+        tf_expect_has "$T_OUT/run/finished.$r" "restart 1"
+    done
+    tf_expect_has "$T_OUT/$j.out" "step exited 75 after SIGUSR1 (restart 0)"
+    tf_expect_has "$T_OUT/$j.out" "checkpointed; requeueing"
+    tf_expect_has "$T_OUT/$j.out" "step exited 0 (restart 1)"
+    scontrol show job "$j" | grep -q 'Restarts=1' || tf_fail "job $j: Restarts is not 1: $(scontrol show job -o "$j")"
+}
+
+# SIGUSR1 to the batch shell only (what --signal=B:USR1 does): forwarded to every task, which
+# checkpoints and exits 75; the script requeues; the second run resumes and completes.
+case_requeue_fake_usr1() {
+    local j t0
+    j=$(submit_requeue_fake -t 3)
+    tf_wait_file "$T_OUT/run/started.0" 60
+    tf_wait_file "$T_OUT/run/started.1" 60
+    t0=$(date +%s.%N)
+    scancel -s USR1 -b "$j"
+    check_requeued_fake "$j"
+    echo "measured: USR1 to batch shell -> requeued run completed after $(echo "$(date +%s.%N) - $t0" | bc) s"
+    tf_ok "B:USR1 forwarded to both tasks, exit 75, requeued, resumed (fake tagflow)"
+}
+
+# The same through the time limit: -t 3 with --signal=B:USR1@90 (Slurm sends it 90-150 s early)
+case_requeue_fake_timelimit() {
+    local j
+    j=$(submit_requeue_fake -t 3 --signal=B:USR1@90)
+    check_requeued_fake "$j" 170
+    tf_ok "--signal=B:USR1 before the time limit: checkpoint, requeue, resume (fake tagflow)"
+}
+
+# rank_pid JOBID PROCID EXE: pid of that task's process running EXE (waits up to 30 s)
+rank_pid() {
+    local j=$1 r=$2 exe t pid env
+    exe=$(readlink -f "$3")
+    for ((t = 0; t < 300; t++)); do
+        for pid in $(pgrep -f "$exe" 2> /dev/null || true); do
+            [[ $(readlink -f "/proc/$pid/exe" 2> /dev/null) == "$exe" ]] || continue
+            env=$({ tr '\0' '\n' < "/proc/$pid/environ"; } 2> /dev/null || true)
+            if grep -qx "SLURM_JOB_ID=$j" <<< "$env" && grep -qx "SLURM_PROCID=$r" <<< "$env"; then
+                echo "$pid"
+                return 0
+            fi
+        done
+        sleep 0.1
+    done
+    tf_fail "no process $exe of job $j rank $r"
+}
+
+# lost_job WHAT: submits a 2-node job whose step (srun --mpi=pmix -K1) runs WHAT (tagflow: a
+# real `tagflow train`; probe: watchdog_probe_mpi), heartbeat timeout 5 s; waits until it made
+# progress; sets LOST_JOB, LOST_EXE, LOST_PID (rank 1's pid)
+lost_job() {
+    local what=$1 t progress
+    command -v bc > /dev/null || tf_fail "bc not found"
+    if [[ $what == tagflow ]]; then
+        need_tagflow
+        LOST_EXE=$TFTEST_TAGFLOW_BIN
+        progress='^step +3/'
+        cat > job.sh <<EOS
+#!/bin/bash
+srun --mpi=pmix --kill-on-bad-exit=1 $TFTEST_TAGFLOW_BIN train --out $T_OUT/run --steps 100000 \\
+    --prompts-per-step 4 --group-size 4 --eval-every 0 --eval-prompts 8 --gemm-check false \\
+    --max-batch 16 --threads 1 --heartbeat-timeout 5
+rc=\$?
+echo "job.sh: step exited \$rc"
+exit \$rc
+EOS
+    else
+        [[ -x ${TFTEST_HEALTH_PROBE:-} ]] || tf_fail "TFTEST_HEALTH_PROBE not set to watchdog_probe_mpi"
+        LOST_EXE=$TFTEST_HEALTH_PROBE
+        progress='^tick 5 '
+        mkdir -p "$T_OUT/run"
+        cat > job.sh <<EOS
+#!/bin/bash
+srun --mpi=pmix --kill-on-bad-exit=1 $TFTEST_HEALTH_PROBE --out $T_OUT/run/.heartbeat --timeout 5
+rc=\$?
+echo "job.sh: step exited \$rc"
+exit \$rc
+EOS
+    fi
+    LOST_JOB=$(sb -t 5 --constraint='h100|t4' --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1 job.sh)
+    for ((t = 0; t < 1800; t++)); do
+        grep -qE "$progress" "$LOST_JOB.out" 2> /dev/null && break
+        sleep 0.1
+    done
+    grep -qE "$progress" "$LOST_JOB.out" || { cat "$LOST_JOB.out" >&2; tf_fail "job $LOST_JOB made no progress"; }
+    LOST_PID=$(rank_pid "$LOST_JOB" 1 "$LOST_EXE")
+    LOST_PID0=$(rank_pid "$LOST_JOB" 0 "$LOST_EXE")
+}
+
+# lost_end WHAT T0 [node]: within 60 s of T0 the step ends (the batch script prints
+# "job.sh: step exited") or, with a lost node, rank 0's process is gone (srun may then wait for
+# the dead node's slurmstepd until slurmctld declares the node down: SlurmdTimeout, 60 s here);
+# the job ends (FAILED, CANCELLED or NODE_FAIL), rank 1's process is gone, and (tagflow) the
+# run file opens with h5py with the steps flushed before
+lost_end() {
+    local what=$1 t0=$2 st dt dt_step t ended=0 line
+    for ((t = 0; t < 600; t++)); do
+        if [[ ${3:-} == node ]]; then
+            [[ -d /proc/$LOST_PID0 && $(readlink -f "/proc/$LOST_PID0/exe" 2> /dev/null) == $(readlink -f "$LOST_EXE") ]] ||
+                { ended=1; break; }
+        else
+            grep -q '^job.sh: step exited' "$T_OUT/$LOST_JOB.out" 2> /dev/null && { ended=1; break; }
+        fi
+        sleep 0.1
+    done
+    dt_step=$(echo "$(date +%s.%N) - $t0" | bc)
+    ((ended)) || { cat "$T_OUT/$LOST_JOB.out" >&2; tf_fail "job $LOST_JOB still running 60 s after the failure"; }
+    if [[ ${3:-} == node ]]; then
+        # slurmctld declares the node down after SlurmdTimeout; a job still running then is
+        # requeued (JobRequeue=1) and would resume from its checkpoint: cancel it here
+        for ((t = 0; t < 1800; t++)); do
+            line=$(scontrol show job -o "$LOST_JOB" 2> /dev/null || true)
+            [[ $line =~ JobState=(COMPLETED|FAILED|CANCELLED|NODE_FAIL|TIMEOUT) ]] && break
+            if [[ $line != *Restarts=0* && $line == *JobState=PENDING* ]]; then
+                scancel "$LOST_JOB"
+                echo "job $LOST_JOB requeued by slurmctld after the node failure: $(grep -oE 'Restarts=[0-9]+' <<< "$line")"
+                break
+            fi
+            sleep 0.1
+        done
+    fi
+    st=$(tf_wait "$LOST_JOB" 60)
+    dt=$(echo "$(date +%s.%N) - $t0" | bc)
+    LOST_MEASURED="$([[ ${3:-} == node ]] && echo "rank 0 gone" || echo "step ended") after $dt_step s, job $LOST_JOB $st after $dt s"
+    [[ $st == FAILED* || $st == CANCELLED* || $st == NODE_FAIL* ]] || tf_fail "job $LOST_JOB ended as '$st'"
+    sleep 1
+    if [[ -d /proc/$LOST_PID ]] && [[ $(readlink -f "/proc/$LOST_PID/exe" 2> /dev/null) == $(readlink -f "$LOST_EXE") ]]; then
+        kill -KILL "$LOST_PID" 2> /dev/null || true
+        tf_fail "rank 1 (pid $LOST_PID) still there after the job ended"
+    fi
+    [[ $what == tagflow ]] || return 0
+    /usr/bin/python3 - "$T_OUT/run/tagflow.h5" <<'EOP' || tf_fail "run file not readable after the lost rank"
+import sys
+import h5py
+with h5py.File(sys.argv[1], "r") as f:
+    n = len(f["steps"]["step"])
+    assert n >= 2, f"only {n} steps flushed"
+    print(f"run file opens in h5py with {n} flushed steps")
+EOP
+}
+
+expect_watchdog_named_rank1() {
+    grep -qE 'tagflow: rank 1 \(host [^)]+\) stopped answering: no heartbeat for [0-9]+ s; aborting the job' \
+        "$T_OUT/$LOST_JOB.out" || { cat "$T_OUT/$LOST_JOB.out" >&2; tf_fail "no watchdog message naming rank 1"; }
+}
+
+# SIGKILL of rank 1: srun -K1 ends the step at once and names the task
+lost_kill() { # WHAT
+    local t0
+    lost_job "$1"
+    t0=$(date +%s.%N)
+    kill -KILL "$LOST_PID"
+    lost_end "$1" "$t0"
+    echo "measured: srun ($1): SIGKILL of rank 1 -> $LOST_MEASURED"
+    tf_expect_has "$T_OUT/$LOST_JOB.out" "task 1: Killed"
+    tf_ok "SIGKILL of rank 1 under srun -K1 ($1): the job ends, srun names task 1"
+}
+
+# SIGSTOP of rank 1: nobody but the heartbeat watchdog notices; it names rank 1
+lost_stop() { # WHAT
+    local t0
+    lost_job "$1"
+    t0=$(date +%s.%N)
+    kill -STOP "$LOST_PID"
+    lost_end "$1" "$t0"
+    echo "measured: srun ($1): SIGSTOP of rank 1 -> $LOST_MEASURED"
+    expect_watchdog_named_rank1
+    tf_ok "SIGSTOP of rank 1 under srun -K1 ($1): the watchdog names rank 1, the job ends"
+}
+
+# A node lost: rank 1's slurmd, its slurmstepd and its task are SIGKILLed together, so no exit
+# status ever reaches srun; the heartbeat watchdog of rank 0 must end the job. The node's
+# slurmd is started again afterwards.
+lost_node() { # WHAT
+    local stepd node t0 t
+    lost_job "$1"
+    stepd=$(awk '{print $4}' "/proc/$LOST_PID/stat")
+    node=$({ tr '\0' '\n' < "/proc/$LOST_PID/environ"; } | sed -n 's/^SLURMD_NODENAME=//p')
+    [[ -n $node && -r $TFTEST_SLURM_DIR/run/slurmd.$node.pid ]] || tf_fail "rank 1's node unknown ($node)"
+    t0=$(date +%s.%N)
+    kill -KILL "$(cat "$TFTEST_SLURM_DIR/run/slurmd.$node.pid")" "$stepd" "$LOST_PID"
+    # shellcheck disable=SC2064 # expanded now: $node is local
+    trap "slurmd -N '$node' -f '$SLURM_CONF'" EXIT  # the node comes back even if the test fails
+    lost_end "$1" "$t0" node
+    echo "measured: srun ($1): node $node lost (slurmd, stepd, rank 1 killed) -> $LOST_MEASURED"
+    trap - EXIT
+    slurmd -N "$node" -f "$SLURM_CONF"
+    for ((t = 0; t < 600; t++)); do
+        scontrol show node -o "$node" | grep -qE 'State=IDLE( |$)' && break
+        sleep 0.1
+    done
+    expect_watchdog_named_rank1
+    tf_ok "node $node lost ($1): rank 0's watchdog names rank 1, the job ends"
+}
+
+case_srun_kill_rank() { lost_kill tagflow; }
+case_srun_stop_rank() { lost_stop tagflow; }
+case_srun_node_lost() { lost_node tagflow; }
+case_srun_probe_kill() { lost_kill probe; }
+case_srun_probe_stop() { lost_stop probe; }
+case_srun_probe_node_lost() { lost_node probe; }
+
+# The shipped jobscript with the real tagflow: SIGUSR1 to the batch shell after 3 steps; every
+# rank checkpoints and exits 75, the job requeues itself, the second run resumes and finishes.
+# The run file must then hold every step once, in order, and one /resumes row.
+case_requeue_tagflow_usr1() {
+    need_tagflow
+    local j t steps=30
+    j=$(TF_BIN=$TFTEST_TAGFLOW_BIN TF_OUT=$T_OUT/run TF_STEPS=$steps TAGFLOW_PROMPTS_PER_STEP=4 \
+        TAGFLOW_GROUP_SIZE=4 TAGFLOW_EVAL_EVERY=0 TAGFLOW_EVAL_PROMPTS=8 TAGFLOW_GEMM_CHECK=false \
+        TAGFLOW_MAX_BATCH=16 TAGFLOW_CKPT_EVERY=5 \
+        sbatch --parsable -t 8 -o "$T_OUT/%j.out" --constraint='h100|t4' --nodes=2 \
+        --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1 "$JOBSCRIPTS/grpo_single_pool.sbatch")
+    for ((t = 0; t < 2400; t++)); do
+        grep -qE '^step +3/' "$T_OUT/$j.out" 2> /dev/null && break
+        sleep 0.1
+    done
+    grep -qE '^step +3/' "$T_OUT/$j.out" || { cat "$T_OUT/$j.out" >&2; tf_fail "job $j did not reach step 3"; }
+    scancel -s USR1 -b "$j"
+    skip_requeue_delay "$j"
+    tf_expect_state "$j" "COMPLETED 0:0" 360
+    tf_expect_has "$T_OUT/$j.out" "step exited 75 after SIGUSR1 (restart 0)"
+    tf_expect_has "$T_OUT/$j.out" "checkpointed; requeueing"
+    tf_expect_has "$T_OUT/$j.out" "step exited 0 (restart 1)"
+    /usr/bin/python3 - "$T_OUT/run/tagflow.h5" "$steps" <<'EOP' || tf_fail "run file after requeue (job output: $T_OUT/$j.out)"
+import sys
+import h5py
+import numpy as np
+path, n = sys.argv[1], int(sys.argv[2])
+with h5py.File(path, "r") as f:
+    steps = f["steps"]["step"][()]
+    assert np.array_equal(np.sort(steps), np.arange(1, n + 1)) or np.array_equal(np.sort(steps), np.arange(n)), \
+        f"steps not each once: {steps.tolist()}"
+    assert np.all(np.diff(steps) > 0), f"steps not increasing: {steps.tolist()}"
+    r = f["resumes"]
+    assert len(r["from_step"]) == 1, f"{len(r['from_step'])} /resumes rows, expected 1"
+    print(f"run file: {len(steps)} steps once each, resumed once from step {int(r['from_step'][0])}")
+EOP
+    tf_ok "real tagflow: B:USR1 -> checkpoint, exit 75, requeue, resume, all $steps steps once"
+}
+
 fn=case_$CASE
 declare -F "$fn" > /dev/null || tf_fail "unknown case '$CASE'"
 "$fn"

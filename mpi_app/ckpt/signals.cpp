@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// signals: a sig_atomic_t flag written by the handler, nothing else (see signals.hpp).
+#include "ckpt/signals.hpp"
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+namespace tagflow::ckpt {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_requeue_signal(int sig) { g_signal = sig; }
+
+}  // namespace
+
+void install_requeue_signals() {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_requeue_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGUSR1, &sa, nullptr);
+}
+
+int requeue_signal() { return static_cast<int>(g_signal); }
+
+void clear_requeue_signal() { g_signal = 0; }
+
+const char* signal_name(int sig) {
+    if (sig == SIGTERM) return "SIGTERM";
+    if (sig == SIGUSR1) return "SIGUSR1";
+    static thread_local char buf[32];
+    std::snprintf(buf, sizeof buf, "signal %d", sig);
+    return buf;
+}
+
+}  // namespace tagflow::ckpt

@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// signals: the requeue signals of `tagflow train`. SIGTERM and SIGUSR1 (what SLURM sends before
+// a time limit or preemption) only set a flag here (async-signal-safe); the schedulers read it
+// at step boundaries, agree on it across ranks, write a checkpoint and exit with kExitRequeue.
+// Does not talk to other ranks or write anything (the schedulers do).
+#pragma once
+
+namespace tagflow::ckpt {
+
+/// Exit status after a checkpoint forced by a signal: EX_TEMPFAIL. Jobscripts requeue on it.
+inline constexpr int kExitRequeue = 75;
+
+/// Installs the handlers for SIGTERM and SIGUSR1 (SA_RESTART). Idempotent.
+void install_requeue_signals();
+/// The last requeue signal received (SIGTERM or SIGUSR1), 0 if none.
+int requeue_signal();
+/// Forgets a received signal (tests).
+void clear_requeue_signal();
+/// "SIGTERM", "SIGUSR1", or "signal N".
+const char* signal_name(int sig);
+
+}  // namespace tagflow::ckpt

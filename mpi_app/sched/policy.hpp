@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// policy: the pure scheduling decisions of the async modes (disaggregated, multiplex), as
+// functions of the options and every rank's tag bits: which ranks form the train group, whether
+// the tags allow the mode, how many samples trigger a training step, and the staleness rule
+// (drop or down-weight a sample that lags the trained version by more than eta). No MPI, no
+// LibTorch: async_scheduler.cpp calls these on the real ranks, the simulator (sim/) on synthetic
+// nodes, so both make the same choices. Does not move data or build communicators.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+
+namespace tagflow::sched::policy {
+
+/// World ranks tagged train (ascending); the lowest is the coordinator (train root), -1 if none.
+std::vector<int> tagged_train(const std::vector<uint32_t>& all_tags);
+int coordinator(const std::vector<uint32_t>& all_tags);
+
+/// The train group (world ranks, ascending; the coordinator first): disaggregated: every rank
+/// tagged train; multiplex: the same minus the highest multi-tag ranks that must stay in rollout
+/// for --min-rollout-frac; sync: every rank tagged train. Fixed for the whole run.
+std::vector<int> train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags);
+
+/// Throws ConfigError when the tags do not allow opt.mode (see check_async_roles). No-op for sync.
+void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_tags);
+
+/// Samples that trigger a training step: --train-threshold, else prompts-per-step x group-size.
+int64_t train_threshold(const config::Options& opt);
+
+/// --stale weight: a sample older than eta gets (eta+1)/(age+1), and is dropped below this.
+constexpr double kMinStaleWeight = 0.25;
+/// The training weight of a sample `age` versions behind the trained one: 1 within --staleness,
+/// then 0 (--stale drop) or (eta+1)/(age+1), 0 below kMinStaleWeight (--stale weight).
+double stale_weight(const config::Options& opt, int64_t age);
+
+}  // namespace tagflow::sched::policy

@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: Apache-2.0
+// simulator: see the header. One event queue (time, sequence number) drives the async modes;
+// sync runs each node's engine to the barrier on its own (nodes do not interact until then).
+// Every node books its time as contiguous spans from a cursor, so busy + idle = wall by
+// construction and the tests can check the spans themselves.
+#include "sim/simulator.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <map>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "cluster/tags.hpp"
+#include "common/error.hpp"
+#include "config/options.hpp"
+#include "sched/policy.hpp"
+
+namespace tagflow::sim {
+
+const char* kind_name(Kind k) {
+    switch (k) {
+        case Kind::kRollout: return "rollout";
+        case Kind::kTrain: return "train";
+        case Kind::kWeightSync: return "weight_sync";
+        case Kind::kResplit: return "resplit";
+        case Kind::kIdle: return "idle";
+    }
+    return "?";
+}
+
+std::vector<NodeGroup> parse_hw(const std::string& spec) {
+    std::vector<NodeGroup> out;
+    std::stringstream ss(spec);
+    std::string item;
+    double total = 0;
+    while (std::getline(ss, item, ';')) {
+        if (item.empty()) continue;
+        const size_t a = item.find(':'), b = item.rfind(':');
+        if (a == std::string::npos || a == b)
+            throw ConfigError("--hw '" + item + "': expected TYPE:TAGS:SHARE, e.g. h100:rollout,train:0.5");
+        NodeGroup g;
+        g.hw = item.substr(0, a);
+        if (g.hw.empty()) throw ConfigError("--hw '" + item + "': empty hardware type");
+        g.tags = cluster::parse_tag_list(item.substr(a + 1, b - a - 1), "--hw '" + item + "'");
+        const std::string sh = item.substr(b + 1);
+        char* end = nullptr;
+        g.share = std::strtod(sh.c_str(), &end);
+        if (sh.empty() || *end != '\0' || !std::isfinite(g.share) || g.share <= 0 || g.share > 1)
+            throw ConfigError("--hw '" + item + "': share '" + sh + "' must be a number in (0, 1]");
+        g.label = g.hw + ":" + cluster::tags_to_string(g.tags);
+        total += g.share;
+        out.push_back(g);
+    }
+    if (out.empty()) throw ConfigError("--hw '" + spec + "': no node types");
+    if (std::fabs(total - 1.0) > 1e-6)
+        throw ConfigError("--hw '" + spec + "': shares add up to " + std::to_string(total) + ", not 1");
+    return out;
+}
+
+std::vector<int> group_counts(const std::vector<NodeGroup>& groups, int nodes) {
+    std::vector<int> c;
+    int used = 0;
+    for (size_t i = 0; i + 1 < groups.size(); ++i) {
+        int k = static_cast<int>(std::lround(groups[i].share * nodes));
+        k = std::min(k, nodes - used);
+        c.push_back(k);
+        used += k;
+    }
+    c.push_back(nodes - used);
+    return c;
+}
+
+namespace {
+
+uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+double unit(uint64_t x) { return (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+}  // namespace
+
+int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
+    const uint64_t h = mix64(mix64(seed ^ 0x51a7ULL) ^ static_cast<uint64_t>(id));
+    if (w.lengths == "longtail") {
+        // tagflow's longtail task: N in 1..60 with P(N = n) ∝ (n + 2)^-2, 2N + 1 tokens (EOS included).
+        static const std::vector<double> cdf = [] {
+            std::vector<double> c;
+            double tot = 0, acc = 0;
+            for (int n = 1; n <= 60; ++n) tot += std::pow(n + 2.0, -2.0);
+            for (int n = 1; n <= 60; ++n) c.push_back(acc += std::pow(n + 2.0, -2.0) / tot);
+            c.back() = 1.0;
+            return c;
+        }();
+        const int n = 1 + static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), unit(h)) - cdf.begin());
+        const int32_t len = 2 * std::min(n, 60) + 1;
+        return w.max_new > 0 ? std::min(len, w.max_new) : len;
+    }
+    // Lognormal: median m, p99 = ratio x m  =>  sigma = ln(ratio) / z_0.99. Box-Muller.
+    const double sigma = std::log(w.p99_ratio) / 2.3263478740408408;
+    const double u1 = unit(h), u2 = unit(mix64(h ^ 0xb0c5ULL));
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double cap = w.max_new > 0 ? w.max_new : std::ceil(4.0 * w.median * w.p99_ratio);
+    const double len = std::round(w.median * std::exp(sigma * z));
+    return static_cast<int32_t>(std::max(1.0, std::min(cap, len)));
+}
+
+namespace {
+
+struct Node {
+    int group = 0;
+    uint32_t tags = 0;
+    const HwCost* hw = nullptr;
+    bool member = false, gen = false, receiver = false;
+    double cursor = 0;
+    std::vector<Span> spans;
+    // engine
+    int64_t nstep = 0;
+    int active = 0;
+    std::priority_queue<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>, std::greater<>> fin;
+    std::deque<int64_t> waiting;  // sample ids submitted, not admitted
+    int64_t version = 0;
+    int64_t pending_version = -1;
+    double pending_at = 0;
+    bool stepping = false, preempt = false;
+    double step_end = 0;
+    int64_t next_local = 0;
+    int gen_index = 0;
+
+    bool rolls() const { return (tags & cluster::kRollout) != 0; }
+    void book(Kind k, double t) {
+        if (t <= cursor) return;
+        if (!spans.empty() && spans.back().kind == k && spans.back().t1 == cursor) spans.back().t1 = t;
+        else spans.push_back({k, cursor, t});
+        cursor = t;
+    }
+};
+
+struct GroupRec {
+    int node = 0;
+    int64_t version = LLONG_MAX;  // the oldest admission's weights version
+    int remaining = 0;
+    int64_t tokens = 0;
+    int64_t max_tokens = 0;  // the longest sample's prompt + response tokens
+};
+
+class Sim {
+public:
+    Sim(const SimConfig& cfg, const CostModel& cost) : cfg_(cfg), cost_(cost) {
+        if (cfg.nodes < 1) throw ConfigError("--nodes: need at least 1 node, got " + std::to_string(cfg.nodes));
+        if (cfg.mode != "sync" && cfg.mode != "disaggregated" && cfg.mode != "multiplex")
+            throw ConfigError("--modes: unknown mode '" + cfg.mode + "' (sync, disaggregated, multiplex)");
+        opt_.mode = cfg.mode;
+        opt_.staleness = cfg.staleness;
+        opt_.stale = cfg.stale;
+        opt_.min_rollout_frac = cfg.min_rollout_frac;
+        opt_.group_size = cfg.work.group_size;
+        const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
+        opt_.prompts_per_step = static_cast<int32_t>((batch + cfg.work.group_size - 1) / cfg.work.group_size);
+        opt_.train_threshold = 0;
+        threshold_ = sched::policy::train_threshold(opt_);
+        G_ = cfg.work.group_size;
+
+        const std::vector<int> counts = group_counts(cfg.hw, cfg.nodes);
+        for (size_t gi = 0; gi < cfg.hw.size(); ++gi)
+            for (int k = 0; k < counts[gi]; ++k) {
+                Node n;
+                n.group = static_cast<int>(gi);
+                n.tags = cfg.hw[gi].tags;
+                n.hw = &cost.at(cfg.hw[gi].hw);
+                nodes_.push_back(std::move(n));
+            }
+        res_.group_nodes = counts;
+        for (const Node& n : nodes_) tags_.push_back(n.tags);
+        // The real modes' checks and choices (sched/policy.hpp), then the run-wide ones of roles.cpp.
+        if (sched::policy::coordinator(tags_) < 0)
+            throw ConfigError("--hw: no node is tagged train at " + std::to_string(cfg.nodes) + " nodes");
+        if (std::none_of(tags_.begin(), tags_.end(), [](uint32_t b) { return (b & cluster::kRollout) != 0; }))
+            throw ConfigError("--hw: no node is tagged rollout at " + std::to_string(cfg.nodes) + " nodes");
+        sched::policy::check_roles(opt_, tags_);
+        members_ = sched::policy::train_group(opt_, tags_);
+        coord_ = members_.front();
+        for (int r : members_) nodes_[static_cast<size_t>(r)].member = true;
+        int gi = 0;
+        for (Node& n : nodes_) {
+            n.gen = n.rolls() && (cfg.mode == "multiplex" || !n.member);
+            n.receiver = n.rolls() && !n.member;
+            if (n.gen) n.gen_index = gi++;
+        }
+        n_gens_ = gi;
+    }
+
+    ModeResult run() {
+        if (cfg_.mode == "sync") run_sync();
+        else run_async();
+        finish();
+        return std::move(res_);
+    }
+
+private:
+    // ------------------------------------------------------------------ engine
+    void submit_group(Node& n, int node_index, int64_t g) {
+        GroupRec& rec = groups_[g];
+        rec.node = node_index;
+        rec.remaining = G_;
+        for (int k = 0; k < G_; ++k) n.waiting.push_back(g * G_ + k);
+    }
+    // Admits waiting samples into free slots; returns the engine step's duration.
+    double begin_step(Node& n, double t) {
+        if (n.pending_version > n.version && n.pending_at <= t) n.version = n.pending_version;
+        int64_t prefill = 0;
+        while (n.active < n.hw->max_batch && !n.waiting.empty()) {
+            const int64_t id = n.waiting.front();
+            n.waiting.pop_front();
+            const int32_t len = response_length(cfg_.work, cfg_.seed, id);
+            n.fin.push({n.nstep + len - 1, id});
+            ++n.active;
+            prefill += cfg_.work.prompt_tokens;
+            GroupRec& rec = groups_[id / G_];
+            rec.version = std::min(rec.version, n.version);
+            rec.tokens += cfg_.work.prompt_tokens + len;
+            rec.max_tokens = std::max<int64_t>(rec.max_tokens, cfg_.work.prompt_tokens + len);
+        }
+        return n.hw->decode(n.active) + n.hw->prefill_s_per_token * static_cast<double>(prefill);
+    }
+    // Ends an engine step: finished samples leave; completed groups are returned.
+    void end_step(Node& n, std::vector<int64_t>& done_groups) {
+        ++n.nstep;
+        while (!n.fin.empty() && n.fin.top().first < n.nstep) {
+            const int64_t id = n.fin.top().second;
+            n.fin.pop();
+            --n.active;
+            ++res_.generated;
+            GroupRec& rec = groups_[id / G_];
+            if (--rec.remaining == 0) done_groups.push_back(id / G_);
+        }
+    }
+
+    // ------------------------------------------------------------------ training
+    // `tokens`: the batch's tokens; `samples` x `longest` is what a padded trainer computes.
+    double train_seconds(int64_t tokens, int64_t samples, int64_t longest) const {
+        if (cost_.train_padded) tokens = samples * longest;
+        double per_token = 0;
+        for (int r : members_) per_token = std::max(per_token, nodes_[static_cast<size_t>(r)].hw->train_s_per_token);
+        const double m = static_cast<double>(members_.size());
+        return per_token * static_cast<double>(tokens) / m + cost_.allreduce_s(static_cast<int>(members_.size()));
+    }
+    int receivers() const {
+        int k = 0;
+        for (const Node& n : nodes_) k += n.receiver;
+        return k;
+    }
+
+    // ------------------------------------------------------------------ sync
+    void run_sync() {
+        std::vector<int> roll;
+        for (size_t i = 0; i < nodes_.size(); ++i)
+            if (nodes_[i].rolls()) roll.push_back(static_cast<int>(i));
+        int n_recv = 0;  // the sync communicator: train root + every rollout node
+        for (int r : roll) n_recv += (r != coord_);
+        const int64_t P = opt_.prompts_per_step;
+        double T = 0;
+        std::vector<int64_t> done;
+        for (int64_t s = 0; s < cfg_.steps; ++s) {
+            for (int64_t j = 0; j < P; ++j) {
+                const int r = roll[static_cast<size_t>(j % static_cast<int64_t>(roll.size()))];
+                submit_group(nodes_[static_cast<size_t>(r)], r, s * P + j);
+            }
+            double t_barrier = T;
+            for (int r : roll) {
+                Node& n = nodes_[static_cast<size_t>(r)];
+                double t = T;
+                while (n.active > 0 || !n.waiting.empty()) {
+                    t += begin_step(n, t);
+                    end_step(n, done);
+                }
+                n.book(Kind::kRollout, t);
+                t_barrier = std::max(t_barrier, t);
+            }
+            int64_t tokens = 0, longest = 0;
+            for (int64_t g : done) {
+                tokens += groups_[g].tokens;
+                longest = std::max(longest, groups_[g].max_tokens);
+                groups_.erase(g);
+            }
+            done.clear();
+            for (Node& n : nodes_) n.book(Kind::kIdle, t_barrier);
+            const double t_train = t_barrier + train_seconds(tokens, P * G_, longest);
+            for (int r : members_) nodes_[static_cast<size_t>(r)].book(Kind::kTrain, t_train);
+            for (Node& n : nodes_) n.book(Kind::kIdle, t_train);
+            const double t_sync = t_train + cost_.broadcast_s(n_recv);
+            for (size_t i = 0; i < nodes_.size(); ++i)
+                if (nodes_[i].rolls() || static_cast<int>(i) == coord_) nodes_[i].book(Kind::kWeightSync, t_sync);
+            res_.trained += P * G_;
+            res_.tokens_trained += tokens;
+            for (Node& n : nodes_) n.version = s + 1;
+            T = t_sync;
+            ++res_.steps;
+        }
+        res_.wall = T;
+    }
+
+    // ------------------------------------------------------------------ async
+    enum class Ev : uint8_t { kStepEnd, kTrainEnd, kSyncEnd };
+    struct Event {
+        double t;
+        uint64_t seq;
+        Ev kind;
+        int node;
+        bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+    };
+
+    void push(double t, Ev k, int node) { q_.push({t, seq_++, k, node}); }
+
+    void fill(Node& n) {
+        while (n.active + static_cast<int>(n.waiting.size()) < n.hw->max_batch) {
+            const int64_t g = n.next_local++ * n_gens_ + n.gen_index;
+            submit_group(n, static_cast<int>(&n - nodes_.data()), g);
+        }
+    }
+    void start_step(int r, double t) {
+        Node& n = nodes_[static_cast<size_t>(r)];
+        n.book(Kind::kIdle, t);
+        fill(n);
+        n.stepping = true;
+        n.step_end = t + begin_step(n, t);
+        push(n.step_end, Ev::kStepEnd, r);
+    }
+    int64_t usable() const {
+        int64_t u = 0;
+        for (const auto& [v, k] : ready_by_version_)
+            if (sched::policy::stale_weight(opt_, version_ - v) > 0) u += k;
+        return u;
+    }
+    void check_trigger(double t) {
+        if (state_ != State::kWaiting || usable() < threshold_) return;
+        // The batch is chosen now, oldest complete groups first (as the coordinator does).
+        batch_tokens_ = 0;
+        batch_longest_ = 0;
+        int64_t batch = 0;
+        while (!ready_.empty() && batch < threshold_) {
+            const int64_t g = ready_.front();
+            ready_.pop_front();
+            const GroupRec rec = groups_.at(g);
+            groups_.erase(g);
+            auto it = ready_by_version_.find(rec.version);
+            if ((it->second -= G_) == 0) ready_by_version_.erase(it);
+            const int64_t age = version_ - rec.version;
+            const double w = sched::policy::stale_weight(opt_, age);
+            if (w <= 0) {
+                res_.dropped += G_;
+                continue;
+            }
+            if (w < 1) res_.weighted += G_;
+            batch += G_;
+            batch_tokens_ += rec.tokens;
+            batch_longest_ = std::max(batch_longest_, rec.max_tokens);
+            age_sum_ += static_cast<double>(age * G_);
+        }
+        res_.trained += batch;
+        batch_samples_ = batch;
+        res_.tokens_trained += batch_tokens_;
+        state_ = State::kPreempting;
+        waiting_members_ = 0;
+        for (int r : members_) {
+            Node& n = nodes_[static_cast<size_t>(r)];
+            if (n.stepping) {
+                n.preempt = true;
+                ++waiting_members_;
+            }
+        }
+        if (waiting_members_ == 0) begin_train(t);
+    }
+    void begin_train(double t) {
+        state_ = State::kTraining;
+        // The coordinator's control message reaches each member; the batch is broadcast to them.
+        const double t0 = t + 2.0 * cost_.latency_s;
+        const double t1 = t0 + train_seconds(batch_tokens_, batch_samples_, batch_longest_);
+        for (int r : members_) {
+            Node& n = nodes_[static_cast<size_t>(r)];
+            n.book(Kind::kIdle, t);
+            n.book(Kind::kResplit, t0);
+            n.book(Kind::kTrain, t1);
+        }
+        push(t1, Ev::kTrainEnd, coord_);
+    }
+    void on_train_end(double t) {
+        ++version_;
+        const double t_sync = t + cost_.broadcast_s(receivers());
+        for (Node& n : nodes_)
+            if (n.receiver) {
+                n.pending_version = version_;
+                n.pending_at = t_sync;
+            }
+        for (int r : members_) {
+            Node& n = nodes_[static_cast<size_t>(r)];
+            n.version = version_;  // members hold the trained weights
+            if (r == coord_) n.book(Kind::kWeightSync, t_sync);
+            else if (n.gen) resume(r, t);
+        }
+        push(t_sync, Ev::kSyncEnd, coord_);
+    }
+    void resume(int r, double t) {
+        Node& n = nodes_[static_cast<size_t>(r)];
+        n.preempt = false;
+        start_step(r, t);
+    }
+    void on_sync_end(double t) {
+        ++res_.steps;
+        if (res_.steps >= cfg_.steps) {
+            done_ = true;
+            res_.wall = t;
+            return;
+        }
+        state_ = State::kWaiting;
+        check_trigger(t);  // a backlog trains again at once, before the coordinator generates
+        if (state_ == State::kWaiting && nodes_[static_cast<size_t>(coord_)].gen) resume(coord_, t);
+    }
+    void on_step_end(int r, double t) {
+        Node& n = nodes_[static_cast<size_t>(r)];
+        n.stepping = false;
+        n.book(Kind::kRollout, t);
+        std::vector<int64_t> done;
+        end_step(n, done);
+        for (int64_t g : done) {
+            ready_.push_back(g);
+            ready_by_version_[groups_[g].version] += G_;
+        }
+        if (n.preempt) {
+            if (--waiting_members_ == 0) begin_train(t);
+        } else {
+            start_step(r, t);
+        }
+        check_trigger(t);
+    }
+
+    void run_async() {
+        for (size_t i = 0; i < nodes_.size(); ++i)
+            if (nodes_[i].gen) start_step(static_cast<int>(i), 0.0);
+        while (!done_ && !q_.empty()) {
+            const Event e = q_.top();
+            q_.pop();
+            switch (e.kind) {
+                case Ev::kStepEnd: on_step_end(e.node, e.t); break;
+                case Ev::kTrainEnd: on_train_end(e.t); break;
+                case Ev::kSyncEnd: on_sync_end(e.t); break;
+            }
+        }
+        if (!done_) throw InternalError("sim: the event queue ran dry before the last step");
+        // Steps still in flight at the end are cut at the wall; their samples are discarded.
+        for (Node& n : nodes_)
+            if (n.stepping) n.book(Kind::kRollout, res_.wall);
+    }
+
+    // ------------------------------------------------------------------ results
+    void finish() {
+        res_.mode = cfg_.mode;
+        res_.nodes = cfg_.nodes;
+        res_.train_group_size = static_cast<int>(members_.size());
+        int64_t leftover = 0;
+        for (const auto& [g, rec] : groups_) leftover += G_ - rec.remaining;
+        res_.leftover = leftover;
+        for (const Node& n : nodes_) res_.discarded += n.active + static_cast<int64_t>(n.waiting.size());
+        res_.idle_frac.assign(cfg_.hw.size(), 0.0);
+        std::vector<double> wall_sum(cfg_.hw.size(), 0.0);
+        for (size_t i = 0; i < nodes_.size(); ++i) {
+            Node& n = nodes_[i];
+            n.book(Kind::kIdle, res_.wall);
+            NodeResult nr;
+            nr.group = n.group;
+            nr.tags = n.tags;
+            nr.in_train_group = n.member;
+            for (const Span& s : n.spans) (s.kind == Kind::kIdle ? nr.idle : nr.busy) += s.t1 - s.t0;
+            nr.spans = std::move(n.spans);
+            res_.idle_frac[static_cast<size_t>(n.group)] += nr.idle;
+            wall_sum[static_cast<size_t>(n.group)] += res_.wall;
+            res_.node.push_back(std::move(nr));
+        }
+        for (size_t g = 0; g < wall_sum.size(); ++g)
+            res_.idle_frac[g] = wall_sum[g] > 0 ? res_.idle_frac[g] / wall_sum[g] : 0.0;
+        res_.samples_per_s = res_.wall > 0 ? static_cast<double>(res_.trained) / res_.wall : 0.0;
+        res_.tokens_per_s = res_.wall > 0 ? static_cast<double>(res_.tokens_trained) / res_.wall : 0.0;
+        res_.staleness_mean = res_.trained > 0 ? age_sum_ / static_cast<double>(res_.trained) : 0.0;
+    }
+
+    enum class State { kWaiting, kPreempting, kTraining };
+
+    const SimConfig& cfg_;
+    const CostModel& cost_;
+    config::Options opt_;
+    int64_t threshold_ = 0;
+    int G_ = 1;
+    std::vector<Node> nodes_;
+    std::vector<uint32_t> tags_;
+    std::vector<int> members_;
+    int coord_ = 0;
+    int n_gens_ = 0;
+    std::unordered_map<int64_t, GroupRec> groups_;  // submitted, not yet trained or dropped
+    std::deque<int64_t> ready_;                     // complete groups, in completion order
+    std::map<int64_t, int64_t> ready_by_version_;   // samples in ready_ by version
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
+    uint64_t seq_ = 0;
+    State state_ = State::kWaiting;
+    int waiting_members_ = 0;
+    int64_t batch_tokens_ = 0, batch_samples_ = 0, batch_longest_ = 0;
+    int64_t version_ = 0;
+    double age_sum_ = 0;
+    bool done_ = false;
+    ModeResult res_;
+};
+
+}  // namespace
+
+ModeResult simulate(const SimConfig& cfg, const CostModel& cost) {
+    if (cfg.steps < 1) throw ConfigError("--steps: need at least 1, got " + std::to_string(cfg.steps));
+    Sim s(cfg, cost);
+    return s.run();
+}
+
+}  // namespace tagflow::sim

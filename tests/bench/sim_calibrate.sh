@@ -1,0 +1,66 @@
+#!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
+# sim_calibrate.sh: measures this machine with the existing microbenchmarks and writes a cost
+# file for `tagflow sim --cost` (hardware type "cpu"; format in share/doc/sim.md). Not a ctest.
+#   generate_bench   (1 rank)  engine time per iteration at batches 1..256 for new=NEW and new=1
+#                              tokens: decode step(b) = (T(b,NEW) - T(b,1)) / (NEW - 1),
+#                              prefill per prompt token = T(64,1) / (64 x PROMPT)
+#   train_step_bench (1 rank)  tokens/s of one actor step -> train seconds per token
+#   weight_sync_bench(2 ranks) flat weight sync at 1 KiB and 4 MiB -> latency and bandwidth
+# The model is tagflow train's default (d 64, 2 layers, 2 heads, d_ff 256) at the longtail task's
+# vocabulary (14) and prompt (7 tokens); override with D_MODEL, LAYERS, HEADS, D_FF, VOCAB, PROMPT.
+# Nothing here looks at a training run: the simulator is compared with runs it was not fitted to.
+#   tests/bench/sim_calibrate.sh BUILD_DIR OUT.json
+set -euo pipefail
+BUILD=${1:?usage: sim_calibrate.sh BUILD_DIR OUT.json}
+OUT=${2:?usage: sim_calibrate.sh BUILD_DIR OUT.json}
+D_MODEL=${D_MODEL:-64} LAYERS=${LAYERS:-2} HEADS=${HEADS:-2} D_FF=${D_FF:-256} VOCAB=${VOCAB:-14}
+PROMPT=${PROMPT:-7} NEW=${NEW:-33} SEQ=${SEQ:-40} MAX_POS=${MAX_POS:-128} ITERS=${ITERS:-3}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+B=$BUILD/tests/bench
+for b in generate_bench train_step_bench weight_sync_bench; do
+  [ -x "$B/$b" ] || { echo "sim_calibrate.sh: $B/$b missing (cmake --build $BUILD --target $b)" >&2; exit 2; }
+done
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+M=(-O d_model=$D_MODEL -O layers=$LAYERS -O heads=$HEADS -O kv_heads=$HEADS -O vocab=$VOCAB)
+echo "sim_calibrate: generate_bench (batch 1..256, new $NEW and 1)" >&2
+mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
+  -O prompt=$PROMPT -O new=$NEW -O py=0 -J "$TMP/gen_new.json" > "$TMP/gen_new.txt"
+mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
+  -O prompt=$PROMPT -O new=1 -O py=0 -J "$TMP/gen_1.json" > "$TMP/gen_1.txt"
+echo "sim_calibrate: train_step_bench (seq $SEQ, 1 rank)" >&2
+TOK=$((4 * 4096))
+mpirun -n 1 "$B/train_step_bench" -b $TOK -e $TOK -n "$ITERS" -w 1 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$SEQ \
+  -J "$TMP/train.json" > "$TMP/train.txt"
+echo "sim_calibrate: weight_sync_bench (2 ranks, 1 KiB and 4 MiB)" >&2
+mpirun -n 2 "$B/weight_sync_bench" -b 1K -e 4M -f 4096 -n 10 -w 2 -c 0 -O layout=flat -J "$TMP/sync.json" \
+  > "$TMP/sync.txt"
+/usr/bin/python3 - "$TMP" "$OUT" <<PY
+import json, sys
+tmp, out = sys.argv[1], sys.argv[2]
+ld = lambda n: json.load(open(f"{tmp}/{n}.json"))["results"]
+new, p = $NEW, $PROMPT
+gn = {r["size"]: r["time_us"] * 1e-6 for r in ld("gen_new")}
+g1 = {r["size"]: r["time_us"] * 1e-6 for r in ld("gen_1")}
+batches = sorted(set(gn) & set(g1))
+dec = [max(1e-7, (gn[b] - g1[b]) / (new - 1)) for b in batches]
+pre = g1[64] / (64 * p) if 64 in g1 else g1[batches[-1]] / (batches[-1] * p)
+tr = ld("train")[0]
+train_s = 1.0 / tr["tokens/s"]
+sy = sorted(ld("sync"), key=lambda r: r["size"])
+lat = sy[0]["time_us"] * 1e-6
+bw = (sy[-1]["size"] - sy[0]["size"]) / max(1e-9, (sy[-1]["time_us"] - sy[0]["time_us"]) * 1e-6)
+d, L, V, F, P = $D_MODEL, $LAYERS, $VOCAB, $D_FF, $MAX_POS
+params = 2 * V * d + P * d + L * (4 * d * d + 3 * d * F + 2 * d) + d
+cost = {"model_bytes": 4 * params, "train_padded": True,  # tagflow pads each local batch (train/grpo.cpp)
+        "link": {"latency_s": lat, "bandwidth_Bps": bw},
+        "hw": {"cpu": {"decode_batch": batches, "decode_s": dec, "prefill_s_per_token": pre,
+                       "train_s_per_token": train_s, "max_batch": 256,
+                       "source": "sim_calibrate.sh: generate/train_step/weight_sync benches"}}}
+json.dump(cost, open(out, "w"), indent=1)
+print(f"sim_calibrate: decode step {', '.join(f'b{b} {s*1e3:.2f} ms' for b, s in zip(batches, dec))}; "
+      f"prefill {pre*1e6:.1f} us/token; train {train_s*1e6:.1f} us/token; link {lat*1e6:.0f} us + {bw/1e9:.2f} GB/s; "
+      f"model {4*params} bytes -> {out}")
+PY

@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""End-to-end tests of checkpoints and resume of `tagflow train` (share/doc/checkpoints.md).
+
+    ckpt_tests.py CASE --tagflow BIN --workdir DIR
+CASE kill_<seed>: an uninterrupted reference run, then the same run SIGKILLed (every rank) at a
+  random moment drawn from the seed, resumed with the same command line (auto-resume), and
+  checked with h5py: every sample id of the dataset order exactly once in /samples and in
+  /consumed, every prompt group 0..K-1 exactly once with its G samples, steps/versions
+  monotonic, a /resumes row, and the same per-sample rewards and per-step reward curve as the
+  uninterrupted run (sync mode is deterministic per sample id).
+CASE signal: SIGTERM to one rank -> checkpoint, the contract line, exit 75; resumed, then SIGUSR1
+  to mpirun (forwarded to the ranks) -> exit 75 again; resumed to the end; same checks.
+CASE errors: bad resumes exit 2 with one line naming the option: --resume without a checkpoint,
+  another seed, another model size, --no-resume without --overwrite, --resume --overwrite, an
+  async mode, a checkpoint past --steps.
+CASE corrupt: a truncated weights file, a flipped byte in the optimizer state, another format
+  version, a truncated manifest (exit 2, one line naming the file); then the intact checkpoint
+  extends the finished run with a larger --steps and --no-resume --overwrite starts afresh.
+Each case prints what it measured and exits non-zero on failure.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "app"))
+from app_tests import ENV, Failure, check, rank_pids  # noqa: E402  (mpirun env, check() prints ok:)
+import tagflow_run  # noqa: E402  (share/python, put on sys.path by app_tests)
+
+STEPS, P, G, EVERY = 8, 4, 4, 3
+RUN = ["--prompts-per-step", str(P), "--group-size", str(G), "--eval-every", "2",
+       "--eval-prompts", "8", "--gemm-check", "false"]
+CONTRACT = re.compile(r"tagflow: checkpoint at step (\d+) after (SIGTERM|SIGUSR1); exiting for requeue")
+
+
+def fresh(a, name):
+    d = os.path.join(a.workdir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    return d
+
+
+def train(a, out, extra=(), timeout=120, every=EVERY, steps=STEPS):
+    cmd = (["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + RUN +
+           ["--ckpt-every", str(every), "--steps", str(steps)] + list(extra))
+    t0 = time.time()
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    p.wall = time.time() - t0
+    return p
+
+
+def start(a, out, log_name, every=EVERY, steps=STEPS):
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + RUN + ["--ckpt-every", str(every), "--steps", str(steps)]
+    log = open(os.path.join(a.workdir, log_name), "w")
+    return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=log, text=True)
+
+
+def manifest_step(out):
+    with open(os.path.join(out, "checkpoint", "manifest.txt")) as f:
+        for line in f:
+            if line.startswith("step "):
+                return int(line.split()[1])
+    return None
+
+
+def read_run(out):
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        bad = tagflow_run.check_invariants(f)
+        s = f["samples"]
+        d = {
+            "bad": bad,
+            "ids": s["id"][()], "group": s["group"][()], "reward": s["reward"][()],
+            "cons_id": f["consumed"]["id"][()], "cons_step": f["consumed"]["step"][()],
+            "step": f["steps"]["step"][()], "version": f["steps"]["policy_version"][()],
+            "reward_mean": f["steps"]["reward_mean"][()],
+            "t_start": f["steps"]["t_start"][()], "t_end": f["steps"]["t_end"][()],
+            "eval_step": f["eval"]["step"][()], "sync_version": f["syncs"]["version"][()],
+            "resumes": [(int(r), float(t), int(n)) for r, t, n in zip(f["resumes"]["from_step"][()], f["resumes"]["t"][()],
+                                                                  f["resumes"]["rows_discarded"][()])],
+        }
+    return d
+
+
+def check_exactly_once(d, what, steps=STEPS):
+    check(not d["bad"], f"{what}: run file invariants hold {d['bad']}")
+    K = steps * P
+    ids = np.sort(d["ids"])
+    check(np.array_equal(ids, np.arange(K * G)), f"{what}: /samples holds every sample id 0..{K * G - 1} exactly once "
+          f"({len(d['ids'])} rows, {len(np.unique(d['ids']))} unique)")
+    groups, counts = np.unique(d["group"], return_counts=True)
+    check(np.array_equal(groups, np.arange(K)) and np.all(counts == G),
+          f"{what}: prompt groups are exactly the dataset order 0..{K - 1}, each with its {G} samples")
+    cons = np.sort(d["cons_id"])
+    check(np.array_equal(cons, np.arange(K * G)), f"{what}: /consumed trains every sample exactly once")
+    check(np.all(d["cons_step"] == d["cons_id"] // (P * G)), f"{what}: each sample trained in its own step")
+    check(np.array_equal(d["step"], np.arange(steps)), f"{what}: /steps is 0..{steps - 1} in order: {d['step']}")
+    check(np.array_equal(d["version"], np.arange(1, steps + 1)), f"{what}: policy versions 1..{steps} monotonic")
+    check(np.all(np.diff(d["eval_step"]) > 0), f"{what}: /eval steps strictly increasing {d['eval_step']}")
+    check(np.all(np.diff(d["sync_version"]) > 0), f"{what}: /syncs versions strictly increasing {d['sync_version']}")
+
+
+def same_curve(d, ref, what):
+    order, rorder = np.argsort(d["ids"]), np.argsort(ref["ids"])
+    diff = np.abs(d["reward"][order] - ref["reward"][rorder])
+    check(np.all(diff <= 1e-6), f"{what}: every sample's reward equals the uninterrupted run's (max diff {diff.max():.3g})")
+    dm = np.abs(d["reward_mean"] - ref["reward_mean"]).max()
+    check(dm <= 1e-6, f"{what}: the reward curve continues as without the kill (max diff {dm:.3g}): "
+          f"{np.round(d['reward_mean'], 3).tolist()}")
+
+
+# ---------------------------------------------------------------- kill at a random moment
+def case_kill(a, seed):
+    rng = random.Random(seed)
+    ref_out = fresh(a, f"ref_{seed}")
+    p = train(a, ref_out)
+    check(p.returncode == 0, f"reference run exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    ref = read_run(ref_out)
+    check_exactly_once(ref, "reference")
+    check(manifest_step(ref_out) == STEPS, f"reference run ends with a checkpoint at step {STEPS}")
+    # Training (step 0 to the last step's end) follows the step-0 checkpoint closely; the kill lands
+    # at a random moment of it (start-up is excluded: it is most of a short run's wall time).
+    train_span = float(ref["t_end"][-1] - ref["t_start"][0])
+
+    out = fresh(a, f"kill_{seed}")
+    proc = start(a, out, f"kill_{seed}.log")
+    t_start = time.time()
+    # The step-0 checkpoint exists early; the kill lands at a random moment after it.
+    while not os.path.exists(os.path.join(out, "checkpoint", "manifest.txt")):
+        if proc.poll() is not None or time.time() - t_start > 60:
+            raise Failure("no step-0 checkpoint appeared")
+        time.sleep(0.05)
+    delay = rng.uniform(0.15, 0.95) * train_span
+    time.sleep(delay)
+    pids = rank_pids(proc.pid)
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        stdout, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise Failure("mpirun still running 60 s after its ranks were killed")
+    steps_seen = len(re.findall(r"^step\s+\d+/\d+ reward", stdout, re.M))
+    print(f"seed {seed}: SIGKILL of ranks {sorted(pids)} {delay:.2f}s after the step-0 checkpoint "
+          f"of {train_span:.2f}s of training (rc {proc.returncode}, {steps_seen} steps printed, checkpoint at step "
+          f"{manifest_step(out)})")
+    check(proc.returncode != 0 or steps_seen == STEPS, "mpirun reports the killed job (or it had finished)")
+
+    p = train(a, out)  # the same command line: resumes by itself
+    check(p.returncode == 0, f"resumed run exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    m = re.search(r"tagflow: resuming .* \(step (\d+)\); (\d+) rows written after it discarded", p.stdout)
+    check(m is not None, "resumed run says where it resumed from")
+    d = read_run(out)
+    check(len(d["resumes"]) == 1 and d["resumes"][0][0] == int(m.group(1)) and d["resumes"][0][2] == int(m.group(2)),
+          f"one /resumes row matching the message: {d['resumes']}")
+    check(d["resumes"][0][0] % EVERY == 0 or d["resumes"][0][0] == STEPS,
+          f"resumed from a --ckpt-every {EVERY} boundary (step {d['resumes'][0][0]})")
+    check_exactly_once(d, f"seed {seed}")
+    same_curve(d, ref, f"seed {seed}")
+
+
+# ---------------------------------------------------------------- SIGTERM / SIGUSR1 -> 75
+def wait_for_checkpoint(proc, out, n):
+    """Waits until OUT/checkpoint is at step >= n (ranks' stdout reaches us only at exit: buffered)."""
+    deadline = time.time() + 90
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            step = manifest_step(out)
+        except OSError:
+            step = None
+        if step is not None and step >= n:
+            return step
+        time.sleep(0.05)
+    raise Failure(f"run did not reach a checkpoint at step {n} (rc {proc.poll()})")
+
+
+def interrupt(a, out, name, sig, to_mpirun, at_step, steps):
+    proc = start(a, out, f"{name}.log", every=1, steps=steps)
+    lines = []
+    seen = wait_for_checkpoint(proc, out, at_step)
+    if to_mpirun:
+        proc.send_signal(sig)
+        whom = "mpirun"
+    else:
+        pids = rank_pids(proc.pid)
+        os.kill(pids[1], sig)
+        whom = "rank 1 only"
+    try:
+        rest, _ = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise Failure(f"{name}: still running 90 s after {signal.Signals(sig).name}")
+    text = "".join(lines) + rest
+    m = CONTRACT.search(text)
+    check(proc.returncode == 75, f"{name}: {signal.Signals(sig).name} to {whom} at step {seen}: exit code 75 "
+          f"(got {proc.returncode})")
+    check(m is not None and m.group(2) == signal.Signals(sig).name, f"{name}: prints the contract line: {m and m.group(0)}")
+    step = int(m.group(1))
+    check(step >= seen and manifest_step(out) == step, f"{name}: checkpoint at step {step} on disk (signal seen after step {seen})")
+    with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
+        check(len(f["steps"]["step"]) == step, f"{name}: run file flushed with {step} steps")
+    return step
+
+
+def case_signal(a):
+    out = fresh(a, "signal")
+    # Long enough that a signal never lands in the last step (then the run just ends, exit 0),
+    # however fast the steps are on a quiet machine.
+    steps = 40
+    s1 = interrupt(a, out, "sigterm", signal.SIGTERM, False, 2, steps)
+    s2 = interrupt(a, out, "sigusr1", signal.SIGUSR1, True, s1 + 2, steps)
+    check(s2 > s1, f"the second run went on from step {s1} to {s2}")
+    p = train(a, out, steps=steps)
+    check(p.returncode == 0, f"final resume exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    d = read_run(out)
+    check([r[0] for r in d["resumes"]] == [s1, s2], f"/resumes rows from steps {s1} and {s2}: {d['resumes']}")
+    check(all(r[2] == 0 for r in d["resumes"]), "nothing to discard after a signal checkpoint")
+    check_exactly_once(d, "signal", steps)
+
+
+# ---------------------------------------------------------------- bad resumes
+def expect_error(a, out, extra, needle, what, steps=2):
+    p = train(a, out, extra, timeout=60, steps=steps)
+    errs = [l for l in p.stderr.splitlines() if "error" in l]
+    check(p.returncode == 2, f"[{what}] exit code 2 (got {p.returncode}) in {p.wall:.1f}s"
+          + ("" if p.returncode == 2 else p.stdout[-1500:] + p.stderr[-1500:]))
+    needles = needle if isinstance(needle, tuple) else (needle,)
+    check(any(all(n in l for n in needles) for l in errs), f"[{what}] error names {needles}: {errs}")
+    check(len(errs) <= 2, f"[{what}] one error line (per rank at most): {len(errs)}")
+
+
+def two_step_run(a, name):
+    out = fresh(a, name)
+    p = train(a, out, [], steps=2)
+    check(p.returncode == 0, f"a 2-step run exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    check(manifest_step(out) == 2, "checkpoint at step 2")
+    return out
+
+
+def case_errors(a):
+    out = two_step_run(a, "errors")
+    base = []
+    empty = fresh(a, "errors_empty")
+    expect_error(a, empty, base + ["--resume"], "no checkpoint", "--resume without a checkpoint")
+    check(not os.path.exists(os.path.join(empty, "tagflow.h5")), "no run file created by a failed --resume")
+    expect_error(a, out, base + ["--seed", "5"], "written with --seed 1", "another seed")
+    expect_error(a, out, base + ["--d-model", "32"], "has shape", "another model size")
+    expect_error(a, out, base + ["--no-resume"], "already exists", "--no-resume without --overwrite")
+    expect_error(a, out, base + ["--resume", "--overwrite"], "choose one", "--resume --overwrite")
+    expect_error(a, out, [], "past --steps 1", "checkpoint past --steps", steps=1)
+    expect_error(a, out, base + ["--mode", "disaggregated", "--rank-tags", "0=train;1=rollout"], "mode sync only",
+                 "async mode")
+
+
+
+def case_corrupt(a):
+    out = two_step_run(a, "corrupt")
+    base = []
+    ck = os.path.join(out, "checkpoint")
+
+    def damaged(name, mutate, needle, what):
+        path = os.path.join(ck, name)
+        keep = open(path, "rb").read()
+        open(path, "wb").write(mutate(keep))
+        try:
+            expect_error(a, out, base, needle, what)
+        finally:
+            open(path, "wb").write(keep)
+
+    damaged("policy/model.safetensors", lambda b: b[: len(b) // 2],
+            ("policy/model.safetensors", "(truncated)"), "truncated weights")
+    damaged("actor_state.pt", lambda b: b[:100] + bytes([b[100] ^ 1]) + b[101:], ("actor_state.pt: corrupt", "CRC-32"),
+            "one flipped byte in the optimizer state")
+    damaged("manifest.txt", lambda b: b.replace(b"tagflow-checkpoint 1", b"tagflow-checkpoint 2"),
+            ("manifest.txt", "format version 2"),
+            "another format version")
+    damaged("manifest.txt", lambda b: b[: len(b) - 20], "manifest.txt", "truncated manifest")
+    # The untouched checkpoint still resumes; a larger --steps extends the finished run.
+    p = train(a, out, [], steps=3)
+    check(p.returncode == 0 and "resuming" in p.stdout, f"--steps 3 extends the 2-step run ({p.wall:.1f}s)"
+          + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
+        check(f["steps"]["step"][()].tolist() == [0, 1, 2], "steps 0, 1, 2 after the extension")
+        check(len(f["resumes"]["from_step"]) == 1, "one /resumes row")
+    p = train(a, out, base + ["--no-resume", "--overwrite"], steps=2)
+    check(p.returncode == 0 and "resuming" not in p.stdout, "--no-resume --overwrite starts afresh")
+    with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
+        check(len(f["steps"]["step"]) == 2 and len(f["resumes"]["from_step"]) == 0, "a fresh file: 2 steps, no /resumes")
+    check(manifest_step(out) == 2, "and a fresh checkpoint")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--tagflow", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    a.workdir = os.path.join(a.workdir, "ckpt_" + a.case)
+    os.makedirs(a.workdir, exist_ok=True)
+    try:
+        if a.case.startswith("kill_"):
+            case_kill(a, int(a.case.split("_")[1]))
+        else:
+            globals()["case_" + a.case](a)
+    except Failure as e:
+        print("FAIL:", e)
+        return 1
+    print("PASS", a.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

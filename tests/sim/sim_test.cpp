@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+// sim_test: the scale simulator (mpi_app/sim/) — determinism for a seed, the span and sample
+// invariants of every mode, that it makes the real scheduler's choices (sched/policy.hpp), the
+// cost model and cost file, and one-line errors for bad options. Small configurations: seconds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "cluster/tags.hpp"
+#include "common/error.hpp"
+#include "config/options.hpp"
+#include "sched/policy.hpp"
+#include "sim/cost_model.hpp"
+#include "sim/sim_command.hpp"
+#include "sim/simulator.hpp"
+
+using namespace tagflow;
+using namespace tagflow::sim;
+
+namespace {
+
+SimConfig small(const std::string& mode, int nodes = 8, uint64_t seed = 1) {
+    SimConfig c;
+    c.mode = mode;
+    c.nodes = nodes;
+    c.hw = parse_hw("h100:rollout,train:0.5;t4:rollout:0.5");
+    c.work.batch_per_node = 16;
+    c.steps = 6;
+    c.seed = seed;
+    return c;
+}
+
+std::string fingerprint(const ModeResult& r) {
+    std::string s = r.mode + std::to_string(r.wall) + "/" + std::to_string(r.trained) + "/" + std::to_string(r.dropped) +
+                    "/" + std::to_string(r.generated) + "/" + std::to_string(r.tokens_trained);
+    for (const auto& n : r.node)
+        for (const auto& sp : n.spans) s += kind_name(sp.kind) + std::to_string(sp.t0) + ":" + std::to_string(sp.t1);
+    return s;
+}
+
+// Runs argv through parse_sim_args and returns the ConfigError's message ("" if none).
+std::string parse_error(std::vector<std::string> args) {
+    args.insert(args.begin(), "sim");
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    try {
+        parse_sim_args(static_cast<int>(argv.size()), argv.data());
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+const char* const kModes[] = {"sync", "disaggregated", "multiplex"};
+
+}  // namespace
+
+TEST(Sim, DeterministicForASeed) {
+    const CostModel cost = default_costs();
+    for (const char* m : kModes) {
+        const ModeResult a = simulate(small(m), cost), b = simulate(small(m), cost);
+        EXPECT_EQ(fingerprint(a), fingerprint(b)) << m;
+        const ModeResult c = simulate(small(m, 8, 2), cost);
+        EXPECT_NE(fingerprint(a), fingerprint(c)) << m << ": seed 2 gave the same run as seed 1";
+        EXPECT_GT(a.samples_per_s, 0) << m;
+    }
+    // The whole command's output too (table and JSON), twice.
+    SimArgs args = parse_sim_args(0, nullptr);
+    args.nodes = {4, 8};
+    args.base.steps = 3;
+    args.base.work.batch_per_node = 16;
+    const auto r1 = run_sims(args, cost), r2 = run_sims(args, cost);
+    EXPECT_EQ(results_json(args, cost, r1), results_json(args, cost, r2));
+    EXPECT_EQ(format_table(args, cost, r1), format_table(args, cost, r2));
+}
+
+TEST(Sim, SpansCoverTheWallOnEveryNode) {
+    const CostModel cost = default_costs();
+    for (const char* m : kModes)
+        for (int nodes : {2, 8, 13}) {
+            const ModeResult r = simulate(small(m, nodes), cost);
+            ASSERT_EQ(r.node.size(), static_cast<size_t>(nodes));
+            ASSERT_GT(r.wall, 0);
+            for (size_t i = 0; i < r.node.size(); ++i) {
+                const NodeResult& n = r.node[i];
+                EXPECT_NEAR(n.busy + n.idle, r.wall, 1e-9 * r.wall) << m << " node " << i;
+                ASSERT_FALSE(n.spans.empty());
+                EXPECT_EQ(n.spans.front().t0, 0.0);
+                EXPECT_NEAR(n.spans.back().t1, r.wall, 1e-12 * r.wall);
+                for (size_t k = 0; k < n.spans.size(); ++k) {
+                    EXPECT_LT(n.spans[k].t0, n.spans[k].t1);
+                    if (k) {
+                        EXPECT_EQ(n.spans[k - 1].t1, n.spans[k].t0) << m << " node " << i << ": gap or overlap";
+                    }
+                }
+            }
+        }
+}
+
+TEST(Sim, RolloutOnlyNodesNeverTrain) {
+    const CostModel cost = default_costs();
+    for (const char* m : kModes) {
+        const ModeResult r = simulate(small(m, 16), cost);
+        int trained_nodes = 0;
+        for (const auto& n : r.node) {
+            bool trains = false, rolls = false;
+            for (const auto& sp : n.spans) {
+                trains |= sp.kind == Kind::kTrain;
+                rolls |= sp.kind == Kind::kRollout;
+            }
+            if (!(n.tags & cluster::kTrain)) {
+                EXPECT_FALSE(trains) << m << ": a rollout-only node has a train span";
+            }
+            if (!n.in_train_group) {
+                EXPECT_FALSE(trains) << m << ": a node outside the train group trained";
+            }
+            if (!(n.tags & cluster::kRollout)) {
+                EXPECT_FALSE(rolls) << m;
+            }
+            if (m == std::string("disaggregated") && n.in_train_group) {
+                EXPECT_FALSE(rolls) << "disaggregated trainer rolled out";
+            }
+            trained_nodes += trains;
+        }
+        EXPECT_EQ(trained_nodes, r.train_group_size) << m;
+    }
+}
+
+TEST(Sim, EverySampleIsTrainedDroppedOrLeftOver) {
+    const CostModel cost = default_costs();
+    for (const char* m : kModes)
+        for (const std::string stale : {"drop", "weight"}) {
+            SimConfig c = small(m, 8);
+            c.stale = stale;
+            const ModeResult r = simulate(c, cost);
+            EXPECT_EQ(r.trained + r.dropped + r.leftover, r.generated) << m << " " << stale;
+            EXPECT_EQ(r.trained % c.work.group_size, 0) << m;
+            EXPECT_GE(r.trained, c.steps * c.work.batch_per_node * c.nodes) << m;  // each step >= threshold
+            if (m == std::string("sync")) {
+                EXPECT_EQ(r.trained, c.steps * c.work.batch_per_node * c.nodes);
+                EXPECT_EQ(r.dropped + r.leftover + r.discarded, 0);
+            }
+            if (stale == "weight") {
+                EXPECT_GE(r.weighted, 0);
+            }
+        }
+    // A staleness bound no sample can exceed drops nothing.
+    SimConfig c = small("multiplex", 8);
+    c.staleness = 1000;
+    EXPECT_EQ(simulate(c, cost).dropped, 0);
+}
+
+TEST(Sim, MakesTheSchedulersChoices) {
+    const CostModel cost = default_costs();
+    // 4 multi-tag + 4 rollout-only nodes; --min-rollout-frac 0.75 needs 6 nodes staying in
+    // rollout, so the policy keeps the two highest multi-tag nodes out of the train group.
+    SimConfig c = small("multiplex", 8);
+    c.min_rollout_frac = 0.75;
+    const ModeResult r = simulate(c, cost);
+    std::vector<uint32_t> tags;
+    for (const auto& n : r.node) tags.push_back(n.tags);
+    config::Options o;
+    o.mode = "multiplex";
+    o.min_rollout_frac = 0.75;
+    const std::vector<int> want = sched::policy::train_group(o, tags);
+    ASSERT_EQ(want, (std::vector<int>{0, 1}));
+    for (size_t i = 0; i < r.node.size(); ++i)
+        EXPECT_EQ(r.node[i].in_train_group, i < 2) << "node " << i;
+    // The modes' tag checks are the real ones (same messages).
+    SimConfig d = small("disaggregated", 4);
+    d.hw = parse_hw("h100:rollout,train:1");
+    EXPECT_THROW(simulate(d, cost), ConfigError);
+    SimConfig e = small("multiplex", 4);
+    e.min_rollout_frac = 0.9;
+    try {
+        simulate(e, cost);
+        ADD_FAILURE() << "no error for --min-rollout-frac 0.9";
+    } catch (const ConfigError& err) {
+        EXPECT_NE(std::string(err.what()).find("--min-rollout-frac"), std::string::npos) << err.what();
+    }
+    SimConfig f = small("sync", 4);
+    f.hw = parse_hw("t4:rollout:1");
+    EXPECT_THROW(simulate(f, cost), ConfigError);
+    // policy::stale_weight is the async scheduler's rule.
+    config::Options w;
+    w.staleness = 1;
+    w.stale = "weight";
+    EXPECT_EQ(sched::policy::stale_weight(w, 1), 1.0);
+    EXPECT_DOUBLE_EQ(sched::policy::stale_weight(w, 2), 2.0 / 3.0);
+    EXPECT_EQ(sched::policy::stale_weight(w, 20), 0.0);
+    w.stale = "drop";
+    EXPECT_EQ(sched::policy::stale_weight(w, 2), 0.0);
+}
+
+TEST(Sim, MultiplexBeatsSyncWithLongTails) {
+    // Not a timing: a property of the model. Long tails leave sync's barrier waiting while the
+    // async modes keep every rollout slot busy.
+    const CostModel cost = default_costs();
+    SimConfig s = small("sync", 16), m = small("multiplex", 16);
+    EXPECT_GT(simulate(m, cost).samples_per_s, simulate(s, cost).samples_per_s);
+    const ModeResult mr = simulate(m, cost);
+    EXPECT_LT(mr.idle_frac[1], 0.05) << "rollout-only nodes idle in multiplex";
+}
+
+TEST(Sim, Lengths) {
+    Workload w;
+    std::vector<int> v;
+    for (int64_t i = 0; i < 20000; ++i) v.push_back(response_length(w, 7, i));
+    std::sort(v.begin(), v.end());
+    EXPECT_NEAR(v[v.size() / 2], 32, 2);
+    EXPECT_NEAR(v[v.size() * 99 / 100], 320, 40);
+    w.lengths = "longtail";
+    v.clear();
+    for (int64_t i = 0; i < 20000; ++i) v.push_back(response_length(w, 7, i));
+    std::sort(v.begin(), v.end());
+    EXPECT_EQ(v.front(), 3);
+    EXPECT_LE(v.back(), 121);
+    EXPECT_NEAR(v[v.size() / 2], 7, 2);  // the task's p50 7
+}
+
+TEST(Sim, CostModel) {
+    CostModel m = default_costs();
+    const HwCost& h = m.at("h100");
+    EXPECT_DOUBLE_EQ(h.decode(1), h.decode_s[0]);
+    EXPECT_DOUBLE_EQ(h.decode(64), h.decode_s[1]);
+    EXPECT_GT(h.decode(100), h.decode(64));
+    EXPECT_LT(h.decode(100), h.decode(256));
+    EXPECT_EQ(m.allreduce_s(1), 0.0);
+    EXPECT_GT(m.broadcast_s(8), m.broadcast_s(1));
+    merge_cost_json(m, R"({"model_bytes": 1000, "link": {"bandwidth_Bps": 1e6},
+        "hw": {"x": {"decode_batch": [1, 8], "decode_s": [0.01, 0.02], "train_s_per_token": 0.001}}})", "test");
+    EXPECT_EQ(m.model_bytes, 1000);
+    EXPECT_DOUBLE_EQ(m.at("x").decode(8), 0.02);
+    // Round trip.
+    CostModel m2 = default_costs();
+    merge_cost_json(m2, to_json(m), "roundtrip");
+    EXPECT_EQ(to_json(m2).substr(0, 200), to_json(m).substr(0, 200));
+    for (const char* bad : {"{", "[1]", R"({"hw": {"x": {"decode_batch": [1, 2], "decode_s": [0.1]}}})",
+                            R"({"hw": {"x": {"train_s_per_token": -1}}})", R"({"link": {"bandwidth_Bps": 0}})",
+                            R"({"hw": {"x": {"decode_batch": [4, 2], "decode_s": [0.1, 0.2]}}})"}) {
+        try {
+            merge_cost_json(m, bad, "f.json");
+            ADD_FAILURE() << "accepted " << bad;
+        } catch (const ConfigError& e) {
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("f.json"), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_THROW(m.at("nosuch"), ConfigError);
+    // A padded trainer (tagflow's: each local batch padded to its longest sample) pays more.
+    CostModel packed = default_costs(), padded = default_costs();
+    merge_cost_json(padded, R"({"train_padded": true})", "padded");
+    ASSERT_TRUE(padded.train_padded);
+    EXPECT_GT(simulate(small("sync", 8), padded).wall, simulate(small("sync", 8), packed).wall);
+    EXPECT_THROW(merge_cost_json(padded, R"({"train_padded": 1})", "p"), ConfigError);
+}
+
+TEST(Sim, BadOptionsGiveOneLineErrors) {
+    EXPECT_EQ(parse_error({"--nodes", "8,32", "--modes", "sync", "--median", "16"}), "");
+    const std::vector<std::vector<std::string>> bad = {
+        {"--nodes", "8,x"},          {"--nodes", "0"},         {"--modes", "sync,fast"},
+        {"--hw", "h100:rollout"},     {"--hw", "h100:rollout,flying:1"}, {"--hw", "h100:train:0.5"},
+        {"--hw", "a:train:0.7;b:rollout:0.7"}, {"--median", "-3"},   {"--p99-ratio", "abc"},
+        {"--steps", "0"},            {"--stale", "maybe"},     {"--lengths", "uniform"},
+        {"--min-rollout-frac", "1"}, {"--bogus", "1"},         {"--seed"},
+        {"stray"},                   {"--group-size", "1.5"},  {"--batch-per-node", "-1"}};
+    for (const auto& b : bad) {
+        const std::string e = parse_error(b);
+        EXPECT_FALSE(e.empty()) << "accepted " << b[0];
+        EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+        EXPECT_NE(e.find(b[0]), std::string::npos) << "error does not name " << b[0] << ": " << e;
+    }
+}
