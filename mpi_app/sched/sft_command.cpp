@@ -36,6 +36,7 @@
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
+#include "sched/train_command.hpp"
 #include "tagflow/config.hpp"
 #include "train/collectives_mpi.hpp"
 
@@ -448,7 +449,7 @@ int sft_command(int argc, char** argv) {
     const double elapsed = seconds();
 
     if (rank == 0) {
-        fs::create_directories(o.out);
+        make_run_dirs(o.out);  // 0750, like tagflow train's
         m->save_pretrained(model_dir);
         std::ostringstream j;
         j << "{\n  \"task\": " << config::json_string(o.task) << ",\n  \"digits\": " << o.digits

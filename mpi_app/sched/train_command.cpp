@@ -63,8 +63,9 @@ const char* openblas_hint() {
     return "no AVX2: expect slow maths";
 }
 
-// mkdir -p for the run directory (rank 0 only).
-void make_dirs(const std::string& path) {
+}  // namespace
+
+void make_run_dirs(const std::string& path) {
     std::string cur;
     for (size_t i = 0; i <= path.size(); ++i) {
         if (i == path.size() || path[i] == '/') {
@@ -74,8 +75,6 @@ void make_dirs(const std::string& path) {
         if (i < path.size()) cur += path[i];
     }
 }
-
-}  // namespace
 
 int train_command(int argc, char** argv) {
     Comm world = Comm::world();
@@ -218,7 +217,7 @@ int train_command(int argc, char** argv) {
                      g, opt.min_gflops, openblas_hint());
     }
 
-    if (rank == 0) make_dirs(opt.out);
+    if (rank == 0) make_run_dirs(opt.out);
     if (rank == 0 && !resume) ckpt::remove_all(opt.out);  // a fresh run: no stale checkpoint to resume later
     if (rank == 0 && resume) ckpt::remove_stale(opt.out);  // staging dirs a crash left behind
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

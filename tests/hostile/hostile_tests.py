@@ -490,6 +490,14 @@ def case_perms(a):
     os.chmod(out, 0o755)
     p = tagflow(a, ["train", "--out", out] + short, umask=0o022, timeout=180)
     check(p.returncode == 0 and stat.S_IMODE(os.stat(out).st_mode) == 0o755, "an existing --out keeps its mode")
+    # tagflow sft makes its --out the same way (it used to follow the umask: 0777 under 000)
+    out = os.path.join(d, "sft", "nested")
+    p = tagflow(a, ["sft", "--task", "addition", "--out", out, "--steps", "1", "--eval-prompts", "2"],
+                umask=0o000, timeout=180)
+    if p.returncode != 0:
+        sys.stdout.write(p.err[-2000:])
+    modes = [stat.S_IMODE(os.stat(x).st_mode) for x in (out, os.path.dirname(out))] if p.returncode == 0 else []
+    check(modes == [0o750, 0o750], f"umask 000: tagflow sft makes --out and its parent 0750 (got {[oct(m) for m in modes]})")
 
 
 CASES = {"config": case_config, "cli": case_cli, "tags": case_tags, "runfile": case_runfile,
