@@ -37,7 +37,7 @@ class Failure(Exception):
 def check(cond, msg):
     if not cond:
         raise Failure(msg)
-    print("ok:", msg)
+    print("ok:", msg, flush=True)
 
 
 def mpirun(a, np, args, env=None, timeout=300):

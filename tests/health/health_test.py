@@ -26,48 +26,15 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
-import tagflow_run  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "app"))
+# mpirun environment without TAGFLOW_*, check() prints ok:, rank_pids() finds mpirun's ranks
+from app_tests import ENV, Failure, check, rank_pids  # noqa: E402
+import tagflow_run  # noqa: E402  (share/python, put on sys.path by app_tests)
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
 FAST = ["--steps", "100000", "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "0",
         "--eval-prompts", "8", "--gemm-check", "false", "--max-batch", "16", "--threads", "1",
         "--heartbeat-timeout", "5"]
 END_LIMIT_S = 60
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    print("ok:", msg, flush=True)
-
-
-def rank_pids(mpirun_pid):
-    """pid of each rank (OMPI_COMM_WORLD_RANK) started by this mpirun (its direct children)."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{pid}/stat").read()
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] == "Z" or int(fields[1]) != mpirun_pid:
-            continue
-        for kv in env:
-            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                out[int(kv.split(b"=")[1])] = int(pid)
-    return out
 
 
 def alive(pid):
