@@ -114,6 +114,10 @@ po::options_description describe(Options& o) {
          "(0 = prompts-per-step x group-size)")
         ("min-rollout-frac", val(&o.min_rollout_frac),
          "multiplex: at least this fraction of the ranks never leaves rollout")
+        ("train-priority", val(&o.train_priority),
+         "multiplex: train priority per tag set, e.g. \"rollout,train,critic=2;rollout,train=1\" (default 1 "
+         "for every rank tagged train): the lowest-priority multi-tag ranks are the ones kept in rollout for "
+         "--min-rollout-frac, and priority 0 keeps a rank in rollout for the whole run")
         ("staleness", val(&o.staleness),
          "disaggregated/multiplex: samples whose oldest token is more than this many versions behind the "
          "trained version are stale")

@@ -80,6 +80,7 @@ struct Options {
     // ---- async modes (disaggregated, multiplex) ----
     int32_t train_threshold = 0;    // samples that trigger a training step; 0 = prompts-per-step x group-size
     double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout
+    std::string train_priority;     // multiplex: "TAGS=P;..." train priority per tag set ("" = all 1)
     int32_t staleness = 1;          // eta: max versions a sample's oldest token may lag the trained version
     std::string stale = "drop";     // drop (weight 0) or weight (trained with a decayed weight)
     double train_timeout = 0;       // s since the last step after which >= 1 usable sample trains anyway; 0 = off

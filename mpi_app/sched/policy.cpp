@@ -3,7 +3,9 @@
 #include "sched/policy.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
@@ -22,26 +24,111 @@ int coordinator(const std::vector<uint32_t>& all_tags) {
     return t.empty() ? -1 : t.front();
 }
 
+TrainPriority parse_train_priority(const std::string& spec) {
+    TrainPriority prio;
+    const std::string example = " (expected KEY=P;KEY=P with KEY a tag set or a rank, e.g. \"rollout,train=2;5=0\")";
+    size_t pos = 0;
+    while (pos < spec.size()) {
+        size_t end = spec.find(';', pos);
+        if (end == std::string::npos) end = spec.size();
+        const std::string item = spec.substr(pos, end - pos);
+        pos = end + 1;
+        if (item.empty()) {
+            if (end == spec.size()) break;  // a trailing ';'
+            throw ConfigError("--train-priority: empty entry" + example);
+        }
+        const size_t eq = item.rfind('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+            throw ConfigError("--train-priority: entry '" + item + "' is not KEY=P" + example);
+        const std::string key = item.substr(0, eq), num = item.substr(eq + 1);
+        char* e = nullptr;
+        errno = 0;
+        const long v = std::strtol(num.c_str(), &e, 10);
+        if (errno != 0 || e == num.c_str() || *e != '\0' || v < 0 || v > 1000)
+            throw ConfigError("--train-priority: entry '" + item + "': priority '" + num +
+                              "' is not an integer from 0 to 1000");
+        if (key.find_first_not_of("0123456789") == std::string::npos) {
+            errno = 0;
+            const long r = key.size() > 9 ? -1 : std::strtol(key.c_str(), nullptr, 10);
+            if (r < 0) throw ConfigError("--train-priority: entry '" + item + "': rank '" + key + "' is out of range");
+            if (!prio.by_rank.emplace(static_cast<int>(r), static_cast<int>(v)).second)
+                throw ConfigError("--train-priority: rank " + key + " given twice");
+            continue;
+        }
+        const uint32_t bits = cluster::parse_tag_list(key, "--train-priority");
+        if (!(bits & cluster::kTrain))
+            throw ConfigError("--train-priority: entry '" + item + "' names a tag set without train (only ranks "
+                              "tagged train have a train priority)");
+        if (!prio.by_tags.emplace(bits, static_cast<int>(v)).second)
+            throw ConfigError("--train-priority: tag set " + cluster::tags_to_string(bits) + " given twice");
+    }
+    return prio;
+}
+
+int train_priority(const TrainPriority& prio, int rank, uint32_t tags) {
+    if (!(tags & cluster::kTrain)) return 0;
+    const auto r = prio.by_rank.find(rank);
+    if (r != prio.by_rank.end()) return r->second;
+    const auto t = prio.by_tags.find(tags);
+    return t == prio.by_tags.end() ? 1 : t->second;
+}
+
 std::vector<int> train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags) {
     std::vector<int> t = tagged_train(all_tags);
-    if (opt.mode != "multiplex") return t;
+    if (opt.mode != "multiplex" || t.empty()) return t;
+    const TrainPriority prio = parse_train_priority(opt.train_priority);
+    const auto tags_of = [&](int r) { return all_tags[static_cast<size_t>(r)]; };
+    const auto prio_of = [&](int r) { return train_priority(prio, r, tags_of(r)); };
     const int n = static_cast<int>(all_tags.size());
     const int need = static_cast<int>(std::ceil(opt.min_rollout_frac * n - 1e-9));
-    int staying = 0;  // ranks tagged rollout and not train
+    // Priority 0: never trains (the coordinator always does; check_roles refuses it at 0).
+    std::vector<int> keep{t.front()};
+    for (size_t k = 1; k < t.size(); ++k)
+        if (prio_of(t[k]) > 0 || !(tags_of(t[k]) & cluster::kRollout)) keep.push_back(t[k]);
+    t = keep;
+    int staying = 0;  // ranks tagged rollout outside the train group
     for (int r = 0; r < n; ++r)
-        if ((all_tags[static_cast<size_t>(r)] & cluster::kRollout) && !(all_tags[static_cast<size_t>(r)] & cluster::kTrain))
-            ++staying;
-    // Keep the highest multi-tag ranks (never the coordinator) in rollout until enough stay.
-    for (int k = static_cast<int>(t.size()) - 1; k >= 1 && staying < need; --k)
-        if (all_tags[static_cast<size_t>(t[static_cast<size_t>(k)])] & cluster::kRollout) {
-            t.erase(t.begin() + k);
-            ++staying;
-        }
+        if ((tags_of(r) & cluster::kRollout) && !std::count(t.begin(), t.end(), r)) ++staying;
+    // Keep multi-tag ranks (never the coordinator) in rollout until enough stay: the lowest
+    // priority first, among equals the highest rank.
+    std::vector<int> order(t.begin() + 1, t.end());
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+        return prio_of(a) != prio_of(b) ? prio_of(a) < prio_of(b) : a > b;
+    });
+    for (int r : order) {
+        if (staying >= need) break;
+        if (!(tags_of(r) & cluster::kRollout)) continue;
+        t.erase(std::find(t.begin(), t.end(), r));
+        ++staying;
+    }
     return t;
 }
 
 void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_tags) {
+    const TrainPriority prio = parse_train_priority(opt.train_priority);  // the syntax first
+    if (!opt.train_priority.empty() && opt.mode != "multiplex")
+        throw ConfigError("--train-priority applies to --mode multiplex only (not " + opt.mode + ")");
     if (opt.mode == "sync") return;
+    const int world = static_cast<int>(all_tags.size());
+    for (const auto& [r, p] : prio.by_rank) {
+        if (r >= world)
+            throw ConfigError("--train-priority: rank " + std::to_string(r) + " does not exist (" + std::to_string(world) +
+                              " ranks)");
+        if (!(all_tags[static_cast<size_t>(r)] & cluster::kTrain))
+            throw ConfigError("--train-priority: rank " + std::to_string(r) + " is not tagged train (tags " +
+                              cluster::tags_to_string(all_tags[static_cast<size_t>(r)]) + ")");
+    }
+    for (int r = 0; r < world; ++r) {
+        const uint32_t b = all_tags[static_cast<size_t>(r)];
+        if (!(b & cluster::kTrain) || train_priority(prio, r, b) > 0) continue;
+        if (r == coordinator(all_tags))
+            throw ConfigError("--train-priority: rank " + std::to_string(r) +
+                              " is the coordinator (the lowest rank tagged train) and always trains: its priority "
+                              "must be above 0");
+        if (!(b & cluster::kRollout))
+            throw ConfigError("--train-priority: rank " + std::to_string(r) + " (tags " + cluster::tags_to_string(b) +
+                              ") cannot roll out, so it must train: its priority must be above 0");
+    }
     const bool critic_colocated =
         std::none_of(all_tags.begin(), all_tags.end(), [](uint32_t b) { return (b & cluster::kCritic) != 0; });
     if (!critic_colocated)

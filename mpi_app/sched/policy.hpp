@@ -7,6 +7,7 @@
 // nodes, so both make the same choices. Does not move data or build communicators.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -18,12 +19,29 @@ namespace tagflow::sched::policy {
 std::vector<int> tagged_train(const std::vector<uint32_t>& all_tags);
 int coordinator(const std::vector<uint32_t>& all_tags);
 
+/// --train-priority "KEY=P;KEY=P": KEY is a tag set ("rollout,train", every rank with exactly
+/// those tags) or a world rank ("3"); P is 0..1000. A rank's entry wins over its tag set's.
+struct TrainPriority {
+    std::map<uint32_t, int> by_tags;
+    std::map<int, int> by_rank;
+};
+/// Throws ConfigError naming the option and the bad entry (syntax, unknown tag, a tag set
+/// without `train`, a duplicate key, P out of range). Ranks are checked against the world size
+/// by check_roles.
+TrainPriority parse_train_priority(const std::string& spec);
+/// Rank `rank`'s train priority: 0 without the train tag, else its rank entry, its tag set's
+/// entry, or 1.
+int train_priority(const TrainPriority& prio, int rank, uint32_t tags);
+
 /// The train group (world ranks, ascending; the coordinator first): disaggregated: every rank
-/// tagged train; multiplex: the same minus the highest multi-tag ranks that must stay in rollout
-/// for --min-rollout-frac; sync: every rank tagged train. Fixed for the whole run.
+/// tagged train; multiplex: the same minus the ranks of train priority 0 (they never leave
+/// rollout) and then, until --min-rollout-frac of the ranks stay in rollout, the multi-tag ranks
+/// of the lowest priority (among equals the highest rank); the coordinator always trains;
+/// sync: every rank tagged train. Fixed for the whole run.
 std::vector<int> train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags);
 
-/// Throws ConfigError when the tags do not allow opt.mode (see check_async_roles). No-op for sync.
+/// Throws ConfigError when the tags do not allow opt.mode (see check_async_roles), or when
+/// --train-priority is malformed, given outside multiplex, or puts the coordinator at 0.
 void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_tags);
 
 /// Samples that trigger a training step: --train-threshold, else prompts-per-step x group-size.

@@ -161,6 +161,7 @@ public:
         opt_.staleness = cfg.staleness;
         opt_.stale = cfg.stale;
         opt_.min_rollout_frac = cfg.min_rollout_frac;
+        if (cfg.mode == "multiplex") opt_.train_priority = cfg.train_priority;  // the other modes ignore it
         opt_.group_size = cfg.work.group_size;
         const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
         opt_.prompts_per_step = static_cast<int32_t>((batch + cfg.work.group_size - 1) / cfg.work.group_size);

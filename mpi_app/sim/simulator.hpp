@@ -61,6 +61,7 @@ struct SimConfig {
     int32_t staleness = 1;
     std::string stale = "drop";
     double min_rollout_frac = 0.1;
+    std::string train_priority;  ///< as tagflow train --train-priority (applied in multiplex only)
 };
 
 enum class Kind : uint8_t { kRollout, kTrain, kWeightSync, kResplit, kIdle };

@@ -167,6 +167,27 @@ def case_stale_weight(a):
         check(np.all(st["staleness_max"][()] <= 3), f"weight: staleness_max stays bounded {st['staleness_max'][()]}")
 
 
+def case_train_priority(a):
+    # --train-priority: rank 2 at priority 0 never leaves rollout although tagged train; the
+    # others form every epoch's group. Rank 0 (the coordinator) always trains.
+    n = 3
+    out = train_ok(a, "prio", 3, ["--mode", "multiplex", "--rank-tags", "0=rollout,train;1=rollout,train;2=rollout,train",
+                                  "--train-priority", "rollout,train=3;2=0", "--steps", str(n), "--seed", "4"])
+    with open(os.path.join(out, "membership.json")) as fh:
+        m = json.load(fh)
+    seen = {int(r): {e: tuple(mem) for e, mem in log} for r, log in m["seen"].items()}
+    check(not seen.get(2), f"prio: rank 2 (priority 0) was never in a train group ({seen.get(2)})")
+    check(len(seen[0]) == n and all(mem == (0, 1) for mem in seen[0].values()) and seen[0] == seen[1],
+          f"prio: ranks 0 and 1 trained together in all {n} epochs ({seen[0]})")
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        rank, kind, _, _, _ = spans(f)
+        check(not np.any((rank == 2) & (kind == "train")), "prio: no train span on rank 2")
+        check(2 in set(f["samples"]["rank"][()].tolist()), "prio: rank 2 generated samples")
+        cfg = tagflow_run.config(f)
+        check(cfg.get("train-priority", cfg.get("train_priority")) == "rollout,train=3;2=0",
+              f"prio: the option is in the config attribute")
+
+
 def case_bad_usage(a):
     for args, needle in [
         (["--mode", "disaggregated", "--rank-tags", "0=rollout,train;1=rollout,train"], "only rolls out"),
@@ -175,6 +196,9 @@ def case_bad_usage(a):
         (["--stale", "bogus"], "--stale"),
         (["--min-rollout-frac", "2"], "--min-rollout-frac"),
         (["--staleness", "-1"], "--staleness"),
+        (["--mode", "multiplex", "--rank-tags", "0=rollout,train;1=rollout", "--train-priority", "0=0"], "coordinator"),
+        (["--mode", "multiplex", "--train-priority", "rollout=2"], "--train-priority"),
+        (["--mode", "sync", "--train-priority", "rollout,train=2"], "--train-priority"),
     ]:
         _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
         check(p.returncode == 2 and needle in p.stderr,

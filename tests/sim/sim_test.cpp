@@ -194,6 +194,66 @@ TEST(Sim, MakesTheSchedulersChoices) {
     EXPECT_EQ(sched::policy::stale_weight(w, 2), 0.0);
 }
 
+TEST(Sim, TrainPriorityChoosesWhoStaysInRollout) {
+    using sched::policy::train_group;
+    const uint32_t rt = cluster::kRollout | cluster::kTrain, ro = cluster::kRollout;
+    // 6 multi-tag ranks, 2 rollout-only; --min-rollout-frac 0.5 needs 4 in rollout: two of the
+    // multi-tag ranks stay. Without priorities the highest ranks stay; with them the lowest
+    // priority (then the highest rank among equals); the coordinator (rank 0) always trains.
+    const std::vector<uint32_t> tags{rt, rt, rt, rt, rt, rt, ro, ro};
+    config::Options o;
+    o.mode = "multiplex";
+    o.min_rollout_frac = 0.5;
+    EXPECT_EQ(train_group(o, tags), (std::vector<int>{0, 1, 2, 3}));
+    o.train_priority = "1=0";  // rank 1 never trains; then rank 5 (highest of priority 1) stays
+    EXPECT_EQ(train_group(o, tags), (std::vector<int>{0, 2, 3, 4}));
+    o.train_priority = "rollout,train=5;4=1;5=1;2=3";  // 4, 5 lowest
+    EXPECT_EQ(train_group(o, tags), (std::vector<int>{0, 1, 2, 3}));
+    o.train_priority = "rollout,train=5;1=2;3=2";  // 1 and 3 lowest: they stay
+    EXPECT_EQ(train_group(o, tags), (std::vector<int>{0, 2, 4, 5}));
+    o.train_priority = "0=0";  // the coordinator must train
+    EXPECT_NO_THROW(sched::policy::check_roles(config::Options{}, tags));
+    try {
+        sched::policy::check_roles(o, tags);
+        ADD_FAILURE() << "no error for the coordinator at priority 0";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("coordinator"), std::string::npos) << e.what();
+    }
+    o.train_priority = "rollout,train=2";
+    o.mode = "disaggregated";
+    EXPECT_THROW(sched::policy::check_roles(o, {rt, ro}), ConfigError);  // multiplex only
+    o.mode = "multiplex";
+    o.train_priority = "9=1";
+    EXPECT_THROW(sched::policy::check_roles(o, tags), ConfigError);  // no rank 9
+    o.train_priority = "6=1";
+    EXPECT_THROW(sched::policy::check_roles(o, tags), ConfigError);  // rank 6 is not tagged train
+    // Syntax: one-line errors naming the option.
+    for (const char* bad : {"rollout,train", "=3", "rollout,train=", "rollout,train=x", "rollout,train=1001",
+                            "rollout,train=-1", "rollout=2", "rollout,bogus=1", "1=1;1=2", "train,rollout=1;rollout,train=2",
+                            ";;", "99999999999=1"}) {
+        try {
+            sched::policy::parse_train_priority(bad);
+            ADD_FAILURE() << "no error for --train-priority '" << bad << "'";
+        } catch (const ConfigError& e) {
+            const std::string m = e.what();
+            EXPECT_NE(m.find("--train-priority"), std::string::npos) << m;
+            EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+        }
+    }
+    EXPECT_NO_THROW(sched::policy::parse_train_priority("rollout,train=2;"));
+    // The simulator makes the same choice (multiplex only; the other modes ignore it).
+    SimConfig c = small("multiplex", 8);
+    c.hw = parse_hw("h100:rollout,train:0.75;t4:rollout:0.25");
+    c.min_rollout_frac = 0.5;
+    c.train_priority = "1=0;2=0";
+    const ModeResult r = simulate(c, default_costs());
+    for (size_t i = 0; i < r.node.size(); ++i)
+        EXPECT_EQ(r.node[i].in_train_group, i == 0 || (i >= 3 && i <= 5)) << "node " << i;
+    c.mode = "sync";
+    EXPECT_NO_THROW(simulate(c, default_costs()));
+    EXPECT_NE(parse_error({"--train-priority", "rollout=1"}).find("--train-priority"), std::string::npos);
+}
+
 TEST(Sim, MultiplexBeatsSyncWithLongTails) {
     // Not a timing: a property of the model. Long tails leave sync's barrier waiting while the
     // async modes keep every rollout slot busy.
