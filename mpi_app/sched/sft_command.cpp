@@ -353,6 +353,7 @@ int sft_command(int argc, char** argv) {
     if (o.init.empty()) {
         m = std::make_shared<model::LlamaModelImpl>(new_config(o, *task), static_cast<uint64_t>(o.seed));
     } else {
+        (void)check_pretrained_on_every_rank(o.init, "--init");  // a one-line error, not an abort
         m = model::LlamaModelImpl::from_pretrained(o.init);
         const model::HfConfig& c = m->config();
         if (c.vocab_size < task->vocab_size())

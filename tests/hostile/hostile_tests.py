@@ -19,7 +19,8 @@ byte-identical afterwards. Cases:
              `tagflow trace` and tagflow_run.py; a corrupt tagflow.h5 in an existing --out
   model      safetensors/config.json of a checkpoint: truncated data, wrong shapes (config and
              header), header lying about offsets, huge header length, unknown dtype, missing
-             tensor, bad config.json; via `tagflow generate --model` and `tagflow train --model`
+             tensor, bad config.json; via `tagflow generate --model` (exit 1), and `tagflow train
+             --model` / `tagflow sft --init` (exit 2 on every rank, no --out directory left)
   perms      run directories 0750 (new, nested; a stricter umask still applies) whatever the umask,
              so others cannot reach the files inside (which follow the umask); an existing --out
              keeps its mode
@@ -441,30 +442,51 @@ def case_model(a):
         p = tagflow(a, ["generate", "--model", v] + gen)
         one_line(p, code, needles, f"generate --model {name}")
         check(not p.out.strip(), f"generate --model {name}: no tokens printed")
-    # the same through `tagflow train --model` under mpirun: every rank reports the same one
-    # problem (one line per rank), no stack dump
-    for name, needle, code in (("truncated", "model.safetensors", 1), ("transposed_shape", rect, 1),
-                               ("config_not_json", "config.json", 2)):
+    # the same through `tagflow train --model` under mpirun: the weights are checked (headers,
+    # shapes against config.json, sizes) on every rank before anything is written, so each bad
+    # checkpoint is a usage error (exit 2), one line from rank 0, and leaves no run directory
+    # (an empty tagflow.h5 left there used to block the next start)
+    train = ["--steps", "1", "--gemm-check", "false", "--prompts-per-step", "2", "--group-size", "2",
+             "--eval-prompts", "2"]
+    # (every kind of bad checkpoint is a unit test of the same check, Serial.pretrained_check;
+    # here four of them end to end, one per layer: data size, shapes, names, config.json)
+    for name, needles in (("truncated", ["--model", "model.safetensors", "out of range"]),
+                          ("transposed_shape", [rect, "shape"]),
+                          ("missing_tensor", [last]),
+                          ("config_not_json", ["config.json"])):
         v = os.path.join(d, name)
         out = os.path.join(d, "train_" + name)
-        p = tagflow(a, ["train", "--out", out, "--model", v, "--steps", "1", "--gemm-check", "false",
-                        "--prompts-per-step", "2", "--group-size", "2", "--eval-prompts", "2"], np_=2, timeout=180)
+        p = tagflow(a, ["train", "--out", out, "--model", v] + train, np_=2, timeout=180)
         errs = {re.sub(r"^\[tagflow \d+/\d+\] ", "", l) for l in err_lines(p) if "fatal:" in l or "error:" in l}
-        check(p.returncode == code, f"train --model {name}: exit {code} (got {p.returncode}, {p.wall:.1f}s)")
-        check(len(errs) == 1 and needle in next(iter(errs)),
-              f"train --model {name}: one error, the same on every rank, naming {needle!r}: {[show(e, 160) for e in errs]}")
+        check(p.returncode == 2, f"train --model {name}: exit 2 (got {p.returncode}, {p.wall:.1f}s)")
+        check(len(err_lines(p)) == 1 and len(errs) == 1 and all(n in next(iter(errs)) for n in needles),
+              f"train --model {name}: one error line naming {needles}: {[show(e, 200) for e in errs]}")
         check(not NOISE.search(p.err), f"train --model {name}: no traceback, HDF5 stack, abort or signal")
-        h5 = os.path.join(out, "tagflow.h5")
-        if code == 2:
-            check(not os.path.exists(out), f"train --model {name}: no run directory")
-        elif os.path.exists(h5):
-            # Known issue (sched/train_command.cpp): the weights are read after the run file is
-            # created, so a bad checkpoint leaves a run file with no steps. It must at least be
-            # a valid, readable tagflow run file.
-            import h5py
-            with h5py.File(h5, "r") as f:
-                ok = f.attrs.get("format") in (b"tagflow", "tagflow") and len(f["steps"]["step"]) == 0
-            check(ok, f"train --model {name}: the run file left behind is a readable tagflow file with 0 steps")
+        check(not os.path.exists(os.path.join(out, "tagflow.h5")), f"train --model {name}: no tagflow.h5 left")
+        check(not os.path.exists(out), f"train --model {name}: no --out directory left")
+    # an existing run directory with --overwrite: the old run file stays byte-identical
+    out = os.path.join(d, "train_existing")
+    os.makedirs(out)
+    with open(os.path.join(out, "tagflow.h5"), "wb") as fh:
+        fh.write(b"an earlier run")
+    p = tagflow(a, ["train", "--out", out, "--overwrite", "--model", os.path.join(d, "truncated")] + train, np_=2,
+                timeout=180)
+    check(p.returncode == 2 and digest(os.path.join(out, "tagflow.h5")) == b"an earlier run" and
+          sorted(os.listdir(out)) == ["tagflow.h5"],
+          f"train --overwrite --model truncated: exit 2 (got {p.returncode}), the existing run dir untouched")
+    # after a refused start the same --out starts normally with good weights
+    out = os.path.join(d, "train_truncated")
+    p = tagflow(a, ["train", "--out", out, "--model", good] + train, np_=2, timeout=180)
+    if p.returncode != 0:
+        sys.stdout.write(p.err[-2000:])
+    check(p.returncode == 0 and os.path.exists(os.path.join(out, "tagflow.h5")),
+          f"train --model good in the --out of a refused start: exit 0 (got {p.returncode}, {p.wall:.1f}s)")
+    # `tagflow sft --init` checks the same way: exit 2, one line, no --out
+    out = os.path.join(d, "sft_transposed")
+    p = tagflow(a, ["sft", "--task", "reverse", "--out", out, "--init", os.path.join(d, "transposed_shape"),
+                    "--steps", "1", "--batch", "4", "--eval-prompts", "4", "--threads", "1"], np_=2, timeout=180)
+    one_line(p, 2, ["--init", rect, "shape"], "sft --init transposed_shape")
+    check(not os.path.exists(out), "sft --init transposed_shape: no --out directory left")
 
 
 # ---------------------------------------------------------------- permissions
