@@ -24,7 +24,7 @@ OUT=${OUT:-runs/gateway-${SLURM_JOB_ID:-$$}}
 STEPS=${STEPS:-20}
 PORT=${PORT:-0}          # 0: any free port; the URL is written to OUT/gateway.url
 GROUP=${GROUP:-4}
-mkdir -p "$OUT"
+(umask 027 && mkdir -p "$OUT")   # 0750, as tagflow makes its run dirs
 rm -f "$OUT/gateway.url" "$OUT/gateway.token"
 
 args=(train --out "$OUT" --overwrite --mode disaggregated --rank-tags "0=rollout;1=rollout,train"

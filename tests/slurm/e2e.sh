@@ -591,6 +591,85 @@ EOP
     tf_ok "real tagflow: B:USR1 -> checkpoint, exit 75, requeue, resume, all $steps steps once"
 }
 
+# A real `tagflow train` of a non-root user (nobody) through sbatch + srun --mpi=pmix -K1 on two
+# nodes: a sync run with checkpoints, then a disaggregated run with --gateway (node3's T4 rank
+# is rollout-only: it serves the gateway and answers one authenticated request). Everything the
+# runs create belongs to nobody: run directories 0750 (tagflow makes them, nested), the
+# checkpoint, gateway.token 0600; nobody reads the run files with h5py.
+case_nonroot_train() {
+    need_tagflow
+    local j u=$T_OUT/nobody
+    mkdir -p "$u"
+    chown nobody: "$u"
+    chmod 0700 "$u"
+    cat > "$u/job.sh" <<EOS
+#!/bin/bash
+run() { # OUT ARGS...: one srun step of tagflow train
+    local out=\$1
+    shift
+    srun --mpi=pmix -K1 \${SRUN_TAGS:-} $TFTEST_TAGFLOW_BIN train --out "\$out" --prompts-per-step 4 --group-size 4 \\
+        --eval-every 0 --eval-prompts 8 --gemm-check false --max-batch 16 --threads 1 --heartbeat-timeout 10 "\$@"
+    echo "job.sh: \$(basename "\$out") exited \$? as \$(id -un) umask \$(umask)"
+}
+run $u/runs/sync --steps 4 --ckpt-every 2
+# the async modes take no critic-tagged rank: narrow node1 to rollout,train (node3 stays rollout)
+SRUN_TAGS=--rl-tags=rollout,train run $u/runs/gw --mode disaggregated --gateway 127.0.0.1:0 --steps 3 --max-new-tokens 8 &
+for ((t = 0; t < 600; t++)); do [[ -s $u/runs/gw/gateway.url ]] && break; sleep 0.1; done
+if [[ -s $u/runs/gw/gateway.url ]]; then
+    url=\$(cat $u/runs/gw/gateway.url)
+    /usr/bin/python3 - "\$url" "\$(cat $u/runs/gw/gateway.token)" <<'EOP'
+import http.client, json, sys
+url, token = sys.argv[1], sys.argv[2]
+hostport = url.split("://", 1)[1].split("/", 1)[0]
+host, port = hostport.rsplit(":", 1)
+def post(auth):
+    c = http.client.HTTPConnection(host, int(port), timeout=60)
+    h = {"Content-Type": "application/json"}
+    if auth:
+        h["Authorization"] = "Bearer " + token
+    body = {"model": "tagflow-policy", "prompt": [10, 3, 1, 4, 11], "max_tokens": 4, "stop_token_ids": [12]}
+    c.request("POST", "/v1/completions", json.dumps(body), h)
+    r = c.getresponse()
+    return r.status, r.read()
+print(f"gateway: without token {post(False)[0]}, with token {post(True)[0]}")
+EOP
+else
+    echo "gateway: no gateway.url"
+fi
+wait
+EOS
+    chmod 0755 "$u/job.sh"
+    j=$(runuser -u nobody -- sbatch --parsable -t 3 -o "$u/%j.out" --chdir="$u" --constraint='h100|t4' --nodes=2 \
+        --ntasks-per-node=1 --cpus-per-task=1 --gres=gpu:1 --rl-tags=auto "$u/job.sh")
+    tf_expect_state "$j" "COMPLETED 0:0" 240
+    tf_expect_has "$u/$j.out" "job.sh: sync exited 0 as nobody"
+    tf_expect_has "$u/$j.out" "job.sh: gw exited 0 as nobody"
+    tf_expect_has "$u/$j.out" "gateway: without token 401, with token 200"
+    grep -E '^(job.sh|gateway):' "$u/$j.out"
+    # owners and modes: tagflow made runs/ and runs/*, 0750 whatever the umask
+    local p want bad=""
+    for p in runs runs/sync runs/gw runs/sync/checkpoint runs/sync/tagflow.h5 runs/sync/checkpoint/manifest.txt \
+             runs/gw/tagflow.h5 runs/gw/gateway.token; do
+        [[ -e $u/$p ]] || tf_fail "$u/$p missing (job output: $u/$j.out)"
+        [[ $(stat -c %U "$u/$p") == nobody ]] || bad+=" $p:owner=$(stat -c %U "$u/$p")"
+    done
+    for p in runs runs/sync runs/gw; do
+        [[ $(stat -c %a "$u/$p") == 750 ]] || bad+=" $p:mode=$(stat -c %a "$u/$p")"
+    done
+    [[ $(stat -c %a "$u/runs/gw/gateway.token") == 600 ]] || bad+=" gateway.token:mode=$(stat -c %a "$u/runs/gw/gateway.token")"
+    [[ -z $bad ]] || tf_fail "owners/modes:$bad"
+    runuser -u nobody -- /usr/bin/python3 - "$u/runs" <<'EOP' || tf_fail "run files not readable by nobody with h5py"
+import sys
+import h5py
+for name, n in (("sync", 4), ("gw", 3)):
+    with h5py.File(f"{sys.argv[1]}/{name}/tagflow.h5", "r") as f:
+        steps = len(f["steps"]["step"])
+        assert f.attrs["format"] in (b"tagflow", "tagflow") and steps == n, f"{name}: {steps} steps, expected {n}"
+        print(f"{name}: nobody reads tagflow.h5 with h5py: {steps} steps, {len(f['samples']['id'])} samples")
+EOP
+    tf_ok "user nobody: tagflow train (sync + checkpoint, disaggregated + gateway) under srun; dirs 0750, token 0600, all owned by nobody"
+}
+
 fn=case_$CASE
 declare -F "$fn" > /dev/null || tf_fail "unknown case '$CASE'"
 "$fn"
