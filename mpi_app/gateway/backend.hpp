@@ -38,7 +38,8 @@ struct GeneratedToken {
 
 struct Finish {
     /// "stop" (a stop id was generated, it is the last token), "length" (max_tokens),
-    /// "abort" (the backend gave up, e.g. shutting down) or "error" (see `error`).
+    /// "abort" (the backend gave up, e.g. shutting down), "cancelled" (cancel() stopped it; no
+    /// client is listening any more) or "error" (see `error`).
     std::string reason = "length";
     std::string error;       ///< one line, reason == "error" only
     int http_status = 500;   ///< for "error": 4xx if the request was at fault
@@ -66,6 +67,10 @@ struct BackendInfo {
     std::vector<ModelInfo> models;
     int64_t pending = 0;      ///< requests queued or generating (for /health)
     int32_t policy_version = 0;
+    /// Generations stopped inside the engine because their client went away (for /health).
+    int64_t cancelled = 0;
+    /// Sessions the backend keeps state for (routing, reward validation); -1 = not tracked.
+    int64_t sessions = -1;
 };
 
 /// A reward an agent reports for a session or one completion (POST /v1/rewards).
@@ -87,8 +92,9 @@ public:
     /// Queues `req`; results go to `sink`. Must not throw for a valid request (report problems
     /// through sink->finish with reason "error").
     virtual void submit(CompletionRequest req, TokenSinkPtr sink) = 0;
-    /// The client went away: stop generating `request_id` if possible (finish() is still called,
-    /// and ignored by the gateway).
+    /// The client went away: stop generating `request_id` if possible, freeing its engine slot
+    /// (finish() is still called, "cancelled" or whatever ended it first, and ignored by the
+    /// gateway). Unknown or finished ids are ignored.
     virtual void cancel(uint64_t request_id) { (void)request_id; }
     /// Records a reward; kUnknown when neither the session nor the completion id was served.
     virtual RewardStatus report_reward(const RewardReport& r) = 0;

@@ -28,7 +28,8 @@ struct EngineBackend::Impl {
     mutable std::mutex mu;  // guards everything below
     std::condition_variable cv;
     std::deque<std::pair<CompletionRequest, TokenSinkPtr>> incoming;
-    std::set<uint64_t> cancelled;
+    std::vector<uint64_t> cancels;  // cancel() ids not handled yet
+    int64_t n_cancelled = 0;        // generations Engine::cancel stopped
     std::set<std::string> sessions, completion_ids;
     std::ofstream record;
     bool stop = false;
@@ -88,6 +89,7 @@ BackendInfo EngineBackend::info() const {
     std::lock_guard<std::mutex> lk(impl_->mu);
     b.pending = impl_->pending;
     b.policy_version = impl_->version.load();
+    b.cancelled = impl_->n_cancelled;
     return b;
 }
 
@@ -103,8 +105,11 @@ void EngineBackend::submit(CompletionRequest req, TokenSinkPtr sink) {
 }
 
 void EngineBackend::cancel(uint64_t request_id) {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    impl_->cancelled.insert(request_id);
+    {
+        std::lock_guard<std::mutex> lk(impl_->mu);
+        impl_->cancels.push_back(request_id);
+    }
+    impl_->cv.notify_one();
 }
 
 RewardStatus EngineBackend::report_reward(const RewardReport& r) {
@@ -136,12 +141,12 @@ void EngineBackend::Impl::run() {
             toks.push_back({res.response[i], i < res.logprobs.size() ? res.logprobs[i] : 0.0f, v});
         Finish f;
         f.reason = rollout::finish_reason_name(res.finish);
-        bool drop = false;
+        const bool cancelled = res.finish == rollout::FinishReason::kCancelled;
         {
             std::lock_guard<std::mutex> lk(mu);
             --pending;
-            ++done;
-            drop = cancelled.erase(l.req.request_id) > 0;
+            if (cancelled) ++n_cancelled;
+            else ++done;
             std::vector<int32_t> versions(toks.size(), v);
             write_record({{"type", "completion"},
                           {"id", l.req.completion_id},
@@ -151,10 +156,10 @@ void EngineBackend::Impl::run() {
                           {"logprobs", res.logprobs},
                           {"versions", versions},
                           {"finish_reason", f.reason},
-                          {"cancelled", drop}});
+                          {"cancelled", cancelled}});
         }
-        if (drop) return;
-        // The tokens went out one at a time from on_token (streaming); only the end is left.
+        // The tokens went out one at a time from on_token (streaming); only the end is left
+        // (for a cancelled request nobody reads it).
         l.sink->finish(f);
     };
     auto on_token = [this](const rollout::TokenEvent& e) {
@@ -164,11 +169,15 @@ void EngineBackend::Impl::run() {
     };
     for (;;) {
         std::deque<std::pair<CompletionRequest, TokenSinkPtr>> batch;
+        std::vector<uint64_t> to_cancel;
         bool stopping = false;
         {
             std::unique_lock<std::mutex> lk(mu);
-            cv.wait(lk, [&] { return stop || !incoming.empty() || engine->active() + engine->waiting() > 0; });
+            cv.wait(lk, [&] {
+                return stop || !incoming.empty() || !cancels.empty() || engine->active() + engine->waiting() > 0;
+            });
             batch.swap(incoming);
+            to_cancel.swap(cancels);
             stopping = stop;
         }
         if (stopping) {
@@ -196,7 +205,6 @@ void EngineBackend::Impl::run() {
                 {
                     std::lock_guard<std::mutex> lk(mu);
                     --pending;
-                    cancelled.erase(req.request_id);
                 }
                 Finish f;
                 f.reason = "error";
@@ -204,6 +212,12 @@ void EngineBackend::Impl::run() {
                 f.error = e.what();
                 sink->finish(f);
             }
+        }
+        // Cancels at this token boundary (after the batch, so a request cancelled right after
+        // its submit is found waiting): the slot is free for the next step's admissions.
+        for (uint64_t id : to_cancel) {
+            rollout::GenResult part;
+            if (live.count(static_cast<int64_t>(id)) && engine->cancel(static_cast<int64_t>(id), &part)) on_finish(part);
         }
         try {
             engine->step(on_finish, on_token);

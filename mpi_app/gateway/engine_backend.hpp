@@ -5,8 +5,9 @@
 // log-probability, policy version; Engine::step's on_token), so `stream: true` answers one SSE
 // chunk per token; finish() follows the last one. Optionally records every completion and
 // reward as JSON lines.
-// Does not route between ranks, update weights (set_policy_version() only labels tokens) or
-// cancel generations inside the engine (a cancelled request runs to its end and is dropped).
+// cancel() (the client went away) stops the generation at the next token boundary with
+// Engine::cancel, freeing its slot; the record says finish_reason "cancelled".
+// Does not route between ranks or update weights (set_policy_version() only labels tokens).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,7 +41,7 @@ public:
 
     /// The version written into every generated token from now on.
     void set_policy_version(int32_t v);
-    /// Completions finished so far.
+    /// Completions finished so far (cancelled ones not counted; info().cancelled counts them).
     int64_t completed() const;
 
 private:

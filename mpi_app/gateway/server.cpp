@@ -514,7 +514,10 @@ void Server::Impl::handle(Conn& c, const HttpRequest& r) {
     if (p == "/health" || p == "/v1/health") {
         if (!need("GET")) return;
         const BackendInfo info = backend->info();
-        respond(c, 200, nlohmann::json{{"status", "ok"}, {"pending", info.pending}, {"policy_version", info.policy_version}}.dump());
+        nlohmann::json h{{"status", "ok"}, {"pending", info.pending}, {"policy_version", info.policy_version},
+                         {"cancelled", info.cancelled}};
+        if (info.sessions >= 0) h["sessions"] = info.sessions;
+        respond(c, 200, h.dump());
     } else if (p == "/v1/models") {
         if (!need("GET")) return;
         respond(c, 200, models_body(backend->info()));

@@ -18,7 +18,13 @@
 
 namespace tagflow::rollout {
 
-const char* finish_reason_name(FinishReason r) { return r == FinishReason::kStop ? "stop" : "length"; }
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+    default: return "length";
+    }
+}
 
 struct Engine::Impl {
     struct Seq {
@@ -262,6 +268,36 @@ void Engine::update_weights(int32_t new_version, ResumeMode mode, int64_t recomp
         m.stats.recomputed_tokens += s.len - start;
     }
     m.dec->extend(slots, seqs, starts);
+}
+
+bool Engine::cancel(int64_t id, GenResult* partial) {
+    Impl& m = *impl_;
+    // The first submitted match: admission is FIFO, so every active row precedes the queue.
+    std::vector<Impl::Seq> out;
+    int64_t row = -1;
+    for (std::size_t i = 0; i < m.active.size(); ++i)
+        if (m.active[i].req.id == id && (row < 0 || m.active[i].order < m.active[static_cast<std::size_t>(row)].order))
+            row = static_cast<int64_t>(i);
+    if (row >= 0) {
+        c10::InferenceMode im;  // move_slot() writes into the (inference-mode) cache
+        std::vector<char> fin(static_cast<std::size_t>(row) + 1, 0);
+        fin.back() = 1;
+        m.retire(fin, out);
+    } else {
+        auto it = std::find_if(m.waiting.begin(), m.waiting.end(), [&](const Impl::Seq& s) { return s.req.id == id; });
+        if (it == m.waiting.end()) return false;
+        out.push_back(std::move(*it));
+        m.waiting.erase(it);
+        out.back().res.id = id;
+        out.back().res.prompt_tokens = static_cast<int32_t>(out.back().req.prompt.size());
+    }
+    ++m.stats.cancelled;
+    if (partial) {
+        *partial = std::move(out.back().res);
+        partial->finish = FinishReason::kCancelled;
+        partial->num_tokens = static_cast<int32_t>(partial->response.size());
+    }
+    return true;
 }
 
 void Engine::set_policy_version(int32_t version) { impl_->version = version; }

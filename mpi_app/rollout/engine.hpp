@@ -10,6 +10,7 @@
 // Partial rollout: new weights can arrive while generations are in flight; update_weights()
 // (between steps) swaps them at a token boundary and the generations resume (kept or
 // recomputed KV caches), every response token tagged with the policy version that sampled it.
+// Cancel: cancel(id) removes a queued or running request between steps and frees its slot.
 // Does not tokenize, compute rewards or exchange weights (the caller updates the model's
 // parameters in place; the engine notices and re-snapshots them at the next step, or at once
 // in update_weights()).
@@ -41,8 +42,9 @@ struct GenRequest {
     GenParams params;
 };
 
-enum class FinishReason { kStop, kLength };
-/// "stop" / "length" (the run file's finish_reason names).
+/// kCancelled: only the partial result Engine::cancel() hands back (never passed to on_finish).
+enum class FinishReason { kStop, kLength, kCancelled };
+/// "stop" / "length" (the run file's finish_reason names) / "cancelled".
 const char* finish_reason_name(FinishReason r);
 
 struct GenResult {
@@ -77,6 +79,7 @@ struct EngineStats {
     int64_t weight_refreshes = 0; ///< re-snapshots of the model's weights after a change
     int64_t weight_updates = 0;   ///< update_weights() calls
     int64_t recomputed_tokens = 0; ///< cached tokens whose k/v update_weights() recomputed
+    int64_t cancelled = 0;        ///< requests removed by cancel() (queued or running)
 };
 
 /// What update_weights() does with the KV caches of the sequences in flight.
@@ -142,6 +145,15 @@ public:
     /// version of the weights the engine starts with). Default 0.
     void set_policy_version(int32_t version);
     int32_t policy_version() const;
+
+    /// Cancels request `id` at a token boundary (call between step()s, or from step()'s
+    /// callbacks): a queued request is dropped; a running one leaves its slot at once (the slot
+    /// is refilled by the next waiting request in the next step) and the other sequences go on
+    /// exactly as before. Its on_finish is never called and run() does not return it; if
+    /// `partial` is given it receives what was generated so far (finish kCancelled). Returns
+    /// false (nothing changed) if no queued or running request has that id (e.g. it finished
+    /// already). With duplicate ids, the first submitted one is cancelled.
+    bool cancel(int64_t id, GenResult* partial = nullptr);
 
     int64_t active() const;   ///< sequences decoding
     int64_t waiting() const;  ///< requests not admitted yet

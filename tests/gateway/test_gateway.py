@@ -11,7 +11,9 @@ forward of the saved checkpoint (tests/llama/reference_forward.py); string vs to
 chat completions; SSE streaming (framing, [DONE], same tokens as non-streaming, usage);
 64 concurrent clients; rewards (recorded in records.jsonl); and that after each bad request
 (malformed JSON, unknown model, oversized body, too-long prompt, unknown path, wrong method,
-garbage bytes, half a request) the gateway still serves. Exits non-zero on failure.
+garbage bytes, half a request) the gateway still serves; 16 streams closed after their first
+token are cancelled inside the engine (/health "cancelled", records with finish_reason
+"cancelled") and the gateway keeps serving. Exits non-zero on failure.
 """
 import argparse
 import http.client
@@ -276,6 +278,48 @@ def test_rewards(gw, work):
           and comp[0]["logprobs"] == j["tagflow"]["logprobs"], "the completion is recorded with its tokens")
 
 
+def test_cancel(gw, work, n=16):
+    """Clients that close their stream mid-generation: the engine cancels their requests
+    (/health "cancelled", records with finish_reason "cancelled" and fewer tokens than asked)."""
+    def health():
+        return gw.json("GET", "/health")[1]
+    t0 = time.time()
+    while health()["pending"] and time.time() - t0 < 20:
+        time.sleep(0.05)
+    c0 = health()["cancelled"]
+    socks = []
+    body = json.dumps({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 120, "stream": True,
+                       "session": "cancel-me"}).encode()
+    for _ in range(n):  # as many as the engine has slots (--max-batch 16): all decode together
+        s = socket.create_connection((gw.host, gw.port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer " + gw.token.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+                  b"\r\n\r\n" + body)
+        socks.append(s)
+    for s in socks:  # each has its first token
+        got = b""
+        while b"data: {" not in got:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    for s in socks:
+        s.close()
+    t0 = time.time()
+    while (health()["pending"] or health()["cancelled"] == c0) and time.time() - t0 < 20:
+        time.sleep(0.05)
+    h = health()
+    recs = [json.loads(l) for l in open(os.path.join(work, "records.jsonl"))]
+    mine = [x for x in recs if x["type"] == "completion" and x["session"] == "cancel-me"]
+    cancelled = [x for x in mine if x["finish_reason"] == "cancelled"]
+    check(h["pending"] == 0 and h["cancelled"] - c0 >= 1 and len(mine) == n and
+          len(cancelled) == h["cancelled"] - c0 and all(x["cancelled"] and len(x["token_ids"]) < 120 for x in cancelled),
+          f"{n} streams closed after their first token: {h['cancelled'] - c0} cancelled inside the engine "
+          f"(finish_reason cancelled, {sorted(len(x['token_ids']) for x in cancelled)[:4]}.. tokens), nothing pending")
+    s, j = gw.json("POST", "/v1/completions", {"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 4})
+    check(s == 200 and len(j["tagflow"]["token_ids"]) == 4, f"still serving after the cancels ({s})")
+
+
 def test_concurrency(gw, clients=64):
     results = [None] * clients
 
@@ -410,6 +454,7 @@ def main():
         test_stream_per_token(gw)
         test_rewards(gw, a.work)
         test_bad_requests(gw)
+        test_cancel(gw, a.work)
         test_concurrency(gw)
     finally:
         p.terminate()
