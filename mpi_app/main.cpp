@@ -10,6 +10,7 @@
 #include <exception>
 #include <string>
 
+#include "ckpt/signals.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/mpi_env.hpp"
@@ -67,7 +68,13 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // `tagflow train`: SIGTERM/SIGUSR1 set the requeue flag from the very start (ckpt/signals.hpp),
+    // so one that arrives during start-up is acted on at the first step boundary, not fatal; held
+    // (blocked, pending) across the OpenBLAS re-exec, whose new image starts with default actions.
+    const bool train = argc > 1 && std::strcmp(argv[1], "train") == 0;
+    if (train) tagflow::ckpt::hold_requeue_signals();
     tagflow::sched::maybe_reexec_for_openblas(argv);
+    if (train) tagflow::ckpt::install_requeue_signals();
     int rank = 0, size = 1;
     try {
         tagflow::MpiEnvironment env(argc, argv);

@@ -2,6 +2,8 @@
 // signals: a sig_atomic_t flag written by the handler, nothing else (see signals.hpp).
 #include "ckpt/signals.hpp"
 
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +25,19 @@ void install_requeue_signals() {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGTERM, &sa, nullptr);
     sigaction(SIGUSR1, &sa, nullptr);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+void hold_requeue_signals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 int requeue_signal() { return static_cast<int>(g_signal); }

@@ -10,8 +10,12 @@ namespace tagflow::ckpt {
 /// Exit status after a checkpoint forced by a signal: EX_TEMPFAIL. Jobscripts requeue on it.
 inline constexpr int kExitRequeue = 75;
 
-/// Installs the handlers for SIGTERM and SIGUSR1 (SA_RESTART). Idempotent.
+/// Installs the handlers for SIGTERM and SIGUSR1 (SA_RESTART), then unblocks both. Idempotent.
 void install_requeue_signals();
+/// Blocks SIGTERM and SIGUSR1 in this thread. The mask survives exec(), so one that arrives
+/// before install_requeue_signals() (e.g. across main()'s OpenBLAS re-exec) stays pending and
+/// is delivered to the handler then, instead of killing the process.
+void hold_requeue_signals();
 /// The last requeue signal received (SIGTERM or SIGUSR1), 0 if none.
 int requeue_signal();
 /// Forgets a received signal (tests).

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // agent_loop: the multi-turn session runner on one Engine (see agent_loop.hpp). Each session
 // owns its flat columns; a model turn is one engine request whose prompt is the whole session
-// so far and whose id is the session's index, so the engine's callback finds the session,
+// so far and whose id is the session's (AgentSessions: the caller's request id; run_agent_sessions:
+// the job's index), so the engine's callback finds the session,
 // asks the loop, and either finishes it or resubmits the continuation (the engine allows
 // submit() from the callback; the new request is admitted into the next free slot while the
 // other sessions keep decoding). Does not train or write files.
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "common/error.hpp"
 #include "rollout/engine.hpp"
@@ -29,6 +32,7 @@ const char* agent_finish_name(AgentFinish f) {
 namespace {
 
 struct Live {
+    int64_t job_id = 0;
     AgentSession s;
     std::vector<float> logprobs;
     std::vector<int32_t> versions;
@@ -41,27 +45,21 @@ struct Live {
 
 }  // namespace
 
-std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
-                                            const AgentRunConfig& cfg, traj::TrajectoryManager* tm) {
-    if (engine.active() != 0 || engine.waiting() != 0)
-        throw Error("run_agent_sessions: the engine is busy (" + std::to_string(engine.active() + engine.waiting()) +
-                    " requests queued or in flight)");
-    const int32_t max_turns = cfg.max_turns > 0 ? cfg.max_turns : loop.max_turns();
-    if (max_turns < 1) throw Error("run_agent_sessions: max_turns must be at least 1");
-    std::vector<int32_t> stops = cfg.stop_ids;
-    for (int32_t t : loop.turn_stop_tokens())
-        if (std::find(stops.begin(), stops.end(), t) == stops.end()) stops.push_back(t);
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    auto now = [&] { return cfg.clock ? cfg.clock() : 0.0; };
+struct AgentSessions::Impl {
+    Impl(const AgentLoop& l, AgentRunConfig c, traj::TrajectoryManager* t) : loop(l), cfg(std::move(c)), tm(t) {}
+    const AgentLoop& loop;
+    AgentRunConfig cfg;
+    traj::TrajectoryManager* tm;
+    int32_t max_turns = 0;
+    std::vector<int32_t> stops;  // cfg.stop_ids + the loop's turn stop tokens
+    std::unordered_map<int64_t, Live> live;  // engine request id -> session
 
-    std::vector<Live> live(jobs.size());
-    std::vector<AgentResult> out(jobs.size());
+    double now() const { return cfg.clock ? cfg.clock() : 0.0; }
 
-    // Queues the next model turn of session i (the whole session is the prompt).
-    auto submit = [&](size_t i) {
-        Live& L = live[i];
+    // Queues the next model turn of session `id` (the whole session is the prompt).
+    void submit(Engine& engine, int64_t id, Live& L) {
         GenRequest rq;
-        rq.id = static_cast<int64_t>(i);
+        rq.id = id;
         rq.prompt = L.s.tokens;
         rq.params.temperature = cfg.temperature;
         rq.params.top_p = cfg.top_p;
@@ -73,11 +71,13 @@ std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loo
         rq.params.seed = derive_seed(L.seed, static_cast<uint64_t>(L.s.turns));
         L.t_submit = now();
         engine.submit(std::move(rq));
-    };
-    auto finish = [&](size_t i, AgentFinish why) {
-        Live& L = live[i];
-        AgentResult& r = out[i];
-        r.id = jobs[i].id;
+    }
+
+    void finish(int64_t id, AgentFinish why, std::vector<AgentResult>& done) {
+        auto node = live.extract(id);
+        Live& L = node.mapped();
+        AgentResult r;
+        r.id = L.job_id;
         r.prompt_len = static_cast<int32_t>(L.s.prompt.size());
         r.reward = loop.reward(L.s);
         r.finish = why;
@@ -89,62 +89,118 @@ std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loo
         r.loss_mask = std::move(L.s.loss_mask);
         r.logprobs = std::move(L.logprobs);
         r.versions = std::move(L.versions);
-    };
+        done.push_back(std::move(r));
+    }
+};
 
-    for (size_t i = 0; i < jobs.size(); ++i) {
-        const AgentJob& j = jobs[i];
+AgentSessions::AgentSessions(const AgentLoop& loop, AgentRunConfig cfg, traj::TrajectoryManager* tm)
+    : impl_(std::make_unique<Impl>(loop, std::move(cfg), tm)) {
+    Impl& m = *impl_;
+    m.max_turns = m.cfg.max_turns > 0 ? m.cfg.max_turns : loop.max_turns();
+    if (m.max_turns < 1) throw Error("agent sessions: max_turns must be at least 1");
+    m.stops = m.cfg.stop_ids;
+    for (int32_t t : loop.turn_stop_tokens())
+        if (std::find(m.stops.begin(), m.stops.end(), t) == m.stops.end()) m.stops.push_back(t);
+}
+
+AgentSessions::~AgentSessions() = default;
+
+bool AgentSessions::owns(int64_t request_id) const { return impl_->live.count(request_id) > 0; }
+size_t AgentSessions::live() const { return impl_->live.size(); }
+
+void AgentSessions::start(Engine& engine, int64_t request_id, const AgentJob& j) {
+    Impl& m = *impl_;
+    if (j.prompt.empty()) throw Error("agent session " + std::to_string(j.id) + " has an empty prompt");
+    if (static_cast<int64_t>(j.prompt.size()) >= m.cfg.max_session_tokens)
+        throw Error("agent session " + std::to_string(j.id) + "'s prompt of " + std::to_string(j.prompt.size()) +
+                    " tokens leaves no room in max_session_tokens " + std::to_string(m.cfg.max_session_tokens));
+    if (m.live.count(request_id))
+        throw Error("agent session " + std::to_string(j.id) + ": request id " + std::to_string(request_id) +
+                    " is already a live session's");
+    Live& L = m.live[request_id];
+    L.job_id = j.id;
+    L.s.prompt = j.prompt;
+    L.s.tokens = j.prompt;
+    L.s.loss_mask.assign(j.prompt.size(), 0);
+    L.logprobs.assign(j.prompt.size(), std::numeric_limits<float>::quiet_NaN());
+    L.versions.assign(j.prompt.size(), -1);
+    L.seed = j.seed;
+    m.submit(engine, request_id, L);
+}
+
+bool AgentSessions::on_result(Engine& engine, const GenResult& g, std::vector<AgentResult>& done) {
+    Impl& m = *impl_;
+    auto it = m.live.find(g.id);
+    if (it == m.live.end()) return false;
+    Live& L = it->second;
+    const AgentRunConfig& cfg = m.cfg;
+    if (m.tm) {
+        traj::Request tr;
+        tr.input = L.s.tokens;
+        tr.output = g.response;
+        tr.logprobs = g.logprobs;
+        tr.versions = g.versions;
+        tr.rank = cfg.rank;
+        tr.t_start = L.t_submit;
+        tr.t_end = m.now();
+        L.traj = m.tm->insert(tr).traj;
+    }
+    L.s.turn_begin = L.s.tokens.size();
+    L.s.tokens.insert(L.s.tokens.end(), g.response.begin(), g.response.end());
+    L.s.loss_mask.insert(L.s.loss_mask.end(), g.response.size(), 1);
+    L.logprobs.insert(L.logprobs.end(), g.logprobs.begin(), g.logprobs.end());
+    L.versions.insert(L.versions.end(), g.versions.begin(), g.versions.end());
+    L.s.turns += 1;
+    L.s.turn_stopped = g.finish == FinishReason::kStop;
+    L.hit_eos = L.s.turn_stopped && !g.response.empty() &&
+                std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), g.response.back()) != cfg.stop_ids.end();
+    AgentAction a = m.loop.on_turn(L.s);
+    if (a.done) {
+        m.finish(g.id, L.s.turn_stopped ? AgentFinish::kDone : AgentFinish::kLength, done);
+        return true;
+    }
+    if (L.s.turns >= m.max_turns) {
+        m.finish(g.id, AgentFinish::kTurns, done);
+        return true;
+    }
+    // The environment tokens plus at least one model token must fit in the budget.
+    if (static_cast<int64_t>(L.s.tokens.size() + a.env_tokens.size()) >= cfg.max_session_tokens) {
+        m.finish(g.id, AgentFinish::kLength, done);
+        return true;
+    }
+    L.s.tokens.insert(L.s.tokens.end(), a.env_tokens.begin(), a.env_tokens.end());
+    L.s.loss_mask.insert(L.s.loss_mask.end(), a.env_tokens.size(), 0);
+    L.logprobs.insert(L.logprobs.end(), a.env_tokens.size(), std::numeric_limits<float>::quiet_NaN());
+    L.versions.insert(L.versions.end(), a.env_tokens.size(), -1);
+    L.env_tokens += static_cast<int64_t>(a.env_tokens.size());
+    m.submit(engine, g.id, L);
+    return true;
+}
+
+std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
+                                            const AgentRunConfig& cfg, traj::TrajectoryManager* tm) {
+    if (engine.active() != 0 || engine.waiting() != 0)
+        throw Error("run_agent_sessions: the engine is busy (" + std::to_string(engine.active() + engine.waiting()) +
+                    " requests queued or in flight)");
+    const int32_t max_turns = cfg.max_turns > 0 ? cfg.max_turns : loop.max_turns();
+    if (max_turns < 1) throw Error("run_agent_sessions: max_turns must be at least 1");
+    // Validated up front so a bad job leaves nothing queued.
+    for (const AgentJob& j : jobs) {
         if (j.prompt.empty()) throw Error("run_agent_sessions: job " + std::to_string(j.id) + " has an empty prompt");
         if (static_cast<int64_t>(j.prompt.size()) >= cfg.max_session_tokens)
             throw Error("run_agent_sessions: job " + std::to_string(j.id) + "'s prompt of " +
                         std::to_string(j.prompt.size()) + " tokens leaves no room in max_session_tokens " +
                         std::to_string(cfg.max_session_tokens));
-        Live& L = live[i];
-        L.s.prompt = j.prompt;
-        L.s.tokens = j.prompt;
-        L.s.loss_mask.assign(j.prompt.size(), 0);
-        L.logprobs.assign(j.prompt.size(), nan);
-        L.versions.assign(j.prompt.size(), -1);
-        L.seed = j.seed;
-        submit(i);
     }
-
-    auto on_done = [&](const GenResult& g) {
-        const auto i = static_cast<size_t>(g.id);
-        Live& L = live[i];
-        if (tm) {
-            traj::Request tr;
-            tr.input = L.s.tokens;
-            tr.output = g.response;
-            tr.logprobs = g.logprobs;
-            tr.versions = g.versions;
-            tr.rank = cfg.rank;
-            tr.t_start = L.t_submit;
-            tr.t_end = now();
-            L.traj = tm->insert(tr).traj;
-        }
-        L.s.turn_begin = L.s.tokens.size();
-        L.s.tokens.insert(L.s.tokens.end(), g.response.begin(), g.response.end());
-        L.s.loss_mask.insert(L.s.loss_mask.end(), g.response.size(), 1);
-        L.logprobs.insert(L.logprobs.end(), g.logprobs.begin(), g.logprobs.end());
-        L.versions.insert(L.versions.end(), g.versions.begin(), g.versions.end());
-        L.s.turns += 1;
-        L.s.turn_stopped = g.finish == FinishReason::kStop;
-        L.hit_eos = L.s.turn_stopped && !g.response.empty() &&
-                    std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), g.response.back()) != cfg.stop_ids.end();
-        AgentAction a = loop.on_turn(L.s);
-        if (a.done) return finish(i, L.s.turn_stopped ? AgentFinish::kDone : AgentFinish::kLength);
-        if (L.s.turns >= max_turns) return finish(i, AgentFinish::kTurns);
-        // The environment tokens plus at least one model token must fit in the budget.
-        if (static_cast<int64_t>(L.s.tokens.size() + a.env_tokens.size()) >= cfg.max_session_tokens)
-            return finish(i, AgentFinish::kLength);
-        L.s.tokens.insert(L.s.tokens.end(), a.env_tokens.begin(), a.env_tokens.end());
-        L.s.loss_mask.insert(L.s.loss_mask.end(), a.env_tokens.size(), 0);
-        L.logprobs.insert(L.logprobs.end(), a.env_tokens.size(), nan);
-        L.versions.insert(L.versions.end(), a.env_tokens.size(), -1);
-        L.env_tokens += static_cast<int64_t>(a.env_tokens.size());
-        submit(i);
-    };
-    while (engine.step(on_done)) {
+    AgentSessions sessions(loop, cfg, tm);
+    // The engine request id of job i is i, so results land in job order.
+    for (size_t i = 0; i < jobs.size(); ++i) sessions.start(engine, static_cast<int64_t>(i), jobs[i]);
+    std::vector<AgentResult> out(jobs.size());
+    std::vector<AgentResult> done;
+    while (engine.step([&](const GenResult& g) {
+        done.clear();
+        if (sessions.on_result(engine, g, done) && !done.empty()) out[static_cast<size_t>(g.id)] = std::move(done.back());
+    })) {
     }
     return out;
 }

@@ -16,7 +16,7 @@
 //
 // Writing a multi-turn task: derive one class from both Task (task.hpp: prompts, held-out set,
 // reward of a whole continuation, solution) and AgentLoop (this file); `tagflow train`
-// (sync mode) and `tagflow sft` find the loop with as_agent_loop(task). share/doc/tasks.md
+// (every mode) and `tagflow sft` find the loop with as_agent_loop(task). share/doc/tasks.md
 // has a worked example; task_calc.cpp is the built-in one.
 //
 // Does not train, tokenize or do MPI; the runner is single-threaded like the Engine.
@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,7 @@
 namespace tagflow::rollout {
 
 class Engine;
+struct GenResult;
 
 /// What ended a session.
 enum class AgentFinish : uint8_t {
@@ -148,6 +150,36 @@ struct AgentResult {
 /// empty prompt, a prompt not shorter than max_session_tokens, or bad sampling parameters.
 std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
                                             const AgentRunConfig& cfg, traj::TrajectoryManager* tm = nullptr);
+
+/// The runner in incremental form, for a caller that owns the engine loop (the async
+/// scheduler: sessions share the engine with other requests, turn by turn, and may span a weight
+/// update, so one session's model tokens can carry several versions). start() queues a session's
+/// first turn; the caller steps the engine and hands every GenResult to on_result(), which
+/// continues a session (its next turn is submitted at once, from the engine's callback) or
+/// ends it. Columns, budgets, seeds and trajectory-manager records are run_agent_sessions'.
+class AgentSessions {
+public:
+    /// Throws tagflow::Error when the turn limit (cfg.max_turns or the loop's) is below 1.
+    AgentSessions(const AgentLoop& loop, AgentRunConfig cfg, traj::TrajectoryManager* tm = nullptr);
+    ~AgentSessions();
+    AgentSessions(const AgentSessions&) = delete;
+    AgentSessions& operator=(const AgentSessions&) = delete;
+    /// Queues session `job`'s first turn on `engine` under engine request id `request_id`
+    /// (every turn of the session uses it; it must differ from every other request's id).
+    /// Throws tagflow::Error (nothing queued) on an empty prompt, a prompt not shorter than
+    /// max_session_tokens, or a request id already in use by a live session.
+    void start(Engine& engine, int64_t request_id, const AgentJob& job);
+    /// One finished engine request: false when it is no session's turn. Otherwise the turn
+    /// joins its session, which either continues (next turn submitted to `engine`) or ends
+    /// (its AgentResult appended to `done`). Call it from engine.step()'s callback.
+    bool on_result(Engine& engine, const GenResult& g, std::vector<AgentResult>& done);
+    bool owns(int64_t request_id) const;
+    size_t live() const;  ///< sessions started and not ended
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
 
 /// Held-out score of greedy sessions on eval prompts [first, first + n_prompts) of `task`.
 struct AgentEval {

@@ -39,24 +39,37 @@ std::vector<RolloutSample> generate_agent_samples(rollout::Engine& engine, const
     std::vector<rollout::AgentResult> res = rollout::run_agent_sessions(engine, loop, jobs, cfg, &tm);
     std::vector<RolloutSample> out(res.size());
     for (size_t i = 0; i < res.size(); ++i) {
-        rollout::AgentResult& a = res[i];
-        RolloutSample& r = out[i];
-        const auto P = static_cast<size_t>(a.prompt_len);
-        r.id = a.id;
-        r.group = groups[i];
-        r.rank = rank;
-        r.version = version;
-        r.reward = a.reward;
-        r.hit_eos = a.hit_eos;
-        r.t_done = clock ? clock() : 0.0;
-        r.prompt.assign(a.tokens.begin(), a.tokens.begin() + static_cast<std::ptrdiff_t>(P));
-        r.response.assign(a.tokens.begin() + static_cast<std::ptrdiff_t>(P), a.tokens.end());
-        r.loss_mask.assign(a.loss_mask.begin() + static_cast<std::ptrdiff_t>(P), a.loss_mask.end());
-        r.logprobs.resize(r.response.size());
-        for (size_t t = 0; t < r.response.size(); ++t) r.logprobs[t] = r.loss_mask[t] ? a.logprobs[P + t] : 0.0f;
-        leaf[r.id] = a.traj;
+        out[i] = agent_sample(res[i], groups[i], rank, clock ? clock() : 0.0, version);
+        out[i].version = version;  // sync: every model token is this step's
+        leaf[out[i].id] = res[i].traj;
     }
     return out;
+}
+
+RolloutSample agent_sample(const rollout::AgentResult& a, int64_t group, int32_t rank, double t_done,
+                           int32_t version_if_none) {
+    RolloutSample r;
+    const auto P = static_cast<std::ptrdiff_t>(a.prompt_len);
+    r.id = a.id;
+    r.group = group;
+    r.rank = rank;
+    r.reward = a.reward;
+    r.hit_eos = a.hit_eos;
+    r.t_done = t_done;
+    r.prompt.assign(a.tokens.begin(), a.tokens.begin() + P);
+    r.response.assign(a.tokens.begin() + P, a.tokens.end());
+    r.loss_mask.assign(a.loss_mask.begin() + P, a.loss_mask.end());
+    r.versions.assign(a.versions.begin() + P, a.versions.end());
+    r.logprobs.resize(r.response.size());
+    int32_t oldest = -1;
+    for (size_t t = 0; t < r.response.size(); ++t) {
+        const bool model = r.loss_mask[t] != 0;
+        r.logprobs[t] = model ? a.logprobs[static_cast<size_t>(P) + t] : 0.0f;
+        if (!model) r.versions[t] = -1;
+        else if (oldest < 0 || r.versions[t] < oldest) oldest = r.versions[t];
+    }
+    r.version = oldest >= 0 ? oldest : version_if_none;
+    return r;
 }
 
 double evaluate_agent_task(rollout::Engine& engine, const rollout::Task& task, const rollout::AgentLoop& loop,

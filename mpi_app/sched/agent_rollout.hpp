@@ -4,7 +4,9 @@
 // rank's Engine, every model turn recorded in the step's trajectory manager, and come back as
 // RolloutSamples whose response is everything after the prompt (model turns and tool output)
 // with a per-token loss_mask (0 on tool/environment tokens, which the trainer leaves out of
-// the loss). Does not exchange samples, train or write the run file (the scheduler does).
+// the loss). agent_sample, the session -> sample conversion, is shared with the async
+// scheduler (whose rollout ranks run sessions with rollout::AgentSessions). Does not exchange
+// samples, train or write the run file (the scheduler does).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -25,6 +27,7 @@ namespace tagflow::rollout {
 class Engine;
 class Task;
 class AgentLoop;
+struct AgentResult;
 }  // namespace tagflow::rollout
 
 namespace tagflow::sched {
@@ -41,6 +44,13 @@ std::vector<RolloutSample> generate_agent_samples(rollout::Engine& engine, const
                                                   int32_t version, int32_t rank, const std::function<double()>& clock,
                                                   traj::TrajectoryManager& tm,
                                                   std::unordered_map<int64_t, traj::NodeId>& leaf);
+
+/// A finished session as a sample (sync and async modes alike): response = everything after
+/// the prompt (model turns and environment tokens), loss_mask 0 on environment tokens, logprobs
+/// 0 there (masked out by the trainer) and versions -1 there; `version` = the oldest model
+/// token's version (the sample's staleness), `version_if_none` when no model token exists.
+RolloutSample agent_sample(const rollout::AgentResult& a, int64_t group, int32_t rank, double t_done,
+                           int32_t version_if_none);
 
 /// Held-out greedy score of a multi-turn task on eval prompts [0, n) (mean reward).
 double evaluate_agent_task(rollout::Engine& engine, const rollout::Task& task, const rollout::AgentLoop& loop,

@@ -8,6 +8,9 @@
 //                         parameter buffer; receivers keep these receives posted into a shadow
 //                         buffer, test them between decode steps and copy at a token boundary
 //   final    rank -> C    [spans][membership log][discarded count] after STOP
+//   signal   rank -> C    [int64 signal] once, when SIGTERM/SIGUSR1 reached that rank: C stops
+//                         at the step boundary, checkpoints and every rank exits 75
+// Checkpoints are C's alone (no collective; see "checkpoints" below and share/doc/checkpoints.md).
 // The train group's communicator is made once with MPI_Comm_create_group over its members;
 // a training step's batch reaches them with MPI_Ibcast on it. Every wait is test-and-sleep.
 // Paused generations keep their KV caches (computed with the older weights): recomputing them
@@ -28,8 +31,13 @@
 #include <list>
 #include <map>
 #include <numeric>
+#include <set>
+#include <sstream>
 #include <thread>
 
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/checkpoint_mpi.hpp"
+#include "ckpt/signals.hpp"
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -37,15 +45,19 @@
 #include "io/run_file.hpp"
 #include "model/llama.hpp"
 #include "profile/timeline.hpp"
+#include "rollout/agent_loop.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
+#include "sched/agent_rollout.hpp"
+#include "sched/agent_stream.hpp"
 #include "sched/exchange.hpp"
 #include "sched/gateway_router.hpp"
 #include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
+#include "tagflow/config.hpp"
 
 namespace tagflow::sched {
 
@@ -59,11 +71,30 @@ void check_async_roles(const config::Options& opt, const cluster::Roles& roles) 
     policy::check_roles(opt, roles.all_tags);
 }
 
+void check_async_resume(const config::Options& opt, const cluster::Roles& roles, const ckpt::Manifest& m) {
+    const std::vector<int> members = async_train_group(opt, roles);
+    std::string gens, mems;
+    for (int r = 0; r < roles.world_size; ++r) {
+        const bool rolls = (roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) != 0;
+        const bool trains = std::count(members.begin(), members.end(), r) > 0;
+        if (rolls && (opt.mode == "multiplex" || !trains)) gens += (gens.empty() ? "" : ",") + std::to_string(r);
+    }
+    for (int r : members) mems += (mems.empty() ? "" : ",") + std::to_string(r);
+    if (gens.empty()) gens = "-";
+    if (mems.empty()) mems = "-";
+    if (m.get("sched.gens") != gens || m.get("sched.members") != mems)
+        throw ConfigError("checkpoint " + m.path + ": written with generating ranks {" + m.get("sched.gens") +
+                          "} and train group {" + m.get("sched.members") + "}, this run has {" + gens + "} and {" +
+                          mems + "} (same ranks and --rank-tags, or --no-resume --overwrite)");
+}
+
 namespace {
 
 using io::SpanKind;
 
 constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103, kTagWHdr = 7104, kTagWBucket = 7200;
+// A requeue signal (SIGTERM/SIGUSR1) a rank received: rank -> C, one int64 (the signal), once.
+constexpr int kTagSignal = 7105;
 constexpr int64_t kCtlTrain = 1, kCtlStop = 2;
 
 void nap() { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
@@ -127,7 +158,7 @@ struct Membership {
 class AsyncScheduler final : public Scheduler {
  public:
     AsyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run, double t0_unix,
-                   std::unique_ptr<rollout::Task> task)
+                   std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan)
         : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), tl_(clock_, roles.world_rank),
           task_(std::move(task)), multiplex_(opt.mode == "multiplex") {
         me_ = roles.world_rank;
@@ -178,6 +209,7 @@ class AsyncScheduler final : public Scheduler {
             rollout::EngineConfig ec;
             ec.max_batch = opt.max_batch;
             engine_ = std::make_unique<rollout::Engine>(policy_, ec);
+            setup_agent_sessions();
             gen_index_ = static_cast<int64_t>(std::find(gens_.begin(), gens_.end(), me_) - gens_.begin());
         }
         if (me_ == coord_) {
@@ -190,13 +222,23 @@ class AsyncScheduler final : public Scheduler {
                 opt.stale.c_str());
         }
         if (!opt.gateway.empty()) setup_gateway();
+        lo_.assign(gens_.size(), 0);
+        // Checkpoints (share/doc/checkpoints.md). With --gateway they hold the gateway samples
+        // already rewarded (pool and /samples) and the recorder's id counters; sessions not yet
+        // rewarded and requests in flight are not saved (clients redo them after a restart).
+        if (plan) {
+            ckpt_ = *plan;
+            have_ckpt_ = true;
+        }
+        if (plan && plan->resume) restore(plan->manifest, plan->dir);
     }
 
     RunSummary run() override {
         RunSummary sum;
         sum.best_constant = task_->best_constant_score(opt_.eval_prompts);
-        // Version 0: one WeightSync broadcast from the coordinator to the rollout-only ranks.
-        if (!bcast_.is_null()) {
+        // Version 0: one WeightSync broadcast from the coordinator to the rollout-only ranks
+        // (after a resume every rank loaded the checkpoint's weights instead).
+        if (!bcast_.is_null() && !resumed_) {
             profile::Span span(tl_, SpanKind::kWeightSync, 0);
             train::WeightSyncStats st = wsync_->broadcast(params(), 0, bcast_.get(), 0);
             if (me_ == coord_) {
@@ -211,13 +253,20 @@ class AsyncScheduler final : public Scheduler {
                 syncs_.push_back(r);
             }
         }
-        version_ = 0;
+        version_ = resumed_ ? static_cast<int32_t>(step_) : 0;
+        if (engine_ && resumed_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);
         if (is_recv_) post_weight_recv();
         if (me_ == coord_) {
-            double e0 = evaluate(0);
-            sum.first_eval = sum.best_eval = sum.last_eval = std::max(0.0, e0);
-            if (e0 >= 0) say("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
-                             static_cast<long long>(opt_.steps), e0, sum.best_constant);
+            if (resumed_) {
+                resume_summary(sum);
+            } else {
+                double e0 = evaluate(0);
+                sum.first_eval = sum.best_eval = sum.last_eval = std::max(0.0, e0);
+                if (e0 >= 0) say("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
+                                 static_cast<long long>(opt_.steps), e0, sum.best_constant);
+                // A fresh run checkpoints its start too, so a job killed at any later moment can resume.
+                if (have_ckpt_) checkpoint_now(sum);
+            }
             coordinator_loop(sum);
         } else {
             worker_loop();
@@ -229,11 +278,13 @@ class AsyncScheduler final : public Scheduler {
             std::vector<MPI_Request> v{rq};
             wait_all(v);
         }
-        double s[8] = {sum.first_reward, sum.last_reward, sum.first_eval, sum.last_eval,
-                       sum.best_eval, sum.samples_per_s, sum.elapsed, static_cast<double>(sum.steps)};
-        TAGFLOW_MPI_CHECK(MPI_Bcast(s, 8, MPI_DOUBLE, coord_, MPI_COMM_WORLD));
+        double s[9] = {sum.first_reward, sum.last_reward, sum.first_eval, sum.last_eval,
+                       sum.best_eval, sum.samples_per_s, sum.elapsed, static_cast<double>(sum.steps),
+                       static_cast<double>(sum.exit_code)};
+        TAGFLOW_MPI_CHECK(MPI_Bcast(s, 9, MPI_DOUBLE, coord_, MPI_COMM_WORLD));
         sum.first_reward = s[0], sum.last_reward = s[1], sum.first_eval = s[2], sum.last_eval = s[3];
         sum.best_eval = s[4], sum.samples_per_s = s[5], sum.elapsed = s[6], sum.steps = static_cast<long>(s[7]);
+        sum.exit_code = static_cast<int>(s[8]);  // ckpt::kExitRequeue on every rank after a requeue signal
         return sum;
     }
 
@@ -287,7 +338,17 @@ class AsyncScheduler final : public Scheduler {
         if (!roles_.is_rollout()) return -1;  // a rank without the rollout tag never generates
         enter(SpanKind::kRollout);
         torch::NoGradGuard ng;
-        double e = rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);
+        double e = 0;
+        if (const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_)) {
+            // Multi-turn: greedy sessions with the tool, on an engine of their own (engine_
+            // holds the generations in flight).
+            rollout::EngineConfig ec;
+            ec.max_batch = opt_.max_batch;
+            rollout::Engine eng(policy_, ec);
+            e = evaluate_agent_task(eng, *task_, *loop, opt_.eval_prompts);
+        } else {
+            e = rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);
+        }
         cut();  // the evaluation's span ends here, not at the next enter()
         if (run_) evals_.push_back({step, task_->name(), static_cast<float>(e), opt_.eval_prompts});
         return e;
@@ -357,7 +418,8 @@ class AsyncScheduler final : public Scheduler {
                 rq.params.stop_ids = {task_->eos_token()};
                 rq.params.seed = rollout::derive_seed(static_cast<uint64_t>(opt_.seed), static_cast<uint64_t>(id));
                 groups_of_[id] = g;
-                engine_->submit(std::move(rq));
+                if (agent_) start_session(rq);  // multi-turn: this is the session's first turn
+                else engine_->submit(std::move(rq));
             }
         }
     }
@@ -381,6 +443,7 @@ class AsyncScheduler final : public Scheduler {
                 if (gw_worker_) gw_worker_->on_finish(g);
                 return;
             }
+            if (agent_ && agent_->owns(g.id)) return agent_turn(g, out);
             RolloutSample r;
             r.id = g.id;
             auto it = groups_of_.find(g.id);
@@ -410,6 +473,46 @@ class AsyncScheduler final : public Scheduler {
             out.push_back(std::move(r));
         }, on_token);
         if (gw_worker_) gw_worker_->flush();
+    }
+
+    // ------------------------------------------------------------------ agent sessions
+    // Multi-turn tasks (rollout/agent_loop.hpp): each sample is a session whose model turns are
+    // engine requests under the sample's id, interleaved with the others in the batch; a turn
+    // that ends with a tool call gets the tool output appended (loss_mask 0, version -1) and
+    // continues as a new request. A session can span weight updates (its model tokens then
+    // carry several versions; its staleness is the oldest's). Finished sessions are streamed
+    // like single-turn samples; the coordinator records their requests (sched/agent_stream.hpp).
+    void setup_agent_sessions() {
+        const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_);
+        if (!loop) return;
+        rollout::AgentRunConfig cfg;
+        cfg.temperature = opt_.temperature;
+        cfg.top_p = opt_.top_p;
+        cfg.top_k = opt_.top_k;
+        cfg.stop_ids = {task_->eos_token()};
+        cfg.max_session_tokens = task_->max_prompt_tokens() + max_new_;
+        cfg.rank = me_;
+        cfg.clock = [this] { return clock_.now(); };
+        agent_ = std::make_unique<rollout::AgentSessions>(*loop, cfg);
+    }
+    // The session of request `rq` (its id, prompt and random stream; turns sample like sync's).
+    void start_session(const rollout::GenRequest& rq) {
+        rollout::AgentJob job;
+        job.id = rq.id;
+        job.prompt = rq.prompt;
+        job.seed = rq.params.seed;
+        agent_->start(*engine_, rq.id, job);
+    }
+    // A model turn finished (from the engine's callback): the session continues or is a sample.
+    void agent_turn(const rollout::GenResult& g, std::vector<RolloutSample>& out) {
+        agent_done_.clear();
+        agent_->on_result(*engine_, g, agent_done_);
+        for (const rollout::AgentResult& a : agent_done_) {
+            auto it = groups_of_.find(a.id);
+            if (it == groups_of_.end()) throw InternalError("agent session " + std::to_string(a.id) + " has no group");
+            out.push_back(agent_sample(a, it->second, me_, clock_.now(), version_));
+            groups_of_.erase(it);
+        }
     }
 
     // Sends finished samples (and this rank's spans so far) to the coordinator; never waits.
@@ -532,7 +635,12 @@ class AsyncScheduler final : public Scheduler {
 
     void add_to_pool(std::vector<RolloutSample>& got) {
         for (auto& r : got) {
+            if (!first_receipt(r.id, r.group)) {  // generated again after a resume, already recorded
+                ++regenerated_;
+                continue;
+            }
             written_.push_back(to_record(r));
+            if (!r.loss_mask.empty()) agent_tree_.record(r);  // a multi-turn session's requests
             ++finished_;
             auto& v = pool_[r.group];
             v.push_back(std::move(r));
@@ -555,6 +663,11 @@ class AsyncScheduler final : public Scheduler {
             const char* end = p + b.size();
             if (st.MPI_TAG == kTagGwRec && gw_rec_) {  // gateway records carry no spans
                 gateway_ingest(p, b.size());
+                continue;
+            }
+            if (st.MPI_TAG == kTagSignal) {  // a rank got SIGTERM/SIGUSR1: checkpoint, stop, exit 75
+                const auto sg = static_cast<int>(get<int64_t>(p, end));
+                if (sig_ == 0) sig_ = sg;
                 continue;
             }
             auto spans = get_spans(p, end);
@@ -605,18 +718,26 @@ class AsyncScheduler final : public Scheduler {
     }
 
     void coordinator_loop(RunSummary& sum) {
-        double total = 0;
+        double& total = total_;
         double t_prev = clock_.now();
         std::vector<RolloutSample> mine;
         while (step_ < opt_.steps) {
             poll_messages();
             test_weight_sends();
+            // A requeue signal on any rank (this one, or a kTagSignal message): stop at this
+            // step boundary; the checkpoint is written below, after every rank's last samples.
+            if (sig_ == 0) sig_ = ckpt::requeue_signal();
+            if (sig_ != 0) break;
             // --train-timeout: a step also starts when the oldest wait is long enough and at
             // least one usable sample is there (e.g. a slow agent behind the gateway).
             const int64_t u = usable();
             if (u >= threshold_ || (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout)) {
                 const double t_end = train_one(t_prev, sum, total);
                 t_prev = t_end;
+                if (have_ckpt_ && ckpt_.every > 0 && step_ % ckpt_.every == 0 && step_ < opt_.steps) {
+                    checkpoint_now(sum);
+                    t_prev = clock_.now();  // as in sync, a step's row does not include the checkpoint before it
+                }
                 continue;
             }
             if (is_gen_) {
@@ -655,6 +776,21 @@ class AsyncScheduler final : public Scheduler {
         sum.steps = step_;
         sum.elapsed = clock_.now();
         sum.samples_per_s = total / std::max(1e-9, sum.elapsed);
+        // The end of the run or a requeue: every rank stopped, its last samples are in the pool
+        // and the file, so the checkpoint holds everything finished and nothing after it.
+        if (have_ckpt_) write_checkpoint(sum);
+        if (sig_ != 0 && step_ < opt_.steps) {
+            if (have_ckpt_)
+                say("tagflow: checkpoint at step %lld after %s; exiting for requeue\n", static_cast<long long>(step_),
+                    ckpt::signal_name(sig_));
+            else
+                say("tagflow: %s at step %lld; no checkpoint; exiting for requeue\n", ckpt::signal_name(sig_),
+                    static_cast<long long>(step_));
+            sum.exit_code = ckpt::kExitRequeue;
+        }
+        if (regenerated_ > 0)
+            say("%s: %lld samples generated again after the resume were already recorded before the checkpoint "
+                "(dropped)\n", opt_.mode.c_str(), static_cast<long long>(regenerated_));
         say("%s: %lld samples finished, %lld consumed (%lld dropped as stale, %lld trained with a staleness "
             "weight), %lld left over at the end, %lld unfinished generations discarded\n",
             opt_.mode.c_str(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
@@ -781,6 +917,7 @@ class AsyncScheduler final : public Scheduler {
     void write(const std::vector<io::ConsumedRecord>& consumed, const std::vector<io::StepRecord>& steps,
                const std::vector<io::SpanRecord>& spans) {
         if (gw_rec_) gw_rec_->write(*run_, written_);  // /tree rows first, then the samples naming them
+        agent_tree_.write(*run_, written_);            // multi-turn sessions: likewise
         run_->append_samples(written_);
         written_.clear();
         run_->append_consumed(consumed);
@@ -838,7 +975,226 @@ class AsyncScheduler final : public Scheduler {
         }
         rec.loss_mask.assign(r.prompt.size(), 0);
         rec.loss_mask.insert(rec.loss_mask.end(), r.response.size(), 1);
+        if (r.loss_mask.size() == r.response.size()) {  // multi-turn: tool tokens are not the model's
+            for (size_t k = 0; k < r.response.size(); ++k) {
+                if (r.loss_mask[k]) continue;
+                const size_t at = r.prompt.size() + k;
+                rec.loss_mask[at] = 0;
+                rec.logprobs[at] = nan;
+                rec.versions[at] = -1;
+            }
+            rec.version_min = rec.version_max = r.version;
+            for (size_t k = r.prompt.size(); k < rec.versions.size(); ++k) {
+                if (!rec.loss_mask[k]) continue;
+                rec.version_min = std::min(rec.version_min, rec.versions[k]);
+                rec.version_max = std::max(rec.version_max, rec.versions[k]);
+            }
+        }
         return rec;
+    }
+
+    // ------------------------------------------------------------------ checkpoints
+    // (mpi_app/ckpt, share/doc/checkpoints.md.) Sample ids are g*G+k and generator i of n
+    // takes the groups i, i+n, i+2n, ... in order (fill_engine), so what the coordinator has
+    // received is: per generator a low-water mark lo_[i] (its groups k*n+i, k < lo_[i], are all
+    // complete) and the ids received above it (recv_ids_). A sample whose id is below the mark
+    // or already in the set was recorded before: after a resume the generators start again at
+    // their marks, and what they generate again is dropped here, so no id reaches /samples twice
+    // and none handed out before the checkpoint but not received by it is left out.
+    bool first_receipt(int64_t id, int64_t g) {
+        const auto n = static_cast<int64_t>(gens_.size());
+        if (n == 0 || g < 0) return true;
+        const int64_t i = g % n, k = g / n, G = opt_.group_size;
+        int64_t& lo = lo_[static_cast<size_t>(i)];
+        if (k < lo || !recv_ids_.insert(id).second) return false;
+        ++recv_count_[g];
+        for (;;) {
+            const int64_t low = lo * n + i;
+            auto it = recv_count_.find(low);
+            if (it == recv_count_.end() || it->second < G) break;
+            for (int64_t j = 0; j < G; ++j) recv_ids_.erase(low * G + j);
+            recv_count_.erase(it);
+            ++lo;
+        }
+        return true;
+    }
+
+    static std::string join(const std::vector<int64_t>& v) {
+        std::string out;
+        for (int64_t x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+        return out.empty() ? "-" : out;
+    }
+    static std::vector<int64_t> split_ints(const std::string& s) {
+        std::vector<int64_t> out;
+        if (s == "-") return out;
+        std::stringstream in(s);
+        std::string t;
+        while (std::getline(in, t, ',')) {
+            try {
+                out.push_back(std::stoll(t));
+            } catch (const std::exception&) {
+                throw ConfigError("checkpoint: malformed list value '" + s.substr(0, 60) + "'");
+            }
+        }
+        return out;
+    }
+
+    // Coordinator, between training steps: everything received so far to the file, then the
+    // checkpoint at step_ (the weight sends of this version complete first, so /syncs has it).
+    void checkpoint_now(const RunSummary& sum) {
+        wait_weight_sends();
+        enter(SpanKind::kIo);
+        std::vector<io::SpanRecord> spans = take_spans();
+        spans.insert(spans.end(), other_spans_.begin(), other_spans_.end());
+        other_spans_.clear();
+        write({}, {}, spans);
+        write_checkpoint(sum);
+    }
+
+    // Coordinator only (no collective: the other ranks go on generating): the policy, the
+    // trainer states (the train group's first rank holds all of them, critic included), the pool
+    // (pool.bin: every finished-but-untrained sample, all fields) and the scheduler state in the
+    // manifest. The run file must be flushed with every pooled sample (written_ empty).
+    void write_checkpoint(const RunSummary& sum) {
+        if (!written_.empty()) throw InternalError("checkpoint: samples not yet in the run file");
+        enter(SpanKind::kCheckpoint, static_cast<int32_t>(step_));
+        const std::string tmp = ckpt::staging_dir(ckpt_.out, step_);
+        ckpt::prepare_staging(tmp);
+        std::vector<ckpt::FileEntry> files;
+        policy_->save_pretrained(tmp + "/policy");
+        ckpt::fsync_path(tmp + "/policy");
+        files.push_back(ckpt::describe_file(tmp, "policy/config.json"));
+        files.push_back(ckpt::describe_file(tmp, "policy/model.safetensors"));
+        for (const std::string& name : trainer_->save_state(tmp)) files.push_back(ckpt::describe_file(tmp, name));
+        std::vector<RolloutSample> pooled;
+        int64_t partial = 0;
+        for (const auto& [g, v] : pool_) {
+            pooled.insert(pooled.end(), v.begin(), v.end());
+            if (static_cast<int64_t>(v.size()) < opt_.group_size) ++partial;
+        }
+        {
+            const std::vector<char> b = pack_samples(pooled);
+            std::ofstream f(tmp + "/pool.bin", std::ios::binary);
+            f.write(b.data(), static_cast<std::streamsize>(b.size()));
+            f.close();
+            if (!f) throw Error("checkpoint: cannot write " + tmp + "/pool.bin");
+        }
+        files.push_back(ckpt::describe_file(tmp, "pool.bin"));
+        ckpt::Manifest m;
+        m.set("writer", std::string("tagflow ") + TAGFLOW_VERSION);
+        m.set("mode", opt_.mode);
+        m.set("task", task_->name());
+        m.set("algo", opt_.algo);
+        m.set_int("seed", opt_.seed);
+        m.set_int("prompts_per_step", opt_.prompts_per_step);
+        m.set_int("group_size", opt_.group_size);
+        m.set_int("world_size", roles_.world_size);
+        m.set_int("step", step_);
+        m.set_int("policy_version", version_);
+        const auto n = static_cast<int64_t>(gens_.size());
+        int64_t next_group = std::numeric_limits<int64_t>::max();
+        for (int64_t i = 0; i < n; ++i) next_group = std::min(next_group, lo_[static_cast<size_t>(i)] * n + i);
+        m.set_int("next_group", n ? next_group : 0);  // the dataset cursor: every group below it is complete
+        m.set("rng", "stateless: sample seed = derive_seed(seed, sample id); advantage shuffle seed*7919+step");
+        m.set("sched.gens", join(std::vector<int64_t>(gens_.begin(), gens_.end())));
+        m.set("sched.members", join(std::vector<int64_t>(members_.begin(), members_.end())));
+        m.set("sched.lo", join(lo_));  // generator i resumes at its group lo[i]*n+i
+        m.set("sched.received", join(std::vector<int64_t>(recv_ids_.begin(), recv_ids_.end())));
+        m.set("sched.ready", join(std::vector<int64_t>(ready_.begin(), ready_.end())));
+        m.set_int("sched.pool_samples", static_cast<int64_t>(pooled.size()));
+        m.set_int("sched.pool_groups", static_cast<int64_t>(pool_.size()));
+        m.set_int("sched.pool_partial_groups", partial);
+        m.set_int("sched.finished", finished_);
+        m.set_int("sched.consumed", consumed_count_);
+        m.set_int("sched.dropped", dropped_);
+        m.set_int("sched.weighted", weighted_);
+        m.set_int("sched.discarded", discarded_);
+        m.set_double("sched.first_reward", sum.first_reward);
+        m.set_double("sched.last_reward", sum.last_reward);
+        m.set_double("sched.first_eval", sum.first_eval);
+        m.set_double("sched.last_eval", sum.last_eval);
+        m.set_double("sched.best_eval", sum.best_eval);
+        m.set_double("sched.total_samples", total_);
+        // Gateway sample/group ids continue after these on resume (kept through a resume
+        // without --gateway too, so a later one with it cannot reuse ids of the pool or file).
+        if (gw_rec_) gw_next_ = gw_rec_->next_ids();
+        m.set_int("sched.gw_next_id", gw_next_.first);
+        m.set_int("sched.gw_next_group", gw_next_.second);
+        m.set_double("t", clock_.now());
+        ckpt::put_sizes(m, run_->sizes());
+        m.files = files;
+        ckpt::write_manifest(tmp, m);
+        ckpt::commit(ckpt_.out, tmp);
+        cut();
+    }
+
+    // Constructor, when resuming (every rank, same manifest): the weights on every rank, the
+    // trainer states on the train group, each generator's cursor; the coordinator also its pool,
+    // receipts and counters. A different split of the ranks is one ConfigError on every rank.
+    void restore(const ckpt::Manifest& m, const std::string& dir) {
+        check_async_resume(opt_, roles_, m);  // train_command checked it already, before touching the run file
+        if (split_ints(m.get("sched.gens")) != std::vector<int64_t>(gens_.begin(), gens_.end()))
+            throw InternalError("resume: generating ranks differ from check_async_resume's");
+        lo_ = split_ints(m.get("sched.lo"));
+        if (lo_.size() != gens_.size()) throw ConfigError("checkpoint " + m.path + ": sched.lo does not match sched.gens");
+        try {
+            torch::NoGradGuard ng;
+            policy_->load_hf_state_dict(model::load_safetensors(dir + "/policy/model.safetensors"));
+            if (trainer_) trainer_->load_state(dir);
+        } catch (const Error& e) {
+            throw Error(std::string("resume: ") + e.what());
+        }
+        flat_ = train::share_one_buffer(policy_->parameters());
+        step_ = m.get_int("step");
+        if (is_gen_) next_local_ = lo_[static_cast<size_t>(gen_index_)];
+        resumed_ = true;
+        resume_manifest_ = m;
+        if (me_ != coord_) return;
+        std::ifstream f(dir + "/pool.bin", std::ios::binary);
+        std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        for (auto& r : unpack_samples(b.data(), b.size())) {
+            const int64_t g = r.group;
+            pool_[g].push_back(std::move(r));
+        }
+        for (int64_t g : split_ints(m.get("sched.ready"))) ready_.push_back(g);
+        for (int64_t id : split_ints(m.get("sched.received"))) {
+            recv_ids_.insert(id);
+            ++recv_count_[id / opt_.group_size];
+        }
+        finished_ = m.get_int("sched.finished");
+        consumed_count_ = m.get_int("sched.consumed");
+        dropped_ = m.get_int("sched.dropped");
+        weighted_ = m.get_int("sched.weighted");
+        discarded_ = m.get_int("sched.discarded");
+        total_ = m.get_double("sched.total_samples");
+        if (m.has("sched.gw_next_id"))  // absent: an older checkpoint, written without gateway ids
+            gw_next_ = {m.get_int("sched.gw_next_id"), m.get_int("sched.gw_next_group")};
+        if (gw_rec_) gw_rec_->resume_ids(gw_next_.first, gw_next_.second);
+    }
+    // run(), coordinator, when resuming: the summary so far.
+    void resume_summary(RunSummary& sum) {
+        const ckpt::Manifest& m = resume_manifest_;
+        sum.first_reward = m.get_double("sched.first_reward");
+        sum.last_reward = m.get_double("sched.last_reward");
+        sum.first_eval = m.get_double("sched.first_eval");
+        sum.last_eval = m.get_double("sched.last_eval");
+        sum.best_eval = m.get_double("sched.best_eval");
+        say("tagflow: resumed from checkpoint at step %lld (policy version %lld, next prompt group %lld; %lld "
+            "untrained samples in the pool)\n",
+            static_cast<long long>(step_), static_cast<long long>(m.get_int("policy_version")),
+            static_cast<long long>(m.get_int("next_group")), static_cast<long long>(m.get_int("sched.pool_samples")));
+    }
+
+    // Any rank but the coordinator: a requeue signal to the coordinator, once (through sends_,
+    // so it completes before this rank's final message).
+    void send_signal(int sig) {
+        sig_sent_ = true;
+        std::vector<char> b;
+        put<int64_t>(b, sig);
+        sends_.push_back({MPI_REQUEST_NULL, std::move(b)});
+        auto& m = sends_.back();
+        TAGFLOW_MPI_CHECK(MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, coord_, kTagSignal,
+                                    p2p_.get(), &m.req));
     }
 
     // ------------------------------------------------------------------ other ranks
@@ -861,6 +1217,8 @@ class AsyncScheduler final : public Scheduler {
         std::vector<int64_t> ctl;
         std::vector<RolloutSample> done;
         for (;;) {
+            // A requeue signal here: tell the coordinator once (it checkpoints and STOPs all).
+            if (!sig_sent_ && ckpt::requeue_signal() != 0) send_signal(ckpt::requeue_signal());
             if (poll_ctl(ctl)) {
                 if (ctl[0] == kCtlStop) break;
                 if (ctl[0] != kCtlTrain || !in_train_)
@@ -968,6 +1326,12 @@ class AsyncScheduler final : public Scheduler {
     std::unique_ptr<GatewayRouter> gw_router_;    // on the gateway rank
     std::unique_ptr<GatewayWorker> gw_worker_;    // on the other rollout-only ranks
     std::unique_ptr<GatewayRecorder> gw_rec_;     // on the coordinator
+    std::pair<int64_t, int64_t> gw_next_{0, 0};   // coordinator: the recorder's id counters (checkpoints)
+
+    // multi-turn tasks (agent loops)
+    std::unique_ptr<rollout::AgentSessions> agent_;  // on generating ranks: the live sessions
+    std::vector<rollout::AgentResult> agent_done_;   // sessions ended by one engine result
+    AgentTreeRecorder agent_tree_;                   // on the coordinator: their requests (/tree)
     double last_ship_ = 0;
 
     // weights
@@ -992,14 +1356,26 @@ class AsyncScheduler final : public Scheduler {
     int finals_ = 0;
     std::vector<Membership> my_log_;
     std::map<int, std::vector<Membership>> seen_;
+
+    // checkpoints and requeue signals
+    ckpt::Plan ckpt_;
+    bool have_ckpt_ = false, resumed_ = false, sig_sent_ = false;
+    int sig_ = 0;                          // coordinator: the requeue signal some rank received
+    double total_ = 0;                     // samples trained so far (the summary's rate)
+    ckpt::Manifest resume_manifest_;
+    std::vector<int64_t> lo_;              // coordinator: per generator, its groups below lo*n+i are complete
+    std::set<int64_t> recv_ids_;           // coordinator: ids received in groups above the marks
+    std::map<int64_t, int64_t> recv_count_;  // coordinator: group -> its ids in recv_ids_
+    int64_t regenerated_ = 0;              // generated again after a resume, already recorded: dropped
 };
 
 }  // namespace
 
 std::unique_ptr<Scheduler> make_async_scheduler(const config::Options& opt, cluster::Roles& roles,
                                                 io::RunFile* run, double t0_unix,
-                                                std::unique_ptr<rollout::Task> task) {
-    return std::make_unique<AsyncScheduler>(opt, roles, run, t0_unix, std::move(task));
+                                                std::unique_ptr<rollout::Task> task,
+                                                const ckpt::Plan* ckpt) {
+    return std::make_unique<AsyncScheduler>(opt, roles, run, t0_unix, std::move(task), ckpt);
 }
 
 }  // namespace tagflow::sched

@@ -18,6 +18,10 @@
 
 #include "sched/sync_scheduler.hpp"
 
+namespace tagflow::ckpt {
+struct Manifest;
+}
+
 namespace tagflow::sched {
 
 /// Throws ConfigError (same on every rank, no communication) when the ranks' tags do not allow
@@ -31,6 +35,11 @@ void check_async_roles(const config::Options& opt, const cluster::Roles& roles);
 /// ranks that must stay in rollout for --min-rollout-frac. Fixed for the whole run.
 std::vector<int> async_train_group(const config::Options& opt, const cluster::Roles& roles);
 
+/// Resuming an async checkpoint (manifest `m`): throws ConfigError naming the checkpoint when
+/// its generating ranks or train group (manifest keys sched.gens, sched.members) differ from
+/// what opt and roles give now. No communication.
+void check_async_resume(const config::Options& opt, const cluster::Roles& roles, const ckpt::Manifest& m);
+
 /// The async modes' coordinator and only run-file writer: the train root.
 int async_coordinator(const cluster::Roles& roles);
 
@@ -38,8 +47,13 @@ int async_coordinator(const cluster::Roles& roles);
 /// only (created over a communicator of just that rank); nullptr on every other rank.
 /// run() is COLLECTIVE over MPI_COMM_WORLD only at its start (version-0 weights) and end (one
 /// final barrier and the summary broadcast); the summary is valid on every rank.
+/// `ckpt` (nullptr: none): the coordinator alone writes checkpoints (policy, trainer states and
+/// the scheduler state: pool of finished-but-untrained samples, dataset cursors, counters) every
+/// `every` steps, at step 0, at the end and after a requeue signal any rank received (then every
+/// rank's summary has exit_code ckpt::kExitRequeue); with `resume` every rank restores from it.
 std::unique_ptr<Scheduler> make_async_scheduler(const config::Options& opt, cluster::Roles& roles,
                                                 io::RunFile* run, double t0_unix,
-                                                std::unique_ptr<rollout::Task> task);
+                                                std::unique_ptr<rollout::Task> task,
+                                                const ckpt::Plan* ckpt = nullptr);
 
 }  // namespace tagflow::sched

@@ -16,15 +16,28 @@
 //                     one per serving rank (the run file's /tree), and, when a session's reward arrives, its final
 //                     trajectories as training samples (loss_mask 0 on tokens the model did not
 //                     generate) and /samples rows.
-// Only the main thread calls MPI (MPI_THREAD_FUNNELED is enough). Does not decide when to train,
-// write the run file on its own, or cancel generations inside an engine (a request whose client
-// went away runs to its end and is still recorded).
+// Cancel: a client that goes away (the HTTP thread sees the connection close) cancels its
+// request: the router cancels it in its own engine or sends the cancel to the worker rank that
+// runs it, which cancels it there (Engine::cancel: the slot is free at the next step). A
+// cancelled request is not recorded (no /tree row, no sample); /health "cancelled" counts them.
+// Session lifetime: the router forgets a session (routing, reward validation) when a
+// session-level reward closed it and none of its requests is in flight, or when it has been
+// idle session_idle_s; the recorder drops a session once every trajectory of it went into a
+// sample (or it was idle session_idle_s), and a replica tree once no session, open group or
+// unwritten sample refers to it, after its /tree rows are written (new sessions start a new
+// tree when the rank's tree is gone or holds seal_tokens). /health "sessions" is the router's count.
+// Checkpoints (share/doc/checkpoints.md): only the recorder's id counters are saved (next_ids);
+// sessions, open groups and requests in flight are not, so a resumed job starts with empty
+// tables and a fresh token/URL (clients redo their episodes, as after any server restart).
+// Only the main thread calls MPI (MPI_THREAD_FUNNELED is enough). Does not decide when to train
+// or write the run file on its own.
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/run_file.hpp"
@@ -48,6 +61,8 @@ struct GatewayConfig {
     int me = 0, coordinator = 0;        ///< world ranks
     std::vector<int> targets;           ///< generating ranks requests may go to (never preempted)
     MPI_Comm comm = MPI_COMM_NULL;      ///< the scheduler's point-to-point communicator
+    double session_idle_s = 600;        ///< forget a session idle this long (run clock, s)
+    int64_t route_tree_tokens = int64_t{1} << 22;  ///< the routing tree is reset above this many tokens
 };
 
 class GatewayRouter {
@@ -69,6 +84,8 @@ public:
     void stop();
     int port() const;
     int64_t served() const;  ///< requests finished and recorded
+    int64_t cancelled() const;      ///< requests cancelled inside an engine (client went away)
+    int64_t live_sessions() const;  ///< sessions the router keeps state for
 
 private:
     struct Impl;
@@ -93,10 +110,15 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+struct RecorderLimits {
+    double session_idle_s = 600;              ///< drop a session (and an open group) idle this long
+    int64_t seal_tokens = int64_t{1} << 20;   ///< a replica tree takes no new session above this
+};
+
 class GatewayRecorder {
 public:
     /// `group_size`: sessions a reported group needs before it is trained (--group-size).
-    explicit GatewayRecorder(int32_t group_size);
+    explicit GatewayRecorder(int32_t group_size, RecorderLimits limits = RecorderLimits{});
     ~GatewayRecorder();
     /// One kTagGwRec message from the gateway rank; groups that became complete are appended
     /// to `groups` (samples with ids and group ids from kGatewayIdBase on, consecutive per group).
@@ -105,8 +127,18 @@ public:
     /// i.e. the coordinator alone), then the /samples rows of the samples handed out since the
     /// last call (with tree_node) to `samples`.
     void write(io::RunFile& f, std::vector<io::SampleRecord>& samples);
+    /// Checkpoints: (next sample id, next group id), counted from kGatewayIdBase; every sample
+    /// id and group id handed out so far is below them.
+    std::pair<int64_t, int64_t> next_ids() const;
+    /// After a resume (before any ingest): ids continue from a checkpoint's next_ids(), so none
+    /// collides with a /samples row written before it. Sessions are not restored (none saved).
+    void resume_ids(int64_t next_id, int64_t next_group);
     int64_t requests() const;  ///< gateway requests recorded
     int64_t samples() const;   ///< gateway samples handed out
+    int64_t live_sessions() const;  ///< sessions with state (not closed or expired yet)
+    int64_t live_trees() const;     ///< replica trees held
+    /// One line: requests, samples, sessions closed/expired/live, trees dropped/live.
+    std::string summary() const;
 
 private:
     struct Impl;

@@ -24,6 +24,7 @@
 #include "health/heartbeat.hpp"
 #include "io/run_file.hpp"
 #include "model/hf_config.hpp"
+#include "model/pretrained_check.hpp"
 #include "profile/timeline.hpp"
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
@@ -64,6 +65,31 @@ const char* openblas_hint() {
 }
 
 }  // namespace
+
+model::HfConfig check_pretrained_on_every_rank(const std::string& dir, const std::string& option) {
+    std::string error;
+    model::HfConfig c;
+    try {
+        c = model::check_pretrained(dir, option);
+    } catch (const ConfigError& e) {
+        error = *e.what() ? e.what() : "bad checkpoint";
+    }
+    // Same verdict everywhere: the lowest failing rank's message (its weights may be on a
+    // node-local disk that differs), named when some ranks found no problem.
+    Comm world = Comm::world();
+    int first = error.empty() ? world.size() : world.rank(), failing = !error.empty();
+    TAGFLOW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    TAGFLOW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &failing, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    if (failing == 0) return c;
+    int len = static_cast<int>(error.size());
+    TAGFLOW_MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD));
+    error.resize(static_cast<size_t>(len));
+    TAGFLOW_MPI_CHECK(MPI_Bcast(error.data(), len, MPI_CHAR, first, MPI_COMM_WORLD));
+    if (failing < world.size())
+        error = "rank " + std::to_string(first) + " (one of " + std::to_string(failing) + " of " +
+                std::to_string(world.size()) + " ranks): " + error;
+    throw ConfigError(error);
+}
 
 void make_run_dirs(const std::string& path) {
     std::string cur;
@@ -118,9 +144,8 @@ int train_command(int argc, char** argv) {
     if (opt.resume && !probe[1])
         throw ConfigError("--resume: no checkpoint " + ckpt::checkpoint_dir(opt.out) + "/manifest.txt to resume from");
     const bool resume = probe[1] && !opt.no_resume && !opt.overwrite;
-    if (resume && async)
-        throw ConfigError("--out " + opt.out + ": resuming from a checkpoint is supported in mode sync only (not " + opt.mode +
-                          " yet); use --no-resume --overwrite to start afresh");
+    // --gateway runs resume too: rewarded gateway samples are in the checkpoint, sessions are not
+    // (share/doc/checkpoints.md).
     if (resume && !exists)
         throw ConfigError("--out " + opt.out + ": has a checkpoint but no run file " + path +
                           " (use --no-resume --overwrite to start afresh)");
@@ -133,12 +158,10 @@ int train_command(int argc, char** argv) {
     rollout::TaskParams task_params;
     task_params.digits = opt.digits;
     std::unique_ptr<rollout::Task> task = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), task_params);
-    if (rollout::as_agent_loop(*task) && opt.mode != "sync")  // rollout/agent_loop.hpp
-        throw ConfigError("--task " + opt.task + " is multi-turn (an agent loop): only --mode sync runs it, not --mode " +
-                          opt.mode);
-    // So is a --model checkpoint's config.json (the weights are read later, by every rank).
+    // So is a --model checkpoint: config.json and every safetensors header (names, shapes,
+    // sizes), on every rank, so bad weights leave no run directory behind.
     if (!opt.model.empty()) {
-        model::HfConfig c = model::load_hf_config(opt.model + "/config.json");
+        model::HfConfig c = check_pretrained_on_every_rank(opt.model, "--model");
         if (c.vocab_size < task->vocab_size())
             throw ConfigError("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) +
                               " is smaller than the " + std::to_string(task->vocab_size()) + " tokens of task " + task->name());
@@ -170,6 +193,7 @@ int train_command(int argc, char** argv) {
             same("seed", std::to_string(opt.seed), "--seed");
             same("prompts_per_step", std::to_string(opt.prompts_per_step), "--prompts-per-step");
             same("group_size", std::to_string(opt.group_size), "--group-size");
+            if (async) check_async_resume(opt, roles, m);  // same split of the ranks (async_scheduler.hpp)
             if (m.get_int("step") > opt.steps)
                 throw ConfigError("checkpoint " + m.path + ": at step " + m.get("step") + ", past --steps " + std::to_string(opt.steps));
             std::vector<std::string> need = {"policy/model.safetensors", "actor_state.pt"};
@@ -242,26 +266,43 @@ int train_command(int argc, char** argv) {
     if (resume) {
         // Append to the run file, cut every table back to the checkpoint (later rows describe
         // work that is redone), record the resume.
-        run = std::make_unique<io::RunFile>(io::RunFile::open_append(roles.io.get(), path));
-        clock0 = run->attributes().t0_unix;
-        const io::TableSizes want = ckpt::get_sizes(plan.manifest), have = run->sizes();
-        const int64_t w[] = {want.samples, want.consumed, want.steps, want.eval, want.syncs, want.timeline, want.ranks,
-                             want.resumes, want.tree};
-        const int64_t h[] = {have.samples, have.consumed, have.steps, have.eval, have.syncs, have.timeline, have.ranks,
-                             have.resumes, have.tree};
-        for (size_t k = 0; k < sizeof w / sizeof w[0]; ++k)
-            if (w[k] > h[k])
-                throw ConfigError(path + ": has fewer rows than checkpoint " + plan.manifest.path +
-                                  " recorded (another run's file, or one restored from a backup?)");
-        const int64_t dropped = run->truncate(want);
+        // (Async modes: the coordinator alone, over a communicator of just that rank; its verdict
+        // reaches every rank.)
         io::ResumeRecord rr;
         rr.from_step = static_cast<int32_t>(plan.manifest.get_int("step"));
-        rr.t = profile::unix_now() - clock0;
-        rr.rows_discarded = dropped;
-        std::vector<io::ResumeRecord> rows;
-        if (rank == 0) rows.push_back(rr);
-        run->append_resumes(rows);
-        run->flush();
+        int64_t dropped = 0;
+        auto reopen = [&] {
+            run = std::make_unique<io::RunFile>(io::RunFile::open_append(async ? MPI_COMM_SELF : roles.io.get(), path));
+            clock0 = run->attributes().t0_unix;
+            const io::TableSizes want = ckpt::get_sizes(plan.manifest), have = run->sizes();
+            const int64_t w[] = {want.samples, want.consumed, want.steps, want.eval, want.syncs, want.timeline, want.ranks,
+                                 want.resumes, want.tree};
+            const int64_t h[] = {have.samples, have.consumed, have.steps, have.eval, have.syncs, have.timeline, have.ranks,
+                                 have.resumes, have.tree};
+            for (size_t k = 0; k < sizeof w / sizeof w[0]; ++k)
+                if (w[k] > h[k])
+                    throw ConfigError(path + ": has fewer rows than checkpoint " + plan.manifest.path +
+                                      " recorded (another run's file, or one restored from a backup?)");
+            dropped = run->truncate(want);
+            rr.t = profile::unix_now() - clock0;
+            rr.rows_discarded = dropped;
+            std::vector<io::ResumeRecord> rows;
+            if (rank == writer) rows.push_back(rr);
+            run->append_resumes(rows);
+            run->flush();
+        };
+        if (async) {
+            ckpt::check_on_root(MPI_COMM_WORLD, writer, [&] {
+                if (rank == writer) reopen();
+            });
+            double v[2] = {clock0, static_cast<double>(dropped)};
+            TAGFLOW_MPI_CHECK(MPI_Bcast(v, 2, MPI_DOUBLE, writer, MPI_COMM_WORLD));
+            clock0 = v[0];
+            dropped = static_cast<int64_t>(v[1]);
+            rr.rows_discarded = dropped;
+        } else {
+            reopen();
+        }
         print0("tagflow: resuming %s from %s (step %d); %lld rows written after it discarded\n", path.c_str(),
                plan.dir.c_str(), rr.from_step, static_cast<long long>(dropped));
     } else if (!async || rank == writer) {
@@ -283,11 +324,11 @@ int train_command(int argc, char** argv) {
     }
 
     std::unique_ptr<Scheduler> scheduler =
-        async ? make_async_scheduler(opt, roles, run.get(), t0, std::move(task))
+        async ? make_async_scheduler(opt, roles, run.get(), clock0, std::move(task), &plan)
               : make_sync_scheduler(opt, roles, *run, clock0, std::move(task), &plan);
-    // SIGTERM/SIGUSR1 from here on: checkpoint at the next step boundary, exit 75 (sync mode).
-    if (!async) ckpt::install_requeue_signals();
-    else print0("note: mode %s writes no checkpoints yet (sync only); SIGTERM ends it without one\n", opt.mode.c_str());
+    // SIGTERM/SIGUSR1: checkpoint at the next step boundary, exit 75, every mode. (main.cpp
+    // installed the handlers before MPI_Init already; again here for other callers. Idempotent.)
+    ckpt::install_requeue_signals();
     RunSummary s = scheduler->run();
     if (run) run->close();
     health::mark_done();

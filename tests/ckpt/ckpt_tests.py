@@ -11,9 +11,18 @@ CASE kill_<seed>: an uninterrupted reference run, then the same run SIGKILLed (e
   uninterrupted run (sync mode is deterministic per sample id).
 CASE signal: SIGTERM to one rank -> checkpoint, the contract line, exit 75; resumed, then SIGUSR1
   to mpirun (forwarded to the ranks) -> exit 75 again; resumed to the end; same checks.
+CASE akill_<mode>_<seed> (mode disaggregated or multiplex): SIGKILL of every rank at a random
+  moment after the checkpoint at step 3 (--ckpt-every 3), whose pool of untrained samples must be
+  non-empty; resumed; async exactly-once checks (counts and identities, no reward comparison:
+  async runs depend on timing): no id twice in /samples or /consumed, consumed ids in /samples,
+  each generator's prompt order complete up to what the final STOP discarded, steps/versions
+  monotonic, one /resumes row. Seed 2 also: the checkpoint resumed with --mode sync -> exit 2.
+CASE asignal: multiplex; SIGTERM to the rollout-only rank -> checkpoint, contract line, exit 75;
+  resumed, SIGUSR1 to mpirun -> 75; another --rank-tags split -> exit 2, file untouched; resumed
+  to the end; same checks.
 CASE errors: bad resumes exit 2 with one line naming the option: --resume without a checkpoint,
-  another seed, another model size, --no-resume without --overwrite, --resume --overwrite, an
-  async mode, a checkpoint past --steps.
+  another seed, another model size, --no-resume without --overwrite, --resume --overwrite, a
+  sync checkpoint resumed in an async mode, a checkpoint past --steps.
 CASE corrupt: a truncated weights file, a flipped byte in the optimizer state, another format
   version, a truncated manifest (exit 2, one line naming the file); then the intact checkpoint
   extends the finished run with a larger --steps and --no-resume --overwrite starts afresh.
@@ -259,8 +268,8 @@ def case_errors(a):
     expect_error(a, out, base + ["--no-resume"], "already exists", "--no-resume without --overwrite")
     expect_error(a, out, base + ["--resume", "--overwrite"], "choose one", "--resume --overwrite")
     expect_error(a, out, [], "past --steps 1", "checkpoint past --steps", steps=1)
-    expect_error(a, out, base + ["--mode", "disaggregated", "--rank-tags", "0=train;1=rollout"], "mode sync only",
-                 "async mode")
+    expect_error(a, out, base + ["--mode", "disaggregated", "--rank-tags", "0=train;1=rollout"],
+                 ("written with --mode sync", "--mode disaggregated"), "a sync checkpoint resumed in an async mode")
 
 
 
@@ -300,6 +309,205 @@ def case_corrupt(a):
     check(manifest_step(out) == 2, "and a fresh checkpoint")
 
 
+# ---------------------------------------------------------------- async modes
+# Async runs depend on timing (which rank finishes what first), so these compare counts and
+# identities, not rewards. Generator i of n (the rollout ranks of the mode, ascending) takes the
+# prompt groups i, i+n, i+2n, ... in order; sample id = group * G + k.
+ASYNC = {
+    "multiplex": (["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train"], [0, 1]),
+    "disaggregated": (["--mode", "disaggregated", "--rank-tags", "0=train;1=rollout"], [1]),
+}
+A_P, A_G = 2, 4
+A_MAX_BATCH = 16
+A_RUN = ["--prompts-per-step", str(A_P), "--group-size", str(A_G), "--eval-every", "0", "--eval-prompts", "8",
+         "--gemm-check", "false", "--max-batch", str(A_MAX_BATCH), "--threads", "1"]
+
+
+def a_cmd(a, out, mode, steps, every):
+    return (["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + A_RUN + ASYNC[mode][0] +
+            ["--steps", str(steps), "--ckpt-every", str(every)])
+
+
+def a_train(a, out, mode, steps, every, timeout=120):
+    t0 = time.time()
+    p = subprocess.run(a_cmd(a, out, mode, steps, every), env=ENV, capture_output=True, text=True, timeout=timeout)
+    p.wall = time.time() - t0
+    return p
+
+
+def manifest(out):
+    m = {}
+    with open(os.path.join(out, "checkpoint", "manifest.txt")) as f:
+        for line in f:
+            k, _, v = line.rstrip("\n").partition(" ")
+            m[k] = v
+    return m
+
+
+def discarded(stdout):
+    m = re.search(r"(\d+) unfinished generations discarded", stdout)
+    return int(m.group(1)) if m else None
+
+
+def check_async_once(d, what, steps, gens, discarded_at_end):
+    """Exactly-once for an async run: ids unique, trained once, prompt groups in each generator's order."""
+    check(not d["bad"], f"{what}: run file invariants hold {d['bad']}")
+    ids, groups = d["ids"], d["group"]
+    check(len(np.unique(ids)) == len(ids), f"{what}: no sample id twice in /samples ({len(ids)} rows)")
+    check(np.all(groups == ids // A_G), f"{what}: every sample's group is its id // G")
+    cons = d["cons_id"]
+    check(len(np.unique(cons)) == len(cons), f"{what}: no sample id twice in /consumed ({len(cons)} rows)")
+    check(np.all(np.isin(cons, ids)), f"{what}: every consumed id is a row of /samples")
+    n = len(gens)
+    missing = 0
+    window = A_MAX_BATCH // A_G + 1  # groups a generator can hold in flight (its engine's slots)
+    for i, r in enumerate(gens):
+        mine = np.unique(groups[groups % n == i])
+        check(np.all(d["rank"][groups % n == i] == r), f"{what}: groups = {i} mod {n} all generated by rank {r}")
+        if len(mine) == 0:
+            continue
+        # Every group of this generator up to its last one is complete, except those still being
+        # generated when the run ended (the end's STOP discards unfinished generations): the
+        # last `window` groups of its order at most. A gap further back is a skipped prompt.
+        order = list(range(i, int(mine.max()) + 1, n))
+        have = set(ids[groups % n == i].tolist())
+        gaps = [g for g in order if any(g * A_G + k not in have for k in range(A_G))]
+        missing += sum(1 for g in order for k in range(A_G) if g * A_G + k not in have)
+        check(all(g in order[-window:] for g in gaps),
+              f"{what}: no prompt skipped by generator rank {r}: incomplete groups {gaps[:10]} all among its last "
+              f"{window} of {len(order)} (in flight at the end)")
+    print(f"{what}: {missing} sample ids of unfinished groups at the end; the run reported {discarded_at_end} "
+          f"unfinished generations discarded")
+    check(np.array_equal(d["step"], np.arange(steps)), f"{what}: /steps is 0..{steps - 1} in order: {d['step']}")
+    check(np.array_equal(d["version"], np.arange(1, steps + 1)), f"{what}: policy versions 1..{steps} monotonic")
+    check(np.all(np.diff(d["sync_version"]) > 0), f"{what}: /syncs versions strictly increasing {d['sync_version']}")
+    trained_steps = np.unique(d["cons_step"])
+    check(np.all(np.diff(d["cons_step"]) >= 0) and trained_steps.max() < steps, f"{what}: /consumed steps monotonic")
+
+
+def read_async(out):
+    d = read_run(out)
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        d["rank"] = f["samples"]["rank"][()]
+    return d
+
+
+def case_akill(a, mode, seed):
+    """SIGKILL of every rank at a random moment after the first periodic checkpoint, resume, exactly-once."""
+    rng = random.Random(seed)
+    steps, every = 20, 3  # long enough that the kill always lands before the end
+    out = fresh(a, f"akill_{mode}_{seed}")
+    proc = subprocess.Popen(a_cmd(a, out, mode, steps, every), env=ENV, stdout=subprocess.PIPE,
+                            stderr=open(os.path.join(a.workdir, f"akill_{mode}_{seed}.log"), "w"), text=True)
+    t0 = time.time()
+    while True:  # the kill lands after the checkpoint at step 3, at a random moment of the next steps
+        try:
+            at = manifest_step(out)
+        except OSError:
+            at = None
+        if at is not None and at >= every:
+            break
+        if proc.poll() is not None or time.time() - t0 > 90:
+            raise Failure(f"no checkpoint at step {every} appeared (rc {proc.poll()})")
+        time.sleep(0.02)
+    # A random moment in the next 0.6 s, cut short once the checkpoint at step 3 x every is there
+    # (a quiet machine runs 20 steps in well under a second): the kill lands before the end.
+    t_kill = time.time() + rng.uniform(0.0, 0.6)
+    t_ck = time.time()
+    while time.time() < t_kill:
+        try:
+            if (manifest_step(out) or 0) >= 3 * every:
+                break
+        except OSError:
+            pass
+        time.sleep(0.005)
+    delay = time.time() - t_ck
+    pids = rank_pids(proc.pid)
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        stdout, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise Failure("mpirun still running 60 s after its ranks were killed")
+    m = manifest(out)
+    pool = int(m["sched.pool_samples"])
+    print(f"{mode} seed {seed}: SIGKILL of ranks {sorted(pids)} {delay:.2f}s after the step-{every} checkpoint "
+          f"(rc {proc.returncode}); checkpoint at step {m['step']}: {pool} untrained samples pooled "
+          f"({m['sched.pool_partial_groups']} partial groups), {len(m['sched.received'].split(','))} ids received "
+          f"ahead of the cursors {m['sched.lo']}")
+    check(proc.returncode != 0, "mpirun reports the killed job")
+    check(int(m["step"]) % every == 0 and int(m["step"]) < steps, f"a periodic checkpoint (step {m['step']})")
+    check(pool > 0, f"the checkpoint's pool holds untrained samples ({pool})")
+
+    p = a_train(a, out, mode, steps, every)  # the same command line: resumes by itself
+    check(p.returncode == 0, f"resumed run exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    r = re.search(r"tagflow: resuming .* \(step (\d+)\); (\d+) rows written after it discarded", p.stdout)
+    check(r is not None and int(r.group(1)) == int(m["step"]), "resumed run says it resumed from that checkpoint")
+    check(f"{pool} untrained samples in the pool" in p.stdout, "the coordinator restored the pool")
+    d = read_async(out)
+    check(len(d["resumes"]) == 1 and d["resumes"][0][0] == int(m["step"]) and d["resumes"][0][2] == int(r.group(2)),
+          f"one /resumes row matching the message: {d['resumes']}")
+    dis = discarded(p.stdout)
+    check(dis is not None, "the resumed run reports its discarded generations")
+    check_async_once(d, f"{mode} seed {seed}", steps, ASYNC[mode][1], dis)
+    check(manifest_step(out) == steps, f"the run ends with a checkpoint at step {steps}")
+    again = re.search(r"(\d+) samples generated again after the resume", p.stdout)
+    print(f"generated again after the resume and dropped (recorded before the checkpoint): {again.group(1) if again else 0}")
+    if seed == 2:  # an async checkpoint resumed in another mode: one line naming the option
+        expect_error(a, out, ["--mode", "sync"], (f"written with --mode {mode}", "--mode sync"),
+                     f"a {mode} checkpoint resumed with --mode sync", steps=steps)
+
+
+def case_asignal(a):
+    """multiplex: SIGTERM to the rollout-only rank -> checkpoint, exit 75; resume; SIGUSR1 to mpirun -> 75; resume."""
+    mode, steps = "multiplex", 60
+    out = fresh(a, "asignal")
+    seen = []
+    for name, sig, to_mpirun in (("asigterm", signal.SIGTERM, False), ("asigusr1", signal.SIGUSR1, True)):
+        proc = subprocess.Popen(a_cmd(a, out, mode, steps, 1), env=ENV, stdout=subprocess.PIPE,
+                                stderr=open(os.path.join(a.workdir, f"{name}.log"), "w"), text=True)
+        at = wait_for_checkpoint(proc, out, (seen[-1] if seen else 0) + 2)
+        if to_mpirun:
+            proc.send_signal(sig)
+            whom = "mpirun"
+        else:
+            os.kill(rank_pids(proc.pid)[0], sig)
+            whom = "rank 0 only (not the coordinator)"
+        try:
+            text, _ = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise Failure(f"{name}: still running 90 s after {signal.Signals(sig).name}")
+        m = CONTRACT.search(text)
+        check(proc.returncode == 75, f"{name}: {signal.Signals(sig).name} to {whom} after step {at}: exit code 75 "
+              f"(got {proc.returncode})")
+        check(m is not None and m.group(2) == signal.Signals(sig).name, f"{name}: prints the contract line: {m and m.group(0)}")
+        step = int(m.group(1))
+        check(step >= at and manifest_step(out) == step, f"{name}: checkpoint at step {step} on disk")
+        with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
+            check(len(f["steps"]["step"]) == step, f"{name}: run file flushed with {step} steps")
+        seen.append(step)
+    end = seen[-1] + 2
+    # Another split of the ranks (the coordinator moves to rank 0): one line, exit 2, and the run
+    # file untouched (no /resumes row: checked below).
+    cmd = a_cmd(a, out, mode, end, 1)
+    cmd[cmd.index("0=rollout;1=rollout,train")] = "0=rollout,train;1=rollout"
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=60)
+    errs = [l for l in p.stderr.splitlines() if "error" in l]
+    check(p.returncode == 2 and len(errs) == 1 and "written with generating ranks {0,1} and train group {1}" in errs[0],
+          f"another --rank-tags split: exit 2 (got {p.returncode}), one line: {errs}")
+    p = a_train(a, out, mode, end, 1)
+    check(p.returncode == 0, f"final resume to step {end} exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    d = read_async(out)
+    check([r[0] for r in d["resumes"]] == seen, f"/resumes rows from steps {seen}: {d['resumes']}")
+    check(all(r[2] == 0 for r in d["resumes"]), "nothing to discard after a signal checkpoint")
+    check_async_once(d, "signal", end, ASYNC[mode][1], discarded(p.stdout))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
@@ -311,6 +519,9 @@ def main():
     try:
         if a.case.startswith("kill_"):
             case_kill(a, int(a.case.split("_")[1]))
+        elif a.case.startswith("akill_"):  # akill_<mode>_<seed>
+            _, mode, seed = a.case.split("_")
+            case_akill(a, mode, int(seed))
         else:
             globals()["case_" + a.case](a)
     except Failure as e:

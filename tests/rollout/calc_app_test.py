@@ -3,14 +3,20 @@
 """The multi-turn `calc` task end to end under real mpirun (App.calc_agent).
 
     calc_app_test.py --tagflow BIN --workdir DIR [--sft-steps N] [--train-steps N]
+                     [--modes sync,multiplex,disaggregated] [--model SFT_MODEL]
 
 `tagflow sft --task calc` (1 rank, a short warm start on demonstrations whose tool output is
-masked out of the loss), then `tagflow train --task calc --model OUT/model` (sync mode, 2
-ranks) for a few steps. Checks, with h5py, on every /samples row: the prompt `^EXPR?` and
-every tool output `=VALUE|` / `=error|` (the tokens after a model-written `</calc>`) have
-loss_mask 0, logprob NaN and version -1, and nothing else does; every tool output is what an
-independent Python evaluation of the call gives; the reward is 1 exactly when the final answer
-is the expression's value; /tree passes tagflow_run.check_tree and rebuilds every sample.
+masked out of the loss; skipped with --model, e.g. App.calc_agent's), then `tagflow train
+--task calc --model OUT/model` on 2 ranks for a few steps in each of --modes (default sync;
+App.calc_agent_async runs multiplex and disaggregated, whose rollout ranks run the sessions
+with continuous batching and stream them while weights change). Checks, with h5py, on every
+/samples row: the prompt `^EXPR?` and every tool output `=VALUE|` / `=error|` (the tokens
+after a model-written `</calc>`) have loss_mask 0, logprob NaN and version -1, and nothing
+else does; every tool output is what an independent Python evaluation of the call gives; the
+reward is 1 exactly when the final answer is the expression's value; sync: one version per
+sample; async: model-token versions never go back along a session and every trained sample's
+oldest one is within --staleness of its step; /tree passes tagflow_run.check_tree and rebuilds
+every sample; the run file passes tagflow_run.check_invariants.
 """
 import argparse
 import json
@@ -20,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -61,7 +68,7 @@ def calc(tokens):
         return None
     if any(len(n) > 12 for n in re.split(r"[-+*]", s)):
         return None
-    v = eval(s)  # noqa: S307 (digits and + - * only, checked above)
+    # (no eval(): a call may write numbers with leading zeros, e.g. 07+3, which the tool accepts)
     # int64 overflow of any partial product/sum would make the C++ side answer "error"
     terms = re.split(r"(?=[-+])", s)
     acc = 0
@@ -74,7 +81,7 @@ def calc(tokens):
         acc += -prod if term.startswith("-") else prod
         if abs(acc) >= 2**63:
             return None
-    return v
+    return acc
 
 
 def tool_output(call):
@@ -96,10 +103,18 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--sft-steps", type=int, default=60)
     ap.add_argument("--train-steps", type=int, default=3)
+    ap.add_argument("--modes", default="sync")
+    ap.add_argument("--model", default="")
     a = ap.parse_args()
-    root = os.path.join(a.workdir, "calc")
+    modes = a.modes.split(",")
+    root = os.path.join(a.workdir, "calc" if modes == ["sync"] else "calc_" + "_".join(modes))
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
+    if a.model:
+        check(os.path.isfile(os.path.join(a.model, "config.json")), f"sft model {a.model} exists")
+        for mode in modes:
+            train_and_check(a, os.path.join(root, mode), a.model, mode)
+        return 0
 
     sft = os.path.join(root, "sft")
     p = mpirun(1, [a.tagflow, "sft", "--task", "calc", "--out", sft, "--steps", str(a.sft_steps), "--batch", "64",
@@ -109,21 +124,38 @@ def main():
         js = json.load(f)
     print("sft:", {k: v for k, v in js.items() if k in ("accuracy_before", "accuracy_after", "reward_after")})
 
-    out = os.path.join(root, "train")
-    p = mpirun(2, [a.tagflow, "train", "--task", "calc", "--model", os.path.join(sft, "model"), "--out", out,
+    for mode in modes:
+        train_and_check(a, os.path.join(root, "train" if mode == "sync" else mode), os.path.join(sft, "model"), mode)
+    return 0
+
+
+STALENESS = 1  # tagflow train's default --staleness
+
+
+def train_and_check(a, out, model, mode):
+    extra = ["--mode", mode]
+    if mode == "disaggregated":
+        extra += ["--rank-tags", "0=train;1=rollout"]  # the mode needs a rank that only rolls out
+    t0 = time.time()
+    p = mpirun(2, [a.tagflow, "train", "--task", "calc", "--model", model, "--out", out,
                    "--steps", str(a.train_steps), "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "0",
-                   "--eval-prompts", "16", "--gemm-check", "false", "--max-batch", "16", "--threads", "1"], 300)
-    check(p.returncode == 0, "tagflow train --task calc (sync, 2 ranks) exits 0")
+                   "--eval-prompts", "16", "--gemm-check", "false", "--max-batch", "16", "--threads", "1"] + extra, 300)
+    check(p.returncode == 0, f"tagflow train --task calc ({mode}, 2 ranks) exits 0 ({time.time() - t0:.1f}s)")
 
     with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
         s = f["samples"]
         n = len(s["id"])
-        check(n == a.train_steps * 16, f"/samples has {n} rows = steps x prompts x group")
+        if mode == "sync":
+            check(n == a.train_steps * 16, f"/samples has {n} rows = steps x prompts x group")
+        else:
+            cons = f["consumed"]
+            check(len(cons["id"]) >= a.train_steps * 16 and n >= len(cons["id"]),
+                  f"{mode}: {n} sessions streamed, {len(cons['id'])} consumed over {a.train_steps} steps")
         offs = s["token_offsets"][()]
         toks, mask, vers, lps = (s[c][()] for c in ("tokens", "loss_mask", "versions", "logprobs"))
         reward = s["reward"][()]
         vmin, vmax = s["version_min"][()], s["version_max"][()]
-        calls = sessions_with_tool = solved = 0
+        calls = sessions_with_tool = solved = spanning = 0
         for r in range(n):
             lo, hi = int(offs[r]), int(offs[r + 1])
             t, m, v, lp = toks[lo:hi].tolist(), mask[lo:hi], vers[lo:hi], lps[lo:hi]
@@ -162,8 +194,13 @@ def main():
                 raise Failure(f"{where}: logprobs NaN not exactly where loss_mask is 0")
             if not (np.all(v[m == 0] == -1) and np.all(v[m == 1] >= 0)):
                 raise Failure(f"{where}: versions -1 not exactly where loss_mask is 0")
-            if not (np.all(v[m == 1] == vmin[r]) and vmin[r] == vmax[r]):
+            if mode == "sync" and not (np.all(v[m == 1] == vmin[r]) and vmin[r] == vmax[r]):
                 raise Failure(f"{where}: sync mode: one version per sample")
+            gen = v[m == 1]
+            if mode != "sync":
+                if np.any(np.diff(gen) < 0) or gen.min() != vmin[r] or gen.max() != vmax[r]:
+                    raise Failure(f"{where}: versions {gen.tolist()} go back or disagree with version_min/max")
+                spanning += int(vmin[r] != vmax[r])
             sessions_with_tool += int(np.any(m[ask + 1:] == 0))
             # reward: the final answer (after the last |, before $) is the value
             resp = t[ask + 1:]
@@ -179,6 +216,21 @@ def main():
                     f"tool outputs right, rewards right ({calls} tool calls, {sessions_with_tool}/{n} sessions "
                     f"used the tool, {solved}/{n} solved)")
         check(sessions_with_tool > 0, "after sft the policy calls the tool")
+        if mode != "sync":
+            print(f"{mode}: {spanning}/{n} sessions span a weight update (two versions)")
+            cons = f["consumed"]
+            ids = s["id"][()].tolist()
+            row_of = {int(i): k for k, i in enumerate(ids)}
+            trained = 0
+            for cid, cstep, w in zip(cons["id"][()], cons["step"][()], cons["weight"][()]):
+                if w > 0:
+                    trained += 1
+                    age = int(cstep) - int(vmin[row_of[int(cid)]])
+                    if age > STALENESS:
+                        raise Failure(f"sample {cid} trained at step {cstep} with oldest version "
+                                      f"{vmin[row_of[int(cid)]]} (staleness {age} > {STALENESS})")
+            check(trained > 0, f"{mode}: {trained} trained sessions, each within staleness {STALENESS} "
+                               "of its oldest model token's version")
         bad = tagflow_run.check_tree(f)
         check(not bad, f"/tree is consistent and rebuilds every sample ({bad[:3]})")
         tree = tagflow_run.load_tree(f)
@@ -193,7 +245,8 @@ def main():
         check(True, "every /samples row rebuilt from /tree alone equals its flat tokens, loss_mask and versions")
         steps = f["steps"]
         check(np.all(np.isfinite(steps["loss"][()])), "finite losses with environment tokens masked")
-    return 0
+        bad = tagflow_run.check_invariants(f)
+        check(not bad, f"{mode}: run file invariants hold ({bad[:3]})")
 
 
 if __name__ == "__main__":

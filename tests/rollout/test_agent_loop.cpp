@@ -2,7 +2,8 @@
 // test_agent_loop: the multi-turn runner (rollout/agent_loop.hpp) on a real Engine with a tiny
 // random Llama — per-token columns (loss_mask 1 exactly on sampled tokens, NaN/-1 elsewhere),
 // environment tokens where the loop put them, turn and token budgets, continuous batching
-// across sessions (more sessions than slots), each turn equal to an independent request on
+// across sessions (more sessions than slots), the incremental AgentSessions interleaved with
+// other requests across a weight update, each turn equal to an independent request on
 // the session so far, and the trajectory manager rebuilding every session from its tree —
 // plus the `calc` task: its calculator (precedence, malformed calls, overflow, length
 // bound), its tool output, reward, demonstration mask and agent-loop decisions.
@@ -259,6 +260,83 @@ TEST(AgentLoop, TurnAndTokenBudgets) {
     bad[0].prompt.clear();
     cfg.max_session_tokens = 30;
     EXPECT_THROW(run_agent_sessions(engine, loop, bad, cfg), Error);
+}
+
+TEST(AgentSessions, InterleaveWithOtherRequestsAndSpanAWeightUpdate) {
+    // The async scheduler's use: sessions under request ids of the caller's choosing share the
+    // engine with plain requests; a weight update (same weights, new version) lands mid-run.
+    // Sessions equal run_agent_sessions' (same seeds, same weights), their model tokens carry
+    // version 0 before the update and 1 after it (never back), and the tree rebuilds them.
+    const int64_t vocab = 12;
+    model::LlamaModel m = tiny_model(vocab, 96, 3);
+    EchoLoop loop(4);
+    const auto jobs = jobs_for(8, static_cast<int>(vocab));
+    AgentRunConfig cfg;
+    cfg.stop_ids = {0};
+    cfg.max_session_tokens = 60;
+    cfg.max_turn_tokens = 12;
+    Engine ref_engine(m, EngineConfig{});
+    const auto ref = run_agent_sessions(ref_engine, loop, jobs, cfg);
+
+    EngineConfig ec;
+    ec.max_batch = 4;
+    Engine engine(m, ec);
+    traj::TrajectoryManager tm;
+    AgentSessions sessions(loop, cfg, &tm);
+    for (size_t i = 0; i < jobs.size(); ++i) sessions.start(engine, 5000 + static_cast<int64_t>(i), jobs[i]);
+    EXPECT_THROW(sessions.start(engine, 5000, jobs[0]), Error) << "a request id in use";
+    for (int64_t k = 0; k < 3; ++k) {
+        GenRequest rq;
+        rq.id = k;
+        rq.prompt = {1, 2, 3};
+        rq.params.max_tokens = 9;
+        rq.params.seed = 77 + static_cast<uint64_t>(k);
+        engine.submit(rq);
+    }
+    EXPECT_EQ(sessions.live(), jobs.size());
+    std::vector<AgentResult> done, got;
+    int64_t plain = 0, steps = 0;
+    while (engine.step([&](const GenResult& g) {
+        done.clear();
+        if (sessions.on_result(engine, g, done)) {
+            for (auto& r : done) got.push_back(std::move(r));
+        } else {
+            EXPECT_LT(g.id, 3);
+            ++plain;
+        }
+    })) {
+        if (++steps == 6) engine.update_weights(1);
+    }
+    EXPECT_EQ(plain, 3);
+    EXPECT_EQ(sessions.live(), 0u);
+    ASSERT_EQ(got.size(), jobs.size());
+    int64_t spanning = 0;
+    for (const AgentResult& r : got) {
+        SCOPED_TRACE(r.id);
+        const size_t i = static_cast<size_t>(r.id - 100);
+        ASSERT_LT(i, ref.size());
+        EXPECT_FALSE(sessions.owns(5000 + static_cast<int64_t>(i)));
+        check_columns(r);
+        EXPECT_EQ(r.tokens, ref[i].tokens);
+        EXPECT_EQ(r.loss_mask, ref[i].loss_mask);
+        EXPECT_EQ(r.turns, ref[i].turns);
+        EXPECT_EQ(r.finish, ref[i].finish);
+        EXPECT_FLOAT_EQ(r.reward, ref[i].reward);
+        int32_t last = 0;
+        std::set<int32_t> seen;
+        for (size_t t = 0; t < r.tokens.size(); ++t) {
+            if (!r.loss_mask[t]) continue;
+            EXPECT_GE(r.versions[t], last) << "versions never go back along a session";
+            last = r.versions[t];
+            seen.insert(r.versions[t]);
+        }
+        spanning += seen.size() == 2;
+        const traj::Trajectory tr = tm.rebuild(r.traj);
+        EXPECT_EQ(tr.tokens, r.tokens);
+        EXPECT_EQ(tr.versions, r.versions);
+        EXPECT_EQ(tr.loss_mask, r.loss_mask);
+    }
+    EXPECT_GT(spanning, 0) << "some session's tokens carry both versions";
 }
 
 TEST(CalcTool, EvaluatesDigitsAndPlusMinusTimesOnly) {
