@@ -172,13 +172,17 @@ def check_tree(f):
     if np.any(nodes >= n) or np.any(nodes < -1):
         bad.append("/samples/tree_node names a row missing from /tree")
         return bad
-    for row in np.nonzero(nodes >= 0)[0]:
+    inside = np.nonzero(nodes >= 0)[0]
+    off = s["token_offsets"][()] if len(inside) else None
+    flat = {c: s[c][()] for c in TOKEN_COLUMNS} if len(inside) else None
+    for row in inside:
+        a, b = int(off[row]), int(off[row + 1])
         try:
-            got = sample_tree_tokens(f, row, t)
+            got = tree_tokens(f, nodes[row], b - a, t)
         except ValueError as e:
             bad.append(f"sample row {row}: {e}")
             break
-        want = sample_tokens(f, row)
+        want = {c: flat[c][a:b] for c in TOKEN_COLUMNS}
         if not all(np.array_equal(got[c], want[c], equal_nan=(c == "logprobs")) for c in TOKEN_COLUMNS):
             bad.append(f"sample row {row}: rebuilt from /tree differs from /samples")
             break
@@ -240,18 +244,26 @@ def check_invariants(f):
     if np.any(np.isnan(lp) != (mask == 0)):
         bad.append(f"logprobs NaN not exactly where loss_mask is 0 ({int(np.sum(np.isnan(lp) != (mask == 0)))} tokens)")
     vmin, vmax = s["version_min"][()], s["version_max"][()]
-    for i in range(n):
-        a, b = off[i], off[i + 1]
-        m, v = mask[a:b], ver[a:b]
-        # Versions are -1 exactly on prompt/environment tokens (loss_mask 0); in multi-turn
-        # samples those also follow generated tokens (tool output, the next user turn).
-        if np.any((v == -1) != (m == 0)):
-            bad.append(f"sample row {i}: versions not -1 exactly where loss_mask is 0")
-            break
-        gen = v[m != 0]
-        if len(gen) and (gen.min() != vmin[i] or gen.max() != vmax[i]):
-            bad.append(f"sample row {i}: version_min/max disagree with per-token versions")
-            break
+    # Versions are -1 exactly on prompt/environment tokens (loss_mask 0); in multi-turn samples
+    # those also follow generated tokens (tool output, the next user turn). Whole-array checks:
+    # a per-row loop takes minutes on the millions of rows of a long run.
+    wrong = np.nonzero((ver == -1) != (mask == 0))[0]
+    if len(wrong):
+        i = int(np.searchsorted(off, wrong[0], side="right")) - 1
+        bad.append(f"sample row {i}: versions not -1 exactly where loss_mask is 0")
+    elif n and ntok:
+        gen = mask != 0
+        big = np.iinfo(ver.dtype).max
+        length = np.diff(off)
+        rows = np.nonzero(length > 0)[0]
+        starts = off[:-1][rows]
+        ngen = np.add.reduceat(gen.astype(np.int64), starts)
+        lo = np.minimum.reduceat(np.where(gen, ver, big), starts)
+        hi = np.maximum.reduceat(np.where(gen, ver, -1), starts)
+        has = ngen > 0
+        off_rows = rows[has][(lo[has] != vmin[rows[has]]) | (hi[has] != vmax[rows[has]])]
+        if len(off_rows):
+            bad.append(f"sample row {int(off_rows[0])}: version_min/max disagree with per-token versions")
     st = f["steps"]
     if np.any(st["t_end"][()] < st["t_start"][()]):
         bad.append("/steps has a row with t_end < t_start")

@@ -19,6 +19,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
 import tagflow_run  # noqa: E402
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -145,6 +147,24 @@ def case_invariants(a):
         check(syncs == [0, 1, 2, 3, 4], f"one weight sync per step plus the initial one: {syncs}")
         kinds = spans_by_rank(f)
         check(all({"rollout", "train", "weight_sync", "io"} <= kinds[r] for r in (0, 1)), "timeline spans per rank")
+    # The checker itself must catch a broken file (it is what the soak and resume tests trust):
+    # a copy with one sample's version_max off, then one generated token's version set to -1.
+    for col, row, want in (("version_max", 5, "sample row 5: version_min/max"),
+                           ("versions", None, "versions not -1 exactly where loss_mask is 0")):
+        bad_path = os.path.join(a.workdir, "inv", "tampered.h5")
+        shutil.copy(path, bad_path)
+        with h5py.File(bad_path, "r+") as f:
+            s = f["samples"]
+            if row is not None:
+                s[col][row] = s[col][row] + 1
+            else:
+                off = s["token_offsets"][()]
+                tok = int(np.nonzero(s["loss_mask"][off[9]:off[10]])[0][0]) + int(off[9])
+                s[col][tok] = -1
+                want = "sample row 9: " + want
+        with h5py.File(bad_path, "r") as f:
+            bad = tagflow_run.check_invariants(f)
+        check(any(want in b for b in bad), f"check_invariants reports a tampered {col}: {bad}")
 
 
 def case_roles(a):
