@@ -40,6 +40,19 @@ Dataset create_column(hid_t loc, const char* name, hid_t type, hsize_t chunk) {
                    (std::string("H5Dcreate2 ") + name).c_str());
 }
 
+Dataset create_filled_column(hid_t loc, const char* name, hid_t type, hsize_t chunk, hsize_t rows,
+                             const void* fill) {
+    hsize_t maxdims = H5S_UNLIMITED;
+    chunk = std::max<hsize_t>(chunk, 1);
+    Dataspace space(H5Screate_simple(1, &rows, &maxdims), "H5Screate_simple");
+    PropList dcpl(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(H5P_DATASET_CREATE)");
+    TAGFLOW_H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk));
+    TAGFLOW_H5_CHECK(H5Pset_fill_value(dcpl.get(), type, fill));
+    TAGFLOW_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_ALLOC));
+    return Dataset(H5Dcreate2(loc, name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                   (std::string("H5Dcreate2 ") + name).c_str());
+}
+
 Dataset open_dataset(hid_t loc, const char* name) {
     return Dataset(H5Dopen2(loc, name, H5P_DEFAULT), (std::string("H5Dopen2 ") + name).c_str());
 }

@@ -25,6 +25,10 @@ std::vector<char> pack_fixed_strings(const std::vector<std::string>& strings, si
 /// COLLECTIVE (metadata): creates an empty 1-D dataset, chunked by `chunk` elements, maxdims
 /// unlimited, never filled (every element is written before it is read).
 Dataset create_column(hid_t loc, const char* name, hid_t type, hsize_t chunk);
+/// A column like create_column's, `rows` long from the start, every element `*fill` (of
+/// `type`): written when the chunks are allocated, collectively under MPI-IO.
+Dataset create_filled_column(hid_t loc, const char* name, hid_t type, hsize_t chunk, hsize_t rows,
+                             const void* fill);
 
 /// Opens `name` under `loc` (collective metadata read when the file is parallel).
 Dataset open_dataset(hid_t loc, const char* name);

@@ -106,6 +106,7 @@ std::string RunFile::Impl::open_objects(bool create) {
         Table& t = tables[ts.id];
         hid_t g = group_of(ts.group);
         hsize_t rows = 0;
+        std::vector<size_t> added;  // columns added_later that this (older) file lacks
         for (size_t i = 0; i < ts.columns.size(); ++i) {
             const schema::Column& c = ts.columns[i];
             t.types.push_back(column_type(c));
@@ -116,8 +117,12 @@ std::string RunFile::Impl::open_objects(bool create) {
                     write_attr(t.cols.back().get(), "enum_names", c.enum_names);
                 continue;
             }
-            if (TAGFLOW_H5_CHECK(H5Lexists(g, c.name, H5P_DEFAULT)) <= 0)
-                return std::string("missing dataset ") + ts.group + "/" + c.name;
+            if (TAGFLOW_H5_CHECK(H5Lexists(g, c.name, H5P_DEFAULT)) <= 0) {
+                if (!c.added_later) return std::string("missing dataset ") + ts.group + "/" + c.name;
+                t.cols.emplace_back();  // created below, once the table's length is known
+                added.push_back(i);
+                continue;
+            }
             t.cols.push_back(open_dataset(g, c.name));
             Datatype ft(H5Dget_type(t.cols.back().get()), "H5Dget_type");
             if (TAGFLOW_H5_CHECK(H5Tequal(ft.get(), t.types.back().get())) <= 0)
@@ -130,6 +135,20 @@ std::string RunFile::Impl::open_objects(bool create) {
             rows = i == 0 ? n : std::min(rows, n);
         }
         t.rows = rows;
+        for (size_t i : added) {
+            const schema::Column& c = ts.columns[i];
+            if (c.type != schema::ColType::kI32 && c.type != schema::ColType::kI64)
+                throw InternalError(std::string("run file schema: added_later column ") + c.name + " is not an integer");
+            const int64_t minus1_64 = -1;
+            const int32_t minus1_32 = -1;
+            const void* fill = c.type == schema::ColType::kI64 ? static_cast<const void*>(&minus1_64)
+                                                               : static_cast<const void*>(&minus1_32);
+            t.cols[i] = create_filled_column(g, c.name, t.types[i].get(), ts.chunk, rows, fill);
+            if (c.units) write_attr(t.cols[i].get(), "units", c.units);
+            if (rank == 0)
+                log_info("run file %s: added %s/%s (-1 in the %llu rows written before)", path.c_str(), ts.group,
+                         c.name, static_cast<unsigned long long>(rows));
+        }
     }
     hid_t samples = group_of("/samples");
     if (create) {

@@ -76,6 +76,8 @@ struct StepRecord {
     float logprob_diff_mean = 0, staleness_mean = 0;
     int32_t staleness_max = 0;
     float samples_per_s = 0, idle_frac = 0;
+    int64_t stale_dropped = 0;   // samples consumed with weight 0 (older than --staleness)
+    int64_t stale_weighted = 0;  // samples trained with an importance weight < 1 (--stale weight)
 };
 
 struct EvalRecord {

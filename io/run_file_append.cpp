@@ -308,6 +308,8 @@ void RunFile::append_steps(const std::vector<StepRecord>& rows) {
         im.put(T, "staleness_max", column(rows, &R::staleness_max), s, w);
         im.put(T, "samples_per_s", column(rows, &R::samples_per_s), s, w);
         im.put(T, "idle_frac", column(rows, &R::idle_frac), s, w);
+        im.put(T, "stale_dropped", column(rows, &R::stale_dropped), s, w);
+        im.put(T, "stale_weighted", column(rows, &R::stale_weighted), s, w);
     });
 }
 

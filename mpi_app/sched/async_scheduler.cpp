@@ -810,6 +810,7 @@ class AsyncScheduler final : public Scheduler {
         std::vector<io::ConsumedRecord> consumed;
         double age_sum = 0;
         int64_t age_max = 0;
+        const int64_t dropped_before = dropped_, weighted_before = weighted_;
         while (!ready_.empty() && static_cast<int64_t>(batch.size()) < threshold_) {
             const int64_t g = ready_.front();
             ready_.pop_front();
@@ -871,6 +872,8 @@ class AsyncScheduler final : public Scheduler {
         row.logprob_diff_mean = static_cast<float>(tr.logprob_diff_mean);
         row.staleness_mean = static_cast<float>(age_sum / std::max<double>(1, static_cast<double>(batch.size())));
         row.staleness_max = static_cast<int32_t>(age_max);
+        row.stale_dropped = dropped_ - dropped_before;
+        row.stale_weighted = weighted_ - weighted_before;
         const double dt = std::max(1e-9, t_end - t_start);
         row.samples_per_s = static_cast<float>(static_cast<double>(batch.size()) / dt);
         // Idle: every rank's idle spans inside this step, as known to the coordinator now.

@@ -28,7 +28,8 @@ GROUPS = {
     "consumed": ["id", "step", "advantage", "weight"],
     "steps": ["step", "t_start", "t_end", "policy_version", "samples", "tokens", "reward_mean",
               "reward_std", "loss", "kl", "entropy", "clip_frac", "logprob_diff_mean",
-              "staleness_mean", "staleness_max", "samples_per_s", "idle_frac"],
+              "staleness_mean", "staleness_max", "samples_per_s", "idle_frac", "stale_dropped",
+              "stale_weighted"],
     "eval": ["step", "task", "score", "n"],
     "syncs": ["version", "bytes", "t_start", "t_end", "mode", "dense_bytes", "buckets", "gbps"],
     "timeline": ["rank", "kind", "t_start", "t_end", "step"],
@@ -36,6 +37,9 @@ GROUPS = {
     "resumes": ["from_step", "t", "rows_discarded"],
     "tree": TREE_COLUMNS + TOKEN_COLUMNS,
 }
+# Integer columns added to schema v1 later: a file written before lacks them (the writer adds
+# them, -1 in the older rows, when it resumes such a run); readers treat them as all -1.
+ADDED_LATER = {("steps", "stale_dropped"), ("steps", "stale_weighted")}
 
 
 def open_run(path):
@@ -71,7 +75,9 @@ def table(f, group):
     """A row table (every column but the flat token arrays) as a pandas DataFrame."""
     import pandas as pd
     cols = [c for c in GROUPS[group] if c not in TOKEN_COLUMNS and c != "token_offsets"]
-    return pd.DataFrame({c: _decode(f[group][c]) for c in cols})
+    n = len(f[group][cols[0]])
+    return pd.DataFrame({c: _decode(f[group][c]) if c in f[group] else np.full(n, -1, dtype=np.int64)
+                         for c in cols})
 
 
 def config(f):
@@ -203,6 +209,7 @@ def check_invariants(f):
         if g not in f:
             bad.append(f"group /{g} missing")
             continue
+        cols = [c for c in cols if c in f[g] or (g, c) not in ADDED_LATER]
         for c in cols:
             if c not in f[g]:
                 bad.append(f"/{g}/{c} missing")

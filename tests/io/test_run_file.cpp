@@ -45,6 +45,8 @@ std::vector<StepRecord> steps_of(int rank, int round) {
     s.loss = -0.25f * static_cast<float>(round);
     s.staleness_max = round;
     s.idle_frac = 0.1f;
+    s.stale_dropped = 3 * round + 1;
+    s.stale_weighted = round;
     return {s};
 }
 std::vector<EvalRecord> eval_of(int rank, int round, int n) {
@@ -292,6 +294,34 @@ TEST(RunFile, OpenAppendContinuesWhereItStopped) {
     expect_tables(path, 3);
     File file = open_file_serial(path);
     EXPECT_EQ(read_ds<int32_t>(file.get(), "/resumes/from_step"), std::vector<int32_t>{1});
+    EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_dropped"), (std::vector<int64_t>{1, 4, 7}));
+    EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_weighted"), (std::vector<int64_t>{0, 1, 2}));
+    EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
+}
+
+// A run started by a tagflow before /steps/stale_dropped and stale_weighted existed resumes:
+// open_append adds them, -1 ("not recorded") in the rows written before, and appends go on.
+TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
+    const std::string path = test_file();
+    {
+        RunFile f = RunFile::create(MPI_COMM_WORLD, path, attrs());
+        write_rounds(f, 0, 2);
+    }
+    {
+        File f = open_file(MPI_COMM_WORLD, path, true);
+        for (const char* name : {"/steps/stale_dropped", "/steps/stale_weighted"})
+            ASSERT_GE(H5Ldelete(f.get(), name, H5P_DEFAULT), 0);
+    }
+    {
+        RunFile f = RunFile::open_append(MPI_COMM_WORLD, path);
+        EXPECT_EQ(f.sizes().steps, 2);
+        write_rounds(f, 2, 4);
+    }
+    expect_tables(path, 4);
+    File file = open_file_serial(path);
+    EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_dropped"), (std::vector<int64_t>{-1, -1, 7, 10}));
+    EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_weighted"), (std::vector<int64_t>{-1, -1, 2, 3}));
+    EXPECT_EQ(read_string_attr(open_dataset(file.get(), "/steps/stale_dropped").get(), "units"), "samples");
     EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
 }
 

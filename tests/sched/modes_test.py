@@ -86,6 +86,11 @@ def common_checks(f, name, train_ranks, nsteps, staleness=1):
     trained = cw > 0
     per_step = np.bincount(cstep[trained], minlength=nsteps)
     check(np.array_equal(per_step, st["samples"][()]), f"{name}: /steps samples = trained /consumed rows per step")
+    drop_step = np.bincount(cstep[cw == 0], minlength=nsteps)
+    weighted_step = np.bincount(cstep[(cw > 0) & (cw < 1)], minlength=nsteps)
+    check(np.array_equal(drop_step, st["stale_dropped"][()]) and np.array_equal(weighted_step, st["stale_weighted"][()]),
+          f"{name}: /steps stale_dropped {st['stale_dropped'][()].tolist()} and stale_weighted "
+          f"{st['stale_weighted'][()].tolist()} = /consumed rows of weight 0 and of weight in (0, 1) per step")
     vmax = f["samples"]["version_max"][()]
     check(vmax.max() <= nsteps, f"{name}: no token from a version that was never trained")
     return rank, kind, t0, t1
@@ -165,6 +170,9 @@ def case_stale_weight(a):
         check(np.any((w > 0) & (w < 1)), "weight: some stale samples were trained with a weight below 1")
         st = f["steps"]
         check(np.all(st["staleness_max"][()] <= 3), f"weight: staleness_max stays bounded {st['staleness_max'][()]}")
+        sw = st["stale_weighted"][()]
+        check(np.array_equal(sw, np.bincount(cstep[(w > 0) & (w < 1)], minlength=len(sw))) and sw.sum() > 0,
+              f"weight: /steps stale_weighted {sw.tolist()} counts the weighted /consumed rows per step")
 
 
 def case_train_priority(a):
