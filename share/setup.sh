@@ -27,7 +27,8 @@ pkgs=(cmake ninja-build g++ pkg-config
 if [ "$with_tests" = 1 ]; then
     pkgs+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge
            jupyter-nbconvert python3-ipykernel python3-nbformat
-           python3-torch)  # the independent reference forward of tests/llama
+           python3-torch   # the independent reference forward of tests/llama
+           nodejs)         # the official OpenAI Node.js client against the gateway (tests/gateway)
 fi
 
 missing=()
