@@ -135,6 +135,9 @@ po::options_description describe(Options& o) {
          "allow --gateway to bind an address other than loopback (0.0.0.0, [::], a NIC)")
         ("gateway-only", val(&o.gateway_only)->implicit_value(true),
          "with --gateway: generate no built-in task prompts; train only on gateway sessions")
+        ("gateway-session-idle", val(&o.gateway_session_idle),
+         "with --gateway: seconds after which an idle session without a reward is forgotten (its routing, "
+         "its open group; a later reward for it gets 404)")
         ("gemm-check", val(&o.gemm_check)->implicit_value(true), "measure fp32 GEMM GFLOP/s at start")
         ("min-gflops", val(&o.min_gflops), "warn when the GEMM check is below this many GFLOP/s per rank")
         ("heartbeat-timeout", val(&o.heartbeat_timeout),
@@ -255,6 +258,7 @@ void validate(const Options& o) {
     check_range<double>("bucket-mb", o.bucket_mb, 1.0 / 1024, 4096.0);
     check_range<double>("min-gflops", o.min_gflops, 0.0, 1e7);
     check_range<double>("train-timeout", o.train_timeout, 0.0, 1e7);
+    check_range<double>("gateway-session-idle", o.gateway_session_idle, 0.1, 1e7);
     if (!o.gateway.empty()) {
         if (o.mode == "sync")
             throw ConfigError("--gateway: needs --mode disaggregated or multiplex (the gateway lives on a rank that "

@@ -88,6 +88,7 @@ struct Options {
     std::string gateway;            // --gateway HOST:PORT: serve the OpenAI-compatible API; "" = off
     bool gateway_any = false;       // allow a --gateway address other than loopback (e.g. 0.0.0.0)
     bool gateway_only = false;      // no built-in task prompts: train only on gateway sessions
+    double gateway_session_idle = 600;  // s: a gateway session without a reward is forgotten after this idle time
     // ---- system ----
     bool gemm_check = true;
     double min_gflops = 50.0;  // Netlib ~4, generic kernels ~33, AVX2 ~65-80, AVX-512 ~150

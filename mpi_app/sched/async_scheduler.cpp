@@ -362,7 +362,11 @@ class AsyncScheduler final : public Scheduler {
             throw ConfigError("--gateway: needs a rank that only rolls out (it is never preempted), e.g. "
                               "--rank-tags \"0=rollout;1=rollout,train\"");
         gw_rank_ = receivers_.front();
-        if (me_ == coord_) gw_rec_ = std::make_unique<GatewayRecorder>(opt_.group_size);
+        if (me_ == coord_) {
+            RecorderLimits lim;
+            lim.session_idle_s = opt_.gateway_session_idle;
+            gw_rec_ = std::make_unique<GatewayRecorder>(opt_.group_size, lim);
+        }
         if (me_ == gw_rank_) {
             GatewayConfig gc;
             const size_t c = opt_.gateway.rfind(':');
@@ -376,6 +380,7 @@ class AsyncScheduler final : public Scheduler {
             gc.coordinator = coord_;
             gc.targets = receivers_;
             gc.comm = p2p_.get();
+            gc.session_idle_s = opt_.gateway_session_idle;
             gw_router_ = std::make_unique<GatewayRouter>(gc);
         } else if (is_recv_) {
             gw_worker_ = std::make_unique<GatewayWorker>(gw_rank_, p2p_.get());

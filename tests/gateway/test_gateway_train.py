@@ -122,6 +122,9 @@ def wait_health(port, token, cond, timeout=15):
         time.sleep(0.05)
 
 
+IDLE_S = 4  # --gateway-session-idle of the multiplex run (the lifecycle phase waits it out)
+
+
 def lifecycle(port, token, context):
     """Cancel and session lifetime, before the agent runs (multiplex job, 2 rollout-only ranks)."""
     h0 = wait_health(port, token, lambda j: True)
@@ -156,6 +159,19 @@ def lifecycle(port, token, context):
     check(h["sessions"] == base, f"after their rewards the sessions are forgotten ({h['sessions']} live, want {base})")
     st, _ = req(port, "POST", "/v1/rewards", json.dumps({"session": "life-0", "reward": 1}), token)
     check(st == 404, f"a second reward for a closed session -> 404 ({st})")
+    # A session that never gets a reward is forgotten after --gateway-session-idle (IDLE_S here).
+    st, _ = req(port, "POST", "/v1/completions", json.dumps(
+        {"model": "tagflow-policy", "prompt": q, "max_tokens": 2, "session": "idle-0"}), token)
+    t_idle = time.time()
+    h = wait_health(port, token, lambda j: True)
+    check(st == 200 and h["sessions"] == base + 1, f"an unrewarded session is kept ({h['sessions']} live)")
+    # (the two cancelled streams' sessions, older and also unrewarded, go the same way)
+    h = wait_health(port, token, lambda j: j["sessions"] == 0, timeout=IDLE_S + 10)
+    waited = time.time() - t_idle
+    check(h["sessions"] == 0 and IDLE_S - 1 <= waited <= IDLE_S + 5,
+          f"... and forgotten after --gateway-session-idle {IDLE_S} s (all gone after {waited:.1f} s)")
+    st, _ = req(port, "POST", "/v1/rewards", json.dumps({"session": "idle-0", "reward": 1}), token)
+    check(st == 404, f"a reward for the forgotten idle session -> 404 ({st})")
     # Their 4 samples are the first training step's batch; then the recorder drops its trees.
     h = wait_health(port, token, lambda j: j["policy_version"] >= 1, timeout=60)
     check(h["policy_version"] >= 1, f"step 1 trained on the lifecycle sessions (version {h['policy_version']})")
@@ -404,6 +420,7 @@ def main():
            "--eval-prompts", "8", "--gemm-check", "false", "--max-batch", "16", "--threads", "1", "--seed", "3"]
     if a.mode == "multiplex":  # long contexts: the streams the lifecycle phase cancels would run ~2000 tokens
         cmd[cmd.index("--max-new-tokens") + 1] = "2000"
+        cmd += ["--gateway-session-idle", str(IDLE_S)]
     t0 = time.time()
     job = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     agent = None

@@ -180,7 +180,9 @@ def case_cli(a):
     if "--gateway-any" in tagflow(a, ["train", "--help"]).out:
         bad += [(["--mode", "disaggregated", "--gateway", "0.0.0.0:8000"], "--gateway-any"),
                 (["--mode", "disaggregated", "--gateway", "[::]:0"], "--gateway-any"),
-                (["--mode", "disaggregated", "--gateway", "127.0.0.1:99999"], "--gateway")]
+                (["--mode", "disaggregated", "--gateway", "127.0.0.1:99999"], "--gateway"),
+                (["--mode", "disaggregated", "--gateway", ":0", "--gateway-session-idle", "0"],
+                 "--gateway-session-idle")]
     else:
         print("note: this tagflow has no --gateway option; gateway address cases not run")
     for args, needle in bad:
