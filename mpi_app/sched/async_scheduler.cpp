@@ -241,6 +241,7 @@ class AsyncScheduler final : public Scheduler {
         if (!bcast_.is_null() && !resumed_) {
             profile::Span span(tl_, SpanKind::kWeightSync, 0);
             train::WeightSyncStats st = wsync_->broadcast(params(), 0, bcast_.get(), 0);
+            train::bump_versions(policy_->parameters());  // received into raw memory
             if (me_ == coord_) {
                 io::SyncRecord r;
                 r.version = 0;
@@ -569,6 +570,8 @@ class AsyncScheduler final : public Scheduler {
             // counters move, and the engine re-snapshots the weights at its next step.
             flat_.copy_(torch::from_blob(shadow_.data(), {flat_.numel()}, torch::kFloat));
         }
+        // flat_.copy_ bumps flat_'s counter only: the parameters (set_data views) keep theirs.
+        train::bump_versions(policy_->parameters());
         version_ = whdr_;
         // At a token boundary: in-flight generations resume with their KV caches kept.
         engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);

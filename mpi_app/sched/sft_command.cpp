@@ -39,6 +39,7 @@
 #include "sched/train_command.hpp"
 #include "tagflow/config.hpp"
 #include "train/collectives_mpi.hpp"
+#include "train/delta_sync.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -379,6 +380,7 @@ int sft_command(int argc, char** argv) {
         torch::NoGradGuard no_grad;
         coll.broadcast(params, 0);
     }
+    train::bump_versions(params);  // written by MPI, behind the version counters
     const model::HfConfig& cfg = m->config();
     print0("tagflow %s sft: task %s, %d rank%s x %d thread%s, model %s d=%ld layers=%ld heads=%ld/%ld ff=%ld vocab=%ld "
            "(%ld parameters)%s%s\n",

@@ -28,6 +28,7 @@
 #include "sched/agent_rollout.hpp"
 #include "sched/exchange.hpp"
 #include "sched/rl_trainer.hpp"
+#include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
@@ -267,6 +268,8 @@ class SyncScheduler final : public Scheduler {
         }
         profile::Span span(timeline_, SpanKind::kWeightSync, version);
         st = wsync_->broadcast(params(), version, roles_.sync.get(), 0);
+        // Received into raw memory (MPI): rollout-only ranks' engines must see new weights.
+        train::bump_versions(policy_->parameters());
         last_sync_t0_ = clock_.now() - st.seconds;
         last_sync_t1_ = clock_.now();
         last_sync_ = st;

@@ -84,6 +84,10 @@ at::Tensor share_one_buffer(const std::vector<at::Tensor>& params) {
     return flat;
 }
 
+void bump_versions(const std::vector<at::Tensor>& params) {
+    for (const at::Tensor& p : params) p.unsafeGetTensorImpl()->bump_version();
+}
+
 std::vector<FlatView::Piece> FlatView::pieces(size_t first, size_t count) const {
     std::vector<Piece> out;
     if (count == 0) return out;

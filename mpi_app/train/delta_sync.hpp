@@ -52,6 +52,13 @@ private:
 /// weight-sync bucket is one piece and moves with no copy. Returns the buffer.
 at::Tensor share_one_buffer(const std::vector<at::Tensor>& params);
 
+/// Bumps the version counter of every tensor in `params`: call it after writing their memory
+/// behind autograd's back (an MPI receive into the raw pointers, a copy into the flat buffer
+/// share_one_buffer() made them views of). Watchers of the counters — the rollout decoder's
+/// weight snapshot (model::LlamaSlotDecoder::sync_weights) — otherwise keep the old weights.
+/// Pass the parameters themselves: a `p.data()` alias has a counter of its own.
+void bump_versions(const std::vector<at::Tensor>& params);
+
 /// How one bucket travels. Values are 32-bit words (float bits), indices bucket-local uint32.
 enum class DeltaEncoding : int32_t {
     kSkip = 0,     ///< nothing changed: no collective at all
