@@ -7,8 +7,7 @@ CASE: stale_weight (--stale weight at 3 ranks), two_ranks (sync, disaggregated a
 every rank to its tags), multiplex4 (4 ranks with mixed tags over many role switches: no sample
 trained twice or lost, no overlap, monotone steps and versions, every member saw the same train
 group at every switch), bad_usage (tags a mode cannot run with, bad option values), fresh_weights
-(the rollout-only rank generates with the weights it was sent, in every mode), default_mode (no
---mode: multiplex, sync where multiplex cannot run, the checkpoint's mode on resume).
+(the rollout-only rank generates with the weights it was sent, in every mode).
 Each case prints what it checked and exits non-zero on failure.
 """
 import argparse
@@ -235,34 +234,6 @@ def case_fresh_weights(a):
                                         f"(|logprob_diff_mean| max {np.abs(d).max():.2e})")
         check(int(sel.sum()) > 0, f"{mode}: {int(sel.sum())} trained samples from the rollout-only rank 0 at versions >= 1 "
                                   f"(generated with received weights)")
-
-
-def case_default_mode(a):
-    # No --mode: multiplex when the ranks can multiplex, else sync with a note naming why; a
-    # resumed run keeps its checkpoint's mode.
-    def mode_of(out):
-        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
-            return tagflow_run.config(f)["mode"]
-    out, p, _ = train(a, "default2", 2, ["--steps", "2"])
-    check(p.returncode == 0 and mode_of(out) == "multiplex" and "mode multiplex" in p.stdout,
-          f"2 ranks, no --mode: multiplex (rc {p.returncode}, config mode {mode_of(out) if p.returncode == 0 else '-'})")
-    check("not possible" not in p.stdout + p.stderr, "no fallback note when multiplex runs")
-    for name, np_, extra, why in (("default1", 1, [], "min-rollout-frac"),
-                                  ("default_critic", 2, ["--algo", "ppo", "--rank-tags", "0=rollout,train;1=critic"],
-                                   "critic")):
-        out, p, _ = train(a, name, np_, ["--steps", "2"] + extra)
-        note = [l for l in (p.stdout + p.stderr).splitlines() if "--mode not given" in l]
-        check(p.returncode == 0 and mode_of(out) == "sync" and len(note) == 1 and why in note[0] and "running sync" in note[0],
-              f"{name}: falls back to sync with one note naming why: {note}")
-    # A sync run checkpointed at step 2, continued without --mode: stays sync (not an error).
-    out, p, _ = train(a, "default_resume", 2, ["--steps", "2", "--mode", "sync", "--ckpt-every", "1"])
-    check(p.returncode == 0, f"sync run with checkpoints (rc {p.returncode})")
-    p = subprocess.run(["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + FAST + ["--steps", "4", "--ckpt-every", "1"],
-                       env=ENV, capture_output=True, text=True, timeout=120)
-    check(p.returncode == 0 and "resuming" in p.stdout and "mode sync" in p.stdout,
-          f"resumed without --mode: keeps the checkpoint's sync (rc {p.returncode}) {p.stderr[-300:]}")
-    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
-        check(len(f["steps"]["step"]) == 4 and len(f["resumes"]["from_step"]) == 1, "4 steps, one /resumes row")
 
 
 def main():
