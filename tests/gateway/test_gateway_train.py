@@ -128,6 +128,7 @@ IDLE_S = 4  # --gateway-session-idle of the multiplex run (the lifecycle phase w
 def lifecycle(port, token, context):
     """Cancel and session lifetime, before the agent runs (multiplex job, 2 rollout-only ranks)."""
     h0 = wait_health(port, token, lambda j: True)
+    before = probe(port, token, "probe-v0")
     # Two long streams (new sessions: one per rollout-only rank, so one is cancelled on the
     # gateway rank and one on the other rank), each closed right after its first token.
     socks = [open_stream(port, token, f"cancel-{k}", context - 5) for k in range(2)]
@@ -175,6 +176,25 @@ def lifecycle(port, token, context):
     # Their 4 samples are the first training step's batch; then the recorder drops its trees.
     h = wait_health(port, token, lambda j: j["policy_version"] >= 1, timeout=60)
     check(h["policy_version"] >= 1, f"step 1 trained on the lifecycle sessions (version {h['policy_version']})")
+    # The rollout ranks serve the new weights: the same greedy request, now stamped with a newer
+    # version, gets other log-probabilities (with stale weights on the serving rank they would
+    # be identical whatever the stamp says).
+    after = probe(port, token, "probe-v1")
+    if before and after:
+        diff = max(abs(x - y) for x, y in zip(before["logprobs"], after["logprobs"]))
+        check(min(after["versions"]) >= 1 and diff > 1e-5,
+              f"after step 1 the gateway serves the new weights (versions {before['versions'][:1]} -> "
+              f"{after['versions'][:1]}, max log-prob change {diff:.2e})")
+    else:
+        check(False, "greedy probe requests answered")
+
+
+def probe(port, token, session):
+    """One greedy completion of a fixed prompt; its tagflow extension (token ids, logprobs, versions)."""
+    st, j = req(port, "POST", "/v1/completions", json.dumps(
+        {"model": "tagflow-policy", "prompt": [10, 7, 8, 9, 11], "max_tokens": 4, "temperature": 0,
+         "session": session}), token)
+    return j.get("tagflow") if st == 200 else None
 
 
 def check_multiplex(f, gw):
