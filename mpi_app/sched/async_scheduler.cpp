@@ -1092,21 +1092,11 @@ class AsyncScheduler final : public Scheduler {
         }
         files.push_back(ckpt::describe_file(tmp, "pool.bin"));
         ckpt::Manifest m;
-        m.set("writer", std::string("tagflow ") + TAGFLOW_VERSION);
-        m.set("mode", opt_.mode);
-        m.set("task", task_->name());
-        m.set("algo", opt_.algo);
-        m.set_int("seed", opt_.seed);
-        m.set_int("prompts_per_step", opt_.prompts_per_step);
-        m.set_int("group_size", opt_.group_size);
-        m.set_int("world_size", roles_.world_size);
-        m.set_int("step", step_);
-        m.set_int("policy_version", version_);
+        put_run_keys(m, opt_, task_->name(), roles_.world_size, step_, version_, sum, total_);
         const auto n = static_cast<int64_t>(gens_.size());
         int64_t next_group = std::numeric_limits<int64_t>::max();
         for (int64_t i = 0; i < n; ++i) next_group = std::min(next_group, lo_[static_cast<size_t>(i)] * n + i);
         m.set_int("next_group", n ? next_group : 0);  // the dataset cursor: every group below it is complete
-        m.set("rng", "stateless: sample seed = derive_seed(seed, sample id); advantage shuffle seed*7919+step");
         m.set("sched.gens", join(std::vector<int64_t>(gens_.begin(), gens_.end())));
         m.set("sched.members", join(std::vector<int64_t>(members_.begin(), members_.end())));
         m.set("sched.lo", join(lo_));  // generator i resumes at its group lo[i]*n+i
@@ -1120,12 +1110,6 @@ class AsyncScheduler final : public Scheduler {
         m.set_int("sched.dropped", dropped_);
         m.set_int("sched.weighted", weighted_);
         m.set_int("sched.discarded", discarded_);
-        m.set_double("sched.first_reward", sum.first_reward);
-        m.set_double("sched.last_reward", sum.last_reward);
-        m.set_double("sched.first_eval", sum.first_eval);
-        m.set_double("sched.last_eval", sum.last_eval);
-        m.set_double("sched.best_eval", sum.best_eval);
-        m.set_double("sched.total_samples", total_);
         // Gateway sample/group ids continue after these on resume (kept through a resume
         // without --gateway too, so a later one with it cannot reuse ids of the pool or file).
         if (gw_rec_) gw_next_ = gw_rec_->next_ids();
@@ -1177,7 +1161,6 @@ class AsyncScheduler final : public Scheduler {
         dropped_ = m.get_int("sched.dropped");
         weighted_ = m.get_int("sched.weighted");
         discarded_ = m.get_int("sched.discarded");
-        total_ = m.get_double("sched.total_samples");
         if (m.has("sched.gw_next_id"))  // absent: an older checkpoint, written without gateway ids
             gw_next_ = {m.get_int("sched.gw_next_id"), m.get_int("sched.gw_next_group")};
         if (gw_rec_) gw_rec_->resume_ids(gw_next_.first, gw_next_.second);
@@ -1185,11 +1168,7 @@ class AsyncScheduler final : public Scheduler {
     // run(), coordinator, when resuming: the summary so far.
     void resume_summary(RunSummary& sum) {
         const ckpt::Manifest& m = resume_manifest_;
-        sum.first_reward = m.get_double("sched.first_reward");
-        sum.last_reward = m.get_double("sched.last_reward");
-        sum.first_eval = m.get_double("sched.first_eval");
-        sum.last_eval = m.get_double("sched.last_eval");
-        sum.best_eval = m.get_double("sched.best_eval");
+        get_run_summary(m, sum, total_);
         say("tagflow: resumed from checkpoint at step %lld (policy version %lld, next prompt group %lld; %lld "
             "untrained samples in the pool)\n",
             static_cast<long long>(step_), static_cast<long long>(m.get_int("policy_version")),

@@ -186,12 +186,7 @@ class SyncScheduler final : public Scheduler {
     int32_t resume_from(RunSummary& sum, double& total_samples) {
         const ckpt::Manifest& m = ckpt_.manifest;
         const auto step = static_cast<int32_t>(m.get_int("step"));
-        sum.first_reward = m.get_double("sched.first_reward");
-        sum.last_reward = m.get_double("sched.last_reward");
-        sum.first_eval = m.get_double("sched.first_eval");
-        sum.last_eval = m.get_double("sched.last_eval");
-        sum.best_eval = m.get_double("sched.best_eval");
-        total_samples = m.get_double("sched.total_samples");
+        get_run_summary(m, sum, total_samples);
         sync_weights(step);
         print0("tagflow: resumed from checkpoint at step %d (policy version %lld, next prompt group %lld)\n", step,
                static_cast<long long>(m.get_int("policy_version")), static_cast<long long>(m.get_int("next_group")));
@@ -219,25 +214,9 @@ class SyncScheduler final : public Scheduler {
         if (root) {
             const int64_t P = opt_.prompts_per_step, G = opt_.group_size;
             ckpt::Manifest m;
-            m.set("writer", std::string("tagflow ") + TAGFLOW_VERSION);
-            m.set("mode", opt_.mode);
-            m.set("task", task_->name());
-            m.set("algo", opt_.algo);
-            m.set_int("seed", opt_.seed);
-            m.set_int("prompts_per_step", P);
-            m.set_int("group_size", G);
-            m.set_int("world_size", roles_.world_size);
-            m.set_int("step", done);
-            m.set_int("policy_version", done);
+            put_run_keys(m, opt_, task_->name(), roles_.world_size, done, done, sum, total_samples);
             m.set_int("next_group", static_cast<int64_t>(done) * P);  // the dataset cursor
             m.set_int("next_sample_id", static_cast<int64_t>(done) * P * G);
-            m.set("rng", "stateless: sample seed = derive_seed(seed, sample id); advantage shuffle seed*7919+step");
-            m.set_double("sched.first_reward", sum.first_reward);
-            m.set_double("sched.last_reward", sum.last_reward);
-            m.set_double("sched.first_eval", sum.first_eval);
-            m.set_double("sched.last_eval", sum.last_eval);
-            m.set_double("sched.best_eval", sum.best_eval);
-            m.set_double("sched.total_samples", total_samples);
             m.set_double("t", clock_.now());
             ckpt::put_sizes(m, run_.sizes());
             m.files = all;
@@ -553,6 +532,36 @@ class SyncScheduler final : public Scheduler {
 };
 
 }  // namespace
+
+void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size,
+                  int64_t step, int64_t policy_version, const RunSummary& sum, double total_samples) {
+    m.set("writer", std::string("tagflow ") + TAGFLOW_VERSION);
+    m.set("mode", opt.mode);
+    m.set("task", task);
+    m.set("algo", opt.algo);
+    m.set_int("seed", opt.seed);
+    m.set_int("prompts_per_step", opt.prompts_per_step);
+    m.set_int("group_size", opt.group_size);
+    m.set_int("world_size", world_size);
+    m.set_int("step", step);
+    m.set_int("policy_version", policy_version);
+    m.set("rng", "stateless: sample seed = derive_seed(seed, sample id); advantage shuffle seed*7919+step");
+    m.set_double("sched.first_reward", sum.first_reward);
+    m.set_double("sched.last_reward", sum.last_reward);
+    m.set_double("sched.first_eval", sum.first_eval);
+    m.set_double("sched.last_eval", sum.last_eval);
+    m.set_double("sched.best_eval", sum.best_eval);
+    m.set_double("sched.total_samples", total_samples);
+}
+
+void get_run_summary(const ckpt::Manifest& m, RunSummary& sum, double& total_samples) {
+    sum.first_reward = m.get_double("sched.first_reward");
+    sum.last_reward = m.get_double("sched.last_reward");
+    sum.first_eval = m.get_double("sched.first_eval");
+    sum.last_eval = m.get_double("sched.last_eval");
+    sum.best_eval = m.get_double("sched.best_eval");
+    total_samples = m.get_double("sched.total_samples");
+}
 
 std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
                                                io::RunFile& run, double t0_unix,

@@ -6,6 +6,7 @@
 // to the run file through the io communicator. The Scheduler interface is the seam where
 // `disaggregated` and `multiplex` plug in.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,7 @@ class Task;
 }
 namespace tagflow::ckpt {
 struct Plan;
+struct Manifest;
 }
 
 namespace tagflow::sched {
@@ -37,6 +39,14 @@ struct RunSummary {
     long steps = 0;
     int exit_code = 0;  ///< ckpt::kExitRequeue (75) after a checkpoint forced by SIGTERM/SIGUSR1
 };
+
+/// The checkpoint manifest keys every mode writes alike (share/doc/checkpoints.md): the run's
+/// identity (train_command checks it on resume), `step` and `policy_version`, the sample-seed
+/// rule, and the summary so far with the samples trained (`total_samples`).
+void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size,
+                  int64_t step, int64_t policy_version, const RunSummary& sum, double total_samples);
+/// put_run_keys' summary back: rewards and evals so far into `sum`, the samples trained.
+void get_run_summary(const ckpt::Manifest& m, RunSummary& sum, double& total_samples);
 
 class Scheduler {
  public:
