@@ -127,6 +127,23 @@ def same_curve(d, ref, what):
 
 
 # ---------------------------------------------------------------- kill at a random moment
+def kill_every_rank(proc):
+    """SIGKILLs every rank of the mpirun `proc`; returns {rank: pid} and mpirun's stdout once it
+    has ended (a Failure if it still runs 60 s later)."""
+    pids = rank_pids(proc.pid)
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        stdout, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise Failure("mpirun still running 60 s after its ranks were killed")
+    return pids, stdout
+
+
 def case_kill(a, seed):
     rng = random.Random(seed)
     ref_out = fresh(a, f"ref_{seed}")
@@ -149,17 +166,7 @@ def case_kill(a, seed):
         time.sleep(0.05)
     delay = rng.uniform(0.15, 0.95) * train_span
     time.sleep(delay)
-    pids = rank_pids(proc.pid)
-    for pid in pids.values():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
-        stdout, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise Failure("mpirun still running 60 s after its ranks were killed")
+    pids, stdout = kill_every_rank(proc)
     steps_seen = len(re.findall(r"^step\s+\d+/\d+ reward", stdout, re.M))
     print(f"seed {seed}: SIGKILL of ranks {sorted(pids)} {delay:.2f}s after the step-0 checkpoint "
           f"of {train_span:.2f}s of training (rc {proc.returncode}, {steps_seen} steps printed, checkpoint at step "
@@ -422,17 +429,7 @@ def case_akill(a, mode, seed):
             pass
         time.sleep(0.005)
     delay = time.time() - t_ck
-    pids = rank_pids(proc.pid)
-    for pid in pids.values():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
-        stdout, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise Failure("mpirun still running 60 s after its ranks were killed")
+    pids, stdout = kill_every_rank(proc)
     m = manifest(out)
     pool = int(m["sched.pool_samples"])
     print(f"{mode} seed {seed}: SIGKILL of ranks {sorted(pids)} {delay:.2f}s after the step-{every} checkpoint "
