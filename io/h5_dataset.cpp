@@ -29,26 +29,14 @@ std::vector<char> pack_fixed_strings(const std::vector<std::string>& strings, si
     return buf;
 }
 
-Dataset create_column(hid_t loc, const char* name, hid_t type, hsize_t chunk) {
-    hsize_t dims = 0, maxdims = H5S_UNLIMITED;
+Dataset create_column(hid_t loc, const char* name, hid_t type, hsize_t chunk, hsize_t rows, const void* fill) {
+    hsize_t dims = fill ? rows : 0, maxdims = H5S_UNLIMITED;
     chunk = std::max<hsize_t>(chunk, 1);
     Dataspace space(H5Screate_simple(1, &dims, &maxdims), "H5Screate_simple");
     PropList dcpl(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(H5P_DATASET_CREATE)");
     TAGFLOW_H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk));
-    TAGFLOW_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER));
-    return Dataset(H5Dcreate2(loc, name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                   (std::string("H5Dcreate2 ") + name).c_str());
-}
-
-Dataset create_filled_column(hid_t loc, const char* name, hid_t type, hsize_t chunk, hsize_t rows,
-                             const void* fill) {
-    hsize_t maxdims = H5S_UNLIMITED;
-    chunk = std::max<hsize_t>(chunk, 1);
-    Dataspace space(H5Screate_simple(1, &rows, &maxdims), "H5Screate_simple");
-    PropList dcpl(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate(H5P_DATASET_CREATE)");
-    TAGFLOW_H5_CHECK(H5Pset_chunk(dcpl.get(), 1, &chunk));
-    TAGFLOW_H5_CHECK(H5Pset_fill_value(dcpl.get(), type, fill));
-    TAGFLOW_H5_CHECK(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_ALLOC));
+    if (fill) TAGFLOW_H5_CHECK(H5Pset_fill_value(dcpl.get(), type, fill));
+    TAGFLOW_H5_CHECK(H5Pset_fill_time(dcpl.get(), fill ? H5D_FILL_TIME_ALLOC : H5D_FILL_TIME_NEVER));
     return Dataset(H5Dcreate2(loc, name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                    (std::string("H5Dcreate2 ") + name).c_str());
 }

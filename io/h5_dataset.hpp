@@ -22,13 +22,12 @@ Datatype fixed_string_type(size_t n);
 /// `n` bytes, backing off so that a UTF-8 sequence is never split.
 std::vector<char> pack_fixed_strings(const std::vector<std::string>& strings, size_t n);
 
-/// COLLECTIVE (metadata): creates an empty 1-D dataset, chunked by `chunk` elements, maxdims
-/// unlimited, never filled (every element is written before it is read).
-Dataset create_column(hid_t loc, const char* name, hid_t type, hsize_t chunk);
-/// A column like create_column's, `rows` long from the start, every element `*fill` (of
-/// `type`): written when the chunks are allocated, collectively under MPI-IO.
-Dataset create_filled_column(hid_t loc, const char* name, hid_t type, hsize_t chunk, hsize_t rows,
-                             const void* fill);
+/// COLLECTIVE (metadata): creates a 1-D dataset, chunked by `chunk` elements, maxdims
+/// unlimited. By default empty and never filled (every element is written before it is read);
+/// with `fill` (a value of `type`) it is `rows` long from the start, every element `*fill`,
+/// written when the chunks are allocated (collectively under MPI-IO).
+Dataset create_column(hid_t loc, const char* name, hid_t type, hsize_t chunk, hsize_t rows = 0,
+                      const void* fill = nullptr);
 
 /// Opens `name` under `loc` (collective metadata read when the file is parallel).
 Dataset open_dataset(hid_t loc, const char* name);

@@ -143,7 +143,7 @@ std::string RunFile::Impl::open_objects(bool create) {
             const int32_t minus1_32 = -1;
             const void* fill = c.type == schema::ColType::kI64 ? static_cast<const void*>(&minus1_64)
                                                                : static_cast<const void*>(&minus1_32);
-            t.cols[i] = create_filled_column(g, c.name, t.types[i].get(), ts.chunk, rows, fill);
+            t.cols[i] = create_column(g, c.name, t.types[i].get(), ts.chunk, rows, fill);
             if (c.units) write_attr(t.cols[i].get(), "units", c.units);
             if (rank == 0)
                 log_info("run file %s: added %s/%s (-1 in the %llu rows written before)", path.c_str(), ts.group,
