@@ -241,7 +241,6 @@ class AsyncScheduler final : public Scheduler {
         if (!bcast_.is_null() && !resumed_) {
             profile::Span span(tl_, SpanKind::kWeightSync, 0);
             train::WeightSyncStats st = wsync_->broadcast(params(), 0, bcast_.get(), 0);
-            train::bump_versions(policy_->parameters());  // received into raw memory
             if (me_ == coord_) {
                 io::SyncRecord r;
                 r.version = 0;
@@ -299,11 +298,8 @@ class AsyncScheduler final : public Scheduler {
         std::fflush(stdout);
     }
 
-    std::vector<at::Tensor> params() {
-        std::vector<at::Tensor> ps;
-        for (auto& p : policy_->parameters()) ps.push_back(p.data());
-        return ps;
-    }
+    // The parameters themselves (WeightSync bumps their version counters when it writes them).
+    std::vector<at::Tensor> params() { return policy_->parameters(); }
 
     // One span at a time per rank: entering a kind closes the previous span (so spans on one
     // rank never overlap). `step` is the rank's policy version (the training step for train).

@@ -28,7 +28,6 @@
 #include "sched/agent_rollout.hpp"
 #include "sched/exchange.hpp"
 #include "sched/rl_trainer.hpp"
-#include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
@@ -247,8 +246,6 @@ class SyncScheduler final : public Scheduler {
         }
         profile::Span span(timeline_, SpanKind::kWeightSync, version);
         st = wsync_->broadcast(params(), version, roles_.sync.get(), 0);
-        // Received into raw memory (MPI): rollout-only ranks' engines must see new weights.
-        train::bump_versions(policy_->parameters());
         last_sync_t0_ = clock_.now() - st.seconds;
         last_sync_t1_ = clock_.now();
         last_sync_ = st;
@@ -267,11 +264,8 @@ class SyncScheduler final : public Scheduler {
         return r;
     }
 
-    std::vector<at::Tensor> params() {
-        std::vector<at::Tensor> ps;
-        for (auto& p : policy_->parameters()) ps.push_back(p.data());
-        return ps;
-    }
+    // The parameters themselves (WeightSync bumps their version counters when it writes them).
+    std::vector<at::Tensor> params() { return policy_->parameters(); }
 
     // Held-out greedy evaluation is generation, so it runs on a rollout rank (the first one,
     // which holds the newest weights right after the sync); -1 on every other rank.

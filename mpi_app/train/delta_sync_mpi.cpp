@@ -36,6 +36,9 @@ WeightSyncStats WeightSync::broadcast(const std::vector<at::Tensor>& tensors, in
     double t0 = MPI_Wtime();
     FlatView v(tensors);
     WeightSyncStats s = broadcast_buckets(v, version, comm, root);
+    int rank = 0;
+    TAGFLOW_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    if (rank != root) bump_versions(tensors);
     held_ = s.version;
     s.seconds = MPI_Wtime() - t0;
     return s;

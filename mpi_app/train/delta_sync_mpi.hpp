@@ -55,7 +55,10 @@ public:
     /// COLLECTIVE over `comm`: every rank's tensors get the values of `root`'s tensors, which
     /// are version `version` (>= 0 and, in delta mode, newer than the root's previous one —
     /// else every rank throws tagflow::Error before anything moves). Tensors: fp32, contiguous,
-    /// CPU, the same element count on every rank (else every rank throws).
+    /// CPU, the same element count on every rank (else every rank throws). The values are
+    /// written into the tensors' memory, so on every rank but the root their version counters
+    /// are bumped (train::bump_versions) for the decoders that watch them: pass the parameters
+    /// themselves, not `p.data()` aliases, whose counters are their own.
     WeightSyncStats broadcast(const std::vector<at::Tensor>& tensors, int32_t version, MPI_Comm comm,
                               int root);
 

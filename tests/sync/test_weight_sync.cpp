@@ -4,7 +4,7 @@
 // bit-identical to the root's over several versions with random sparse changes, no changes,
 // whole-tensor changes (dense fallback), bit-level changes (-0.0, NaN payloads), bucket
 // boundaries inside tensors, receivers lagging several versions, reset(), and bad input that
-// must make every rank throw together. Every rank rebuilds the root's expected weights from the
+// must make every rank throw together; receivers' version counters move. Every rank rebuilds the root's expected weights from the
 // same seed, so checks need no extra communication.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -93,8 +93,14 @@ TEST(WeightSync, DenseBroadcastIsBitIdentical) {
     WeightSync ws({/*bucket_bytes=*/100, /*delta=*/false, 0.125});
     auto ts = make_tensors(-1.f);
     if (world_rank() == root) copy_into(ts, m.ref);
+    std::vector<int64_t> before;
+    for (const auto& t : ts) before.push_back(static_cast<int64_t>(t._version()));
     WeightSyncStats st = ws.broadcast(ts, 0, MPI_COMM_WORLD, root);
     EXPECT_TRUE(all_ranks(bit_equal(ts, m.ref)));
+    // Written through raw pointers: receivers' version counters move (the rollout decoder
+    // re-snapshots on them), the root's stay.
+    for (size_t i = 0; i < ts.size(); ++i)
+        EXPECT_EQ(static_cast<int64_t>(ts[i]._version()), before[i] + (world_rank() == root ? 0 : 1)) << "tensor " << i;
     EXPECT_EQ(st.bytes, st.dense_bytes);
     EXPECT_EQ(st.dense_bytes, 435 * 4);
     EXPECT_EQ(st.buckets, 19);  // tensor-aligned buckets of 25 floats: 35 = 25 + 10, {1}, 12 x 25, 99 = 4
