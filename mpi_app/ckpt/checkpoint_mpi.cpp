@@ -10,7 +10,6 @@
 #include "common/error.hpp"
 
 namespace tagflow::ckpt {
-namespace {
 
 std::string bcast_string(MPI_Comm comm, int root, const std::string& s) {
     int rank = 0;
@@ -21,8 +20,6 @@ std::string bcast_string(MPI_Comm comm, int root, const std::string& s) {
     if (n > 0) TAGFLOW_MPI_CHECK(MPI_Bcast(&r[0], static_cast<int>(n), MPI_CHAR, root, comm));
     return r;
 }
-
-}  // namespace
 
 std::vector<FileEntry> gather_files(MPI_Comm comm, int root, const std::vector<FileEntry>& mine) {
     int rank = 0, size = 1;

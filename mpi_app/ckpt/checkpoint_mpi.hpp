@@ -23,6 +23,9 @@ std::vector<FileEntry> gather_files(MPI_Comm comm, int root, const std::vector<F
 void put_sizes(Manifest& m, const io::TableSizes& s);
 io::TableSizes get_sizes(const Manifest& m);
 
+/// COLLECTIVE over `comm`: `s` as given on `root`, on every rank.
+std::string bcast_string(MPI_Comm comm, int root, const std::string& s);
+
 /// COLLECTIVE over `comm`: runs `check` on `root` only; a ConfigError it throws becomes the same
 /// ConfigError on every rank (its message broadcast), any other exception too (as ConfigError).
 void check_on_root(MPI_Comm comm, int root, const std::function<void()>& check);

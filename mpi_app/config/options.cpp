@@ -36,7 +36,7 @@ po::options_description describe(Options& o) {
         ("out", po::value<std::string>(&o.out), "run directory (required); the run file is OUT/tagflow.h5")
         ("overwrite", val(&o.overwrite)->implicit_value(true), "replace an existing OUT/tagflow.h5")
         ("ckpt-every", val(&o.ckpt_every), "write a checkpoint (OUT/checkpoint) every N training steps; 0 = only "
-                                           "when SIGTERM/SIGUSR1 arrives and at the end (sync mode)")
+                                           "when SIGTERM/SIGUSR1 arrives and at the end")
         ("resume", val(&o.resume)->implicit_value(true), "resume from OUT/checkpoint (an error when there is none); "
                                                         "without --resume/--no-resume a run resumes when OUT/checkpoint exists")
         ("no-resume", val(&o.no_resume)->implicit_value(true), "ignore OUT/checkpoint and start afresh (with --overwrite, "
@@ -45,7 +45,8 @@ po::options_description describe(Options& o) {
         ("seed", val(&o.seed), "random seed (model init, prompts, sampling)")
         ("mode", val(&o.mode), "scheduling mode: sync (all ranks roll out, then train), disaggregated (fixed split: "
                                  "train ranks only train, the others only roll out) or multiplex (multi-tag ranks "
-                                 "roll out and are preempted into the train group when enough samples are ready)")
+                                 "roll out and are preempted into the train group when enough samples are ready). "
+                                 "Without --mode: multiplex, or the mode of the checkpoint a run resumes")
         ("task", val(&o.task), "task: reverse or sort (built in), or one registered with rollout::register_task")
         ("digits", val(&o.digits), "digits per prompt of the digit tasks (0 = the task's default: reverse and sort 5, addition 3)")
         ("threads", val(&o.threads), "torch threads per rank (0 = cores available to the rank / ranks sharing them)");
@@ -114,6 +115,11 @@ po::options_description describe(Options& o) {
          "(0 = prompts-per-step x group-size)")
         ("min-rollout-frac", val(&o.min_rollout_frac),
          "multiplex: at least this fraction of the ranks never leaves rollout")
+        ("rollout-ahead", val(&o.rollout_ahead),
+         "multiplex: a rank that rolls out and also trains starts at most this many times its share of "
+         "--train-threshold (threshold / generating ranks) in new samples per policy version; its paused "
+         "generations still resume (0 = no limit: keep --max-batch sequences in flight; rollout-only ranks are "
+         "never limited)")
         ("train-priority", val(&o.train_priority),
          "multiplex: train priority per tag set, e.g. \"rollout,train,critic=2;rollout,train=1\" (default 1 "
          "for every rank tagged train): the lowest-priority multi-tag ranks are the ones kept in rollout for "
@@ -209,6 +215,7 @@ void validate(const Options& o) {
         throw ConfigError("--mode " + o.mode + ": unknown mode (sync, disaggregated, multiplex)");
     check_range<int32_t>("train-threshold", o.train_threshold, 0, 1 << 30);
     check_range<double>("min-rollout-frac", o.min_rollout_frac, 0.0, 1.0);
+    check_range<double>("rollout-ahead", o.rollout_ahead, 0.0, 1000.0);
     check_range<int32_t>("staleness", o.staleness, 0, 1 << 20);
     check_choice("stale", o.stale, {"drop", "weight"});
     check_range<int32_t>("digits", o.digits, 0, 32);
@@ -413,6 +420,7 @@ ParseResult parse_train(int argc, const char* const* argv,
     } catch (const po::error& e) {
         throw ConfigError(describe_error(e, ""));
     }
+    o.mode_given = vm.count("mode") && !vm["mode"].defaulted();
     if (tags_on_cli)
         o.tags_origin = "option";
     else if (tags_in_env)

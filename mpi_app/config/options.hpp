@@ -20,7 +20,8 @@ struct Options {
     std::string config_file;  // --config
     int64_t steps = 400;
     int64_t seed = 1;
-    std::string mode = "sync";
+    std::string mode = "multiplex";
+    bool mode_given = false;  // --mode on the command line, in the environment or the config file
     std::string task = "reverse";
     int32_t digits = 0;       // 0 = the task's own default (reverse, sort: 5; addition: 3)
     int32_t threads = 0;      // torch intra-op threads per rank; 0 = auto
@@ -80,6 +81,7 @@ struct Options {
     // ---- async modes (disaggregated, multiplex) ----
     int32_t train_threshold = 0;    // samples that trigger a training step; 0 = prompts-per-step x group-size
     double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout
+    double rollout_ahead = 1.0;     // multiplex: new samples a train-group rank starts per version, x its share; 0 = no cap
     std::string train_priority;     // multiplex: "TAGS=P;..." train priority per tag set ("" = all 1)
     int32_t staleness = 1;          // eta: max versions a sample's oldest token may lag the trained version
     std::string stale = "drop";     // drop (weight 0) or weight (trained with a decayed weight)

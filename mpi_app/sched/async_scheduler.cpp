@@ -95,7 +95,9 @@ using io::SpanKind;
 constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103, kTagWHdr = 7104, kTagWBucket = 7200;
 // A requeue signal (SIGTERM/SIGUSR1) a rank received: rank -> C, one int64 (the signal), once.
 constexpr int kTagSignal = 7105;
-constexpr int64_t kCtlTrain = 1, kCtlStop = 2;
+constexpr int kTagCritic = 7106;  // the critic's state (int64 step + bytes) for the coordinator's checkpoint
+// kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
+constexpr int64_t kCtlTrain = 1, kCtlStop = 2, kCtlTrainCkpt = 3;
 
 void nap() { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
 
@@ -165,6 +167,19 @@ class AsyncScheduler final : public Scheduler {
         coord_ = async_coordinator(roles);
         members_ = async_train_group(opt, roles);
         in_train_ = std::count(members_.begin(), members_.end(), me_) > 0;
+        // PPO with ranks tagged critic: the critic lives on them, and they join every training
+        // step (after the train group in the step's communicator); otherwise on the train group.
+        step_members_ = members_;
+        if (opt.algo == "ppo")
+            for (int r = 0; r < roles.world_size; ++r)
+                if (roles.all_tags[static_cast<size_t>(r)] & cluster::kCritic) {
+                    if (!std::count(step_members_.begin(), step_members_.end(), r)) step_members_.push_back(r);
+                    critic_pos_.push_back(static_cast<int>(
+                        std::find(step_members_.begin(), step_members_.end(), r) - step_members_.begin()));
+                }
+        std::sort(critic_pos_.begin(), critic_pos_.end());
+        in_step_ = std::count(step_members_.begin(), step_members_.end(), me_) > 0;
+        critic_root_ = critic_pos_.empty() ? coord_ : step_members_[static_cast<size_t>(critic_pos_.front())];
         for (int r = 0; r < roles.world_size; ++r) {
             const bool rolls = (roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) != 0;
             const bool trains = std::count(members_.begin(), members_.end(), r) > 0;
@@ -178,6 +193,7 @@ class AsyncScheduler final : public Scheduler {
         max_new_ = opt.max_new_tokens > 0 ? opt.max_new_tokens : task_->max_response_tokens();
         policy_ = make_policy(opt, *task_, task_->max_prompt_tokens() + max_new_);
         flat_ = train::share_one_buffer(policy_->parameters());
+        print_model_and_algorithm(opt, roles, policy_->config(), flat_.numel());
         {
             train::FlatView fv(params());
             buckets_ = fv.plan_buckets(static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0));
@@ -190,19 +206,23 @@ class AsyncScheduler final : public Scheduler {
         p2p_ = Comm::world().dup();
         const bool in_bcast = is_recv_ || me_ == coord_;
         bcast_ = Comm::world().split(in_bcast ? 0 : MPI_UNDEFINED, me_ == coord_ ? -1 : me_);
-        if (in_train_) {
+        if (in_step_) {
             MPI_Group wg = MPI_GROUP_NULL, tg = MPI_GROUP_NULL;
             TAGFLOW_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
-            TAGFLOW_MPI_CHECK(MPI_Group_incl(wg, static_cast<int>(members_.size()), members_.data(), &tg));
+            TAGFLOW_MPI_CHECK(
+                MPI_Group_incl(wg, static_cast<int>(step_members_.size()), step_members_.data(), &tg));
             MPI_Comm c = MPI_COMM_NULL;
             TAGFLOW_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, tg, 7301, &c));
             MPI_Group_free(&tg);
             MPI_Group_free(&wg);
             train_comm_ = Comm::adopt(c);
-            if (train_comm_.rank() != static_cast<int>(std::find(members_.begin(), members_.end(), me_) - members_.begin()))
+            if (train_comm_.rank() !=
+                static_cast<int>(std::find(step_members_.begin(), step_members_.end(), me_) - step_members_.begin()))
                 throw InternalError("train group: rank order differs from the member list");
             TrainGroup g;
             g.comm = train_comm_.get();
+            g.actors = static_cast<int>(members_.size());
+            g.critics = critic_pos_;
             trainer_ = std::make_unique<RlTrainer>(opt, roles, policy_, g);
         }
         if (is_gen_) {
@@ -211,15 +231,21 @@ class AsyncScheduler final : public Scheduler {
             engine_ = std::make_unique<rollout::Engine>(policy_, ec);
             setup_agent_sessions();
             gen_index_ = static_cast<int64_t>(std::find(gens_.begin(), gens_.end(), me_) - gens_.begin());
+            // --rollout-ahead: a rank that will be preempted into training starts only about its
+            // share of the next step's samples per version. More would sit in the pool and go
+            // stale while it trains (with colocated tags: 2/3 of all samples dropped, uncapped).
+            if (in_train_) quota_ = policy::rollout_quota(opt, threshold_, static_cast<int64_t>(gens_.size()));
         }
         if (me_ == coord_) {
             std::string ms, rs;
             for (int r : members_) ms += (ms.empty() ? "" : ",") + std::to_string(r);
             for (int r : gens_) rs += (rs.empty() ? "" : ",") + std::to_string(r);
-            say("%s: coordinator rank %d; train group {%s}; generating ranks {%s}; threshold %lld samples; "
+            std::string cs;
+            for (int k : critic_pos_) cs += (cs.empty() ? "" : ",") + std::to_string(step_members_[static_cast<size_t>(k)]);
+            say("%s: coordinator rank %d; train group {%s}%s%s%s; generating ranks {%s}; threshold %lld samples; "
                 "staleness %d (%s)\n",
-                opt.mode.c_str(), coord_, ms.c_str(), rs.c_str(), static_cast<long long>(threshold_), opt.staleness,
-                opt.stale.c_str());
+                opt.mode.c_str(), coord_, ms.c_str(), cs.empty() ? "" : "; critic on ranks {", cs.c_str(),
+                cs.empty() ? "" : "}", rs.c_str(), static_cast<long long>(threshold_), opt.staleness, opt.stale.c_str());
         }
         if (!opt.gateway.empty()) setup_gateway();
         lo_.assign(gens_.size(), 0);
@@ -269,6 +295,7 @@ class AsyncScheduler final : public Scheduler {
             }
             coordinator_loop(sum);
         } else {
+            if (!resumed_) send_critic_state();  // for the coordinator's checkpoint of the start
             worker_loop();
         }
         // The one final collective: every rank meets here, then learns the summary.
@@ -405,7 +432,8 @@ class AsyncScheduler final : public Scheduler {
     void fill_engine() {
         if (opt_.gateway_only) return;  // only gateway requests are generated
         const int64_t G = opt_.group_size, n = static_cast<int64_t>(gens_.size());
-        while (engine_->active() + engine_->waiting() < opt_.max_batch) {
+        while (engine_->active() + engine_->waiting() < opt_.max_batch && (quota_ == 0 || started_ < quota_)) {
+            started_ += G;
             const int64_t g = next_local_++ * n + gen_index_;
             auto prompt = task_->train_prompt(g);
             for (int64_t k = 0; k < G; ++k) {
@@ -524,10 +552,7 @@ class AsyncScheduler final : public Scheduler {
         put_spans(b, take_spans());
         std::vector<char> p = pack_samples(s);
         b.insert(b.end(), p.begin(), p.end());
-        sends_.push_back({MPI_REQUEST_NULL, std::move(b)});
-        auto& m = sends_.back();
-        TAGFLOW_MPI_CHECK(MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, coord_, kTagSamples,
-                                    p2p_.get(), &m.req));
+        queue_send(std::move(b), kTagSamples);
     }
     void test_sends() {
         for (auto it = sends_.begin(); it != sends_.end();) {
@@ -669,6 +694,11 @@ class AsyncScheduler final : public Scheduler {
                 gateway_ingest(p, b.size());
                 continue;
             }
+            if (st.MPI_TAG == kTagCritic) {  // the critic's state after step critic_step_ (its own ranks)
+                critic_step_ = get<int64_t>(p, end);
+                critic_bytes_.assign(p, end);
+                continue;
+            }
             if (st.MPI_TAG == kTagSignal) {  // a rank got SIGTERM/SIGUSR1: checkpoint, stop, exit 75
                 const auto sg = static_cast<int>(get<int64_t>(p, end));
                 if (sig_ == 0) sig_ = sg;
@@ -744,11 +774,12 @@ class AsyncScheduler final : public Scheduler {
                 }
                 continue;
             }
-            if (is_gen_) {
+            if (is_gen_) fill_engine();
+            if (is_gen_ && engine_->active() + engine_->waiting() > 0) {
                 mine.clear();
                 gen_step(mine);
                 add_to_pool(mine);
-            } else {
+            } else {  // not generating, or at its --rollout-ahead quota: waiting for the others' samples
                 enter(SpanKind::kIdle);  // waiting for samples
                 nap();
             }
@@ -806,8 +837,9 @@ class AsyncScheduler final : public Scheduler {
     double train_one(double t_start, RunSummary& sum, double& total) {
         const int32_t s = static_cast<int32_t>(step_);
         enter(SpanKind::kResplit, s);
-        for (int r : members_)
-            if (r != coord_) send_ctl(r, kCtlTrain, s);
+        const bool ckpt_next = have_ckpt_ && ckpt_.every > 0 && (s + 1) % ckpt_.every == 0 && s + 1 < opt_.steps;
+        for (int r : step_members_)
+            if (r != coord_) send_ctl(r, ckpt_next ? kCtlTrainCkpt : kCtlTrain, s);
         my_log_.push_back({s, std::vector<int64_t>(members_.begin(), members_.end())});
         // The batch: complete groups, oldest first; stale samples dropped (weight 0) or weighted.
         std::vector<RolloutSample> batch;
@@ -841,6 +873,7 @@ class AsyncScheduler final : public Scheduler {
         enter(SpanKind::kTrain, s);
         TrainReport tr = trainer_->train_step(s, batch);
         version_ = s + 1;
+        started_ = 0;
         if (engine_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);  // resume, KV kept
         enter(SpanKind::kWeightSync);
         send_weights(version_);
@@ -940,7 +973,10 @@ class AsyncScheduler final : public Scheduler {
     // OUT/membership.json: the train group of every epoch as each member saw it announced.
     void write_membership() {
         std::ofstream f(opt_.out + "/membership.json");
-        f << "{\"mode\": \"" << opt_.mode << "\", \"coordinator\": " << coord_ << ", \"seen\": {";
+        f << "{\"mode\": \"" << opt_.mode << "\", \"coordinator\": " << coord_ << ", \"critic\": [";
+        for (size_t k = 0; k < critic_pos_.size(); ++k)
+            f << (k ? ", " : "") << step_members_[static_cast<size_t>(critic_pos_[k])];
+        f << "], \"seen\": {";
         bool first = true;
         for (const auto& [rank, log] : seen_) {
             f << (first ? "" : ", ") << "\"" << rank << "\": [";
@@ -1073,6 +1109,17 @@ class AsyncScheduler final : public Scheduler {
         files.push_back(ckpt::describe_file(tmp, "policy/config.json"));
         files.push_back(ckpt::describe_file(tmp, "policy/model.safetensors"));
         for (const std::string& name : trainer_->save_state(tmp)) files.push_back(ckpt::describe_file(tmp, name));
+        if (critic_root_ != coord_) {  // the critic is on ranks of its own: its state as it sent it
+            while (critic_step_ != step_) {
+                poll_messages();
+                nap();
+            }
+            std::ofstream f(tmp + "/critic_state.pt", std::ios::binary);
+            f.write(critic_bytes_.data(), static_cast<std::streamsize>(critic_bytes_.size()));
+            f.close();
+            if (!f) throw Error("checkpoint: cannot write " + tmp + "/critic_state.pt");
+            files.push_back(ckpt::describe_file(tmp, "critic_state.pt"));
+        }
         std::vector<RolloutSample> pooled;
         int64_t partial = 0;
         for (const auto& [g, v] : pool_) {
@@ -1137,6 +1184,7 @@ class AsyncScheduler final : public Scheduler {
         }
         flat_ = train::share_one_buffer(policy_->parameters());
         step_ = m.get_int("step");
+        trained_ = step_;
         if (is_gen_) next_local_ = lo_[static_cast<size_t>(gen_index_)];
         resumed_ = true;
         resume_manifest_ = m;
@@ -1171,16 +1219,32 @@ class AsyncScheduler final : public Scheduler {
             static_cast<long long>(m.get_int("next_group")), static_cast<long long>(m.get_int("sched.pool_samples")));
     }
 
+    // The first critic rank, when it is not the coordinator and the run checkpoints: the critic's
+    // state (after `trained_` steps) to the coordinator, which writes it into the checkpoint.
+    // Through sends_, so it completes before this rank's final message.
+    void send_critic_state() {
+        if (!have_ckpt_ || me_ != critic_root_ || me_ == coord_ || !trainer_) return;
+        const std::string st = trainer_->critic_state();
+        std::vector<char> b;
+        put<int64_t>(b, trained_);
+        b.insert(b.end(), st.begin(), st.end());
+        queue_send(std::move(b), kTagCritic);
+    }
+
     // Any rank but the coordinator: a requeue signal to the coordinator, once (through sends_,
     // so it completes before this rank's final message).
     void send_signal(int sig) {
         sig_sent_ = true;
         std::vector<char> b;
         put<int64_t>(b, sig);
+        queue_send(std::move(b), kTagSignal);
+    }
+    // A message to the coordinator through sends_ (completed by test_sends/finish_sends).
+    void queue_send(std::vector<char> b, int tag) {
         sends_.push_back({MPI_REQUEST_NULL, std::move(b)});
         auto& m = sends_.back();
-        TAGFLOW_MPI_CHECK(MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, coord_, kTagSignal,
-                                    p2p_.get(), &m.req));
+        TAGFLOW_MPI_CHECK(
+            MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, coord_, tag, p2p_.get(), &m.req));
     }
 
     // ------------------------------------------------------------------ other ranks
@@ -1207,7 +1271,7 @@ class AsyncScheduler final : public Scheduler {
             if (!sig_sent_ && ckpt::requeue_signal() != 0) send_signal(ckpt::requeue_signal());
             if (poll_ctl(ctl)) {
                 if (ctl[0] == kCtlStop) break;
-                if (ctl[0] != kCtlTrain || !in_train_)
+                if ((ctl[0] != kCtlTrain && ctl[0] != kCtlTrainCkpt) || !in_step_)
                     throw InternalError("rank " + std::to_string(me_) + ": told to train, but it is not in the train group");
                 // Preempted into the train group: the engine is not stepped until training ends.
                 const auto s = static_cast<int32_t>(ctl[1]);
@@ -1223,8 +1287,13 @@ class AsyncScheduler final : public Scheduler {
                 bcast_batch(batch);
                 enter(SpanKind::kTrain, s);
                 trainer_->train_step(s, batch);
-                version_ = s + 1;
-                if (engine_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);  // resume, KV kept
+                trained_ = s + 1;
+                if (trainer_->has_actor()) {  // else (a critic rank) new weights come by the broadcast, if at all
+                    version_ = s + 1;
+                    started_ = 0;
+                    if (engine_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);  // resume, KV kept
+                }
+                if (ctl[0] == kCtlTrainCkpt) send_critic_state();
                 enter(is_gen_ ? SpanKind::kRollout : SpanKind::kIdle);
                 continue;
             }
@@ -1250,6 +1319,7 @@ class AsyncScheduler final : public Scheduler {
             }
         }
         // STOP: unfinished generations are discarded (never written); finished ones are sent.
+        send_critic_state();  // for the checkpoint the coordinator writes now
         if (gw_router_) gw_router_->stop();  // the HTTP thread ends; requests in flight end "abort"
         if (gw_worker_) gw_worker_->finish_sends();
         if (is_recv_) cancel_weight_recv();
@@ -1283,6 +1353,13 @@ class AsyncScheduler final : public Scheduler {
     int me_ = 0, coord_ = 0;
     std::vector<int> members_, gens_, receivers_;
     bool in_train_ = false, is_gen_ = false, is_recv_ = false;
+    std::vector<int> step_members_;  // every rank of a training step: the train group, then critic-only ranks
+    std::vector<int> critic_pos_;    // positions in step_members_ of the ranks holding the critic (ppo; empty: the train group)
+    bool in_step_ = false;
+    int critic_root_ = 0;            // the first critic rank (writes critic_state.pt's content)
+    int64_t trained_ = 0;            // steps this rank took part in (critic state stamps)
+    int64_t critic_step_ = -1;       // coordinator: the step of critic_bytes_
+    std::string critic_bytes_;
     int64_t threshold_ = 0;
     int32_t max_new_ = 0;
     int32_t version_ = 0;
@@ -1303,6 +1380,7 @@ class AsyncScheduler final : public Scheduler {
 
     // generation
     int64_t gen_index_ = 0, next_local_ = 0;
+    int64_t quota_ = 0, started_ = 0;  // --rollout-ahead: samples a train-group generator may start per version
     std::map<int64_t, int64_t> groups_of_;  // sample id -> group, while generating
     std::vector<int32_t> step_versions_;    // policy version at each engine step
     std::list<Pending> sends_;

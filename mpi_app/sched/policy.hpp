@@ -33,6 +33,19 @@ TrainPriority parse_train_priority(const std::string& spec);
 /// entry, or 1.
 int train_priority(const TrainPriority& prio, int rank, uint32_t tags);
 
+/// The mode of a run without --mode: the one its checkpoint was written with when it resumes
+/// (`ckpt_mode`, "" for a fresh run), else multiplex. `why` gets a line for the log when the
+/// choice is not multiplex.
+std::string default_mode(const std::string& ckpt_mode, std::string& why);
+
+/// --rollout-ahead: new samples a generator that is also in the multiplex train group may start
+/// per policy version, in whole groups: ceil(F x threshold / generators) rounded up to groups;
+/// 0 = no cap (F = 0, or not such a generator).
+int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators);
+
+/// Ranks that --min-rollout-frac keeps in rollout in a job of n ranks: the fraction rounded down.
+int min_rollout_ranks(const config::Options& opt, int n);
+
 /// The train group (world ranks, ascending; the coordinator first): disaggregated: every rank
 /// tagged train; multiplex: the same minus the ranks of train priority 0 (they never leave
 /// rollout) and then, until --min-rollout-frac of the ranks stay in rollout, the multi-tag ranks

@@ -12,9 +12,11 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
+#include "common/mpi_env.hpp"
 #include "config/options.hpp"
 #include "model/value_model.hpp"
 #include "rollout/task.hpp"
@@ -42,21 +44,33 @@ struct RlTrainer::Impl {
     bool in_train = false, in_critic = false;
     bool by_position = false;  // owners by the group's position in the batch (async modes)
     MPI_Comm train_c = MPI_COMM_NULL, critic_c = MPI_COMM_NULL;
+    Comm actor_own, critic_own;  // async modes with the critic on ranks of its own
 
     Impl(const config::Options& o, cluster::Roles& r, model::LlamaModel p, const TrainGroup* g)
         : opt(o), roles(r), policy(std::move(p)) {
         if (g) {
             exch = g->comm;
             by_position = true;
-            in_train = in_critic = g->comm != MPI_COMM_NULL;
-            if (in_train) {
+            if (g->comm != MPI_COMM_NULL) {
                 int n = 0;
                 TAGFLOW_MPI_CHECK(MPI_Comm_size(g->comm, &n));
                 TAGFLOW_MPI_CHECK(MPI_Comm_rank(g->comm, &me));
-                for (int k = 0; k < n; ++k) train_ranks.push_back(k);
+                const int actors = g->actors > 0 ? g->actors : n;
+                for (int k = 0; k < actors; ++k) train_ranks.push_back(k);
+                critic_ranks = g->critics.empty() ? train_ranks : g->critics;
+                in_train = me < actors;
+                in_critic = std::count(critic_ranks.begin(), critic_ranks.end(), me) > 0;
+                train_c = critic_c = g->comm;
+                if (actors < n || !g->critics.empty()) {  // the actor's and the critic's own communicators
+                    MPI_Comm a = MPI_COMM_NULL, c = MPI_COMM_NULL;
+                    TAGFLOW_MPI_CHECK(MPI_Comm_split(g->comm, in_train ? 0 : MPI_UNDEFINED, me, &a));
+                    TAGFLOW_MPI_CHECK(MPI_Comm_split(g->comm, in_critic ? 0 : MPI_UNDEFINED, me, &c));
+                    actor_own = Comm::adopt(a);
+                    critic_own = Comm::adopt(c);
+                    train_c = a;
+                    critic_c = c;
+                }
             }
-            critic_ranks = train_ranks;
-            train_c = critic_c = g->comm;
         } else {
             train_ranks = roles.train_ranks;
             critic_ranks = roles.critic_ranks;
@@ -238,6 +252,7 @@ RlTrainer::~RlTrainer() = default;
 TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>& all) { return impl_->step(step, all); }
 
 bool RlTrainer::has_critic() const { return impl_->critic != nullptr; }
+bool RlTrainer::has_actor() const { return impl_->actor != nullptr; }
 
 // ---- checkpoints (mpi_app/ckpt, share/doc/checkpoints.md) ----
 namespace {
@@ -280,6 +295,15 @@ std::vector<std::string> RlTrainer::save_state(const std::string& dir) const {
         files.push_back("critic_state.pt");
     }
     return files;
+}
+
+std::string RlTrainer::critic_state() const {
+    const Impl& m = *impl_;
+    if (!m.critic || m.critic_ranks.empty() || m.me != m.critic_ranks.front()) return {};
+    std::ostringstream out(std::ios::binary);
+    m.critic->engine().save(out);
+    if (!out) throw Error("checkpoint: serialising the critic state failed");
+    return out.str();
 }
 
 void RlTrainer::load_state(const std::string& dir) {

@@ -43,18 +43,21 @@ struct TrainReport {
 };
 
 /// A train group other than the run's fixed one (async modes): `comm` holds exactly the ranks
-/// that train (null on other ranks, which never call train_step). The actor and, for ppo, the
-/// critic both live on it, and every exchange of train_step stays inside it.
+/// of a training step (null on other ranks, which never call train_step), and every exchange of
+/// train_step stays inside it. Its first `actors` ranks hold the actor (0: all of them); for
+/// ppo the critic lives on its ranks `critics` (empty: on the actor ranks).
 struct TrainGroup {
     MPI_Comm comm = MPI_COMM_NULL;
+    int actors = 0;
+    std::vector<int> critics;
 };
 
 class RlTrainer {
 public:
     /// `policy` is this rank's policy module (trained in place on train ranks).
     RlTrainer(const config::Options& opt, cluster::Roles& roles, model::LlamaModel policy);
-    /// Same on the train group `group` (async modes): train_step is then COLLECTIVE over
-    /// group.comm only. A sample's advantage is multiplied by its `weight`.
+    /// Same on the train group `group` (async modes): the constructor and train_step are then
+    /// COLLECTIVE over group.comm only. A sample's advantage is multiplied by its `weight`.
     RlTrainer(const config::Options& opt, cluster::Roles& roles, model::LlamaModel policy, const TrainGroup& group);
     ~RlTrainer();
 
@@ -63,6 +66,11 @@ public:
     TrainReport train_step(int32_t step, const std::vector<RolloutSample>& all);
 
     bool has_critic() const;
+    /// This rank holds the actor (and writes actor_state.pt when it is the first).
+    bool has_actor() const;
+    /// The critic's state as written to critic_state.pt (AdamW moments included), on the first
+    /// critic rank; "" elsewhere. For a checkpoint written by a rank without the critic.
+    std::string critic_state() const;
 
     /// Checkpoints (mpi_app/ckpt): writes this rank's share of the trainer state into `dir` and
     /// returns the file names it wrote (relative to `dir`): the first train rank writes

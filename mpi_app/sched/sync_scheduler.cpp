@@ -68,19 +68,9 @@ class SyncScheduler final : public Scheduler {
         so.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
         so.delta = opt.sync_delta;
         wsync_ = std::make_unique<train::WeightSync>(so);
-        const model::HfConfig& c = policy_->config();
         int64_t n_params = 0;
         for (const auto& p : policy_->parameters()) n_params += p.numel();
-        print0("model: %s, %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv, intermediate %lld, vocab "
-               "%lld, positions %lld%s)\n",
-               opt.model.empty() ? "llama (from the size options)" : opt.model.c_str(),
-               static_cast<long long>(n_params), static_cast<long long>(c.hidden_size),
-               static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.num_attention_heads),
-               static_cast<long long>(c.num_key_value_heads), static_cast<long long>(c.intermediate_size),
-               static_cast<long long>(c.vocab_size), static_cast<long long>(c.max_position_embeddings),
-               c.abs_positions ? ", RoPE + learned absolute positions" : ", RoPE");
-        print0("algorithm: %s%s\n", opt.algo.c_str(),
-               opt.algo == "ppo" ? (roles.critic_colocated ? " (critic on the train ranks)" : " (critic on the ranks tagged critic)") : "");
+        print_model_and_algorithm(opt, roles, policy_->config(), n_params);
         if (plan) {
             ckpt_ = *plan;
             have_ckpt_ = true;
@@ -526,6 +516,20 @@ class SyncScheduler final : public Scheduler {
 };
 
 }  // namespace
+
+void print_model_and_algorithm(const config::Options& opt, const cluster::Roles& roles, const model::HfConfig& c,
+                               int64_t n_params) {
+    print0("model: %s, %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv, intermediate %lld, vocab "
+           "%lld, positions %lld%s)\n",
+           opt.model.empty() ? "llama (from the size options)" : opt.model.c_str(), static_cast<long long>(n_params),
+           static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
+           static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
+           static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
+           static_cast<long long>(c.max_position_embeddings), c.abs_positions ? ", RoPE + learned absolute positions" : ", RoPE");
+    print0("algorithm: %s%s\n", opt.algo.c_str(),
+           opt.algo == "ppo" ? (roles.critic_colocated ? " (critic on the train ranks)" : " (critic on the ranks tagged critic)")
+                             : "");
+}
 
 void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size,
                   int64_t step, int64_t policy_version, const RunSummary& sum, double total_samples) {

@@ -26,6 +26,9 @@ namespace tagflow::ckpt {
 struct Plan;
 struct Manifest;
 }
+namespace tagflow::model {
+struct HfConfig;
+}
 
 namespace tagflow::sched {
 
@@ -45,6 +48,9 @@ struct RunSummary {
 /// rule, and the summary so far with the samples trained (`total_samples`).
 void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size,
                   int64_t step, int64_t policy_version, const RunSummary& sum, double total_samples);
+/// Rank 0 prints the policy's size and the algorithm (with where the critic lives), every mode alike.
+void print_model_and_algorithm(const config::Options& opt, const cluster::Roles& roles, const model::HfConfig& c,
+                               int64_t n_params);
 /// put_run_keys' summary back: rewards and evals so far into `sum`, the samples trained.
 void get_run_summary(const ckpt::Manifest& m, RunSummary& sum, double& total_samples);
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <thread>
 
+#include "ckpt/checkpoint.hpp"
 #include "ckpt/checkpoint_mpi.hpp"
 #include "ckpt/signals.hpp"
 #include "cluster/roles.hpp"
@@ -30,6 +31,7 @@
 #include "rollout/task.hpp"
 #include "sched/async_scheduler.hpp"
 #include "sched/gemm_check.hpp"
+#include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
@@ -124,9 +126,6 @@ int train_command(int argc, char** argv) {
         local_error = e.what();
     }
     cluster::Roles roles = cluster::build_roles(local, local_error);
-    // Same verdict on every rank (it depends only on the options and every rank's tags).
-    check_async_roles(opt, roles);
-    const bool async = opt.mode != "sync";
 
     // The run file must not silently replace an earlier run.
     const std::string path = opt.out + "/tagflow.h5";
@@ -144,6 +143,25 @@ int train_command(int argc, char** argv) {
     if (opt.resume && !probe[1])
         throw ConfigError("--resume: no checkpoint " + ckpt::checkpoint_dir(opt.out) + "/manifest.txt to resume from");
     const bool resume = probe[1] && !opt.no_resume && !opt.overwrite;
+    // No --mode: multiplex, or the mode of the checkpoint this run resumes.
+    if (!opt.mode_given) {
+        std::string ckpt_mode;
+        if (rank == 0 && resume) {
+            try {
+                ckpt_mode = ckpt::read_manifest(ckpt::checkpoint_dir(opt.out)).get("mode");
+            } catch (const Error&) {  // reported on every rank by read_verified below
+            }
+        }
+        ckpt_mode = ckpt::bcast_string(MPI_COMM_WORLD, 0, ckpt_mode);
+        std::string why;
+        pr.options.mode = policy::default_mode(ckpt_mode, why);
+        for (auto& [name, value] : pr.resolved)
+            if (name == "mode") value = "\"" + opt.mode + "\"";
+        if (!why.empty()) print0("tagflow: no --mode given: %s\n", why.c_str());
+    }
+    // Same verdict on every rank (it depends only on the options and every rank's tags).
+    check_async_roles(opt, roles);
+    const bool async = opt.mode != "sync";
     // --gateway runs resume too: rewarded gateway samples are in the checkpoint, sessions are not
     // (share/doc/checkpoints.md).
     if (resume && !exists)

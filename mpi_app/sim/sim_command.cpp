@@ -66,6 +66,7 @@ std::string sim_help() {
            "  --staleness N          eta, as tagflow train (default 1)\n"
            "  --stale drop|weight    as tagflow train (default drop)\n"
            "  --min-rollout-frac F   as tagflow train (default 0.1)\n"
+           "  --rollout-ahead F      as tagflow train, multiplex only (default 1; 0 = no cap)\n"
            "  --train-priority LIST  as tagflow train, multiplex only (KEY=P;..., KEY a tag set or a node)\n"
            "  --seed N               response-length seed (default 1)\n"
            "  --cost FILE.json       cost file (tests/bench/sim_calibrate.sh writes one for type cpu)\n"
@@ -141,6 +142,8 @@ SimArgs parse_sim_args(int argc, const char* const* argv) {
         } else if (o == "min-rollout-frac") {
             a.base.min_rollout_frac = to_double(o, v, 0, false);
             if (a.base.min_rollout_frac >= 1) throw ConfigError("--min-rollout-frac '" + v + "': must be below 1");
+        } else if (o == "rollout-ahead") {
+            a.base.rollout_ahead = to_double(o, v, 0, false);
         } else if (o == "train-priority") {
             sched::policy::parse_train_priority(v);  // the syntax now; nodes are checked per run
             a.base.train_priority = v;
@@ -245,6 +248,7 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
                    {"staleness", a.base.staleness},
                    {"stale", a.base.stale},
                    {"min_rollout_frac", a.base.min_rollout_frac},
+                   {"rollout_ahead", a.base.rollout_ahead},
                    {"train_priority", a.base.train_priority},
                    {"seed", a.base.seed}};
     j["cost"] = nlohmann::json::parse(to_json(cost));

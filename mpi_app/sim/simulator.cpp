@@ -133,6 +133,7 @@ struct Node {
     double step_end = 0;
     int64_t next_local = 0;
     int gen_index = 0;
+    int64_t quota = 0, started = 0, quota_version = 0;  // --rollout-ahead (train-group generators)
 
     bool rolls() const { return (tags & cluster::kRollout) != 0; }
     void book(Kind k, double t) {
@@ -161,6 +162,7 @@ public:
         opt_.staleness = cfg.staleness;
         opt_.stale = cfg.stale;
         opt_.min_rollout_frac = cfg.min_rollout_frac;
+        opt_.rollout_ahead = cfg.rollout_ahead;
         if (cfg.mode == "multiplex") opt_.train_priority = cfg.train_priority;  // the other modes ignore it
         opt_.group_size = cfg.work.group_size;
         const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
@@ -196,6 +198,8 @@ public:
             if (n.gen) n.gen_index = gi++;
         }
         n_gens_ = gi;
+        for (int r : members_)
+            nodes_[static_cast<size_t>(r)].quota = sched::policy::rollout_quota(opt_, threshold_, n_gens_);
     }
 
     ModeResult run() {
@@ -321,7 +325,12 @@ private:
     void push(double t, Ev k, int node) { q_.push({t, seq_++, k, node}); }
 
     void fill(Node& n) {
-        while (n.active + static_cast<int>(n.waiting.size()) < n.hw->max_batch) {
+        if (n.version != n.quota_version) {  // --rollout-ahead counts per policy version
+            n.quota_version = n.version;
+            n.started = 0;
+        }
+        while (n.active + static_cast<int>(n.waiting.size()) < n.hw->max_batch && (n.quota == 0 || n.started < n.quota)) {
+            n.started += G_;
             const int64_t g = n.next_local++ * n_gens_ + n.gen_index;
             submit_group(n, static_cast<int>(&n - nodes_.data()), g);
         }
@@ -330,6 +339,7 @@ private:
         Node& n = nodes_[static_cast<size_t>(r)];
         n.book(Kind::kIdle, t);
         fill(n);
+        if (n.active == 0 && n.waiting.empty()) return;  // at its --rollout-ahead quota: idle until it trains
         n.stepping = true;
         n.step_end = t + begin_step(n, t);
         push(n.step_end, Ev::kStepEnd, r);

@@ -61,6 +61,7 @@ struct SimConfig {
     int32_t staleness = 1;
     std::string stale = "drop";
     double min_rollout_frac = 0.1;
+    double rollout_ahead = 1.0;  ///< as tagflow train --rollout-ahead (multiplex only)
     std::string train_priority;  ///< as tagflow train --train-priority (applied in multiplex only)
 };
 

@@ -124,7 +124,21 @@ def spans_by_rank(f):
 
 
 def case_invariants(a):
-    path, p = run_ok(a, "inv", 2, ["--seed", "7"])
+    # Without --mode a run is multiplex; with colocated tags both ranks form the train group and
+    # (--rollout-ahead 1) each starts just its share of a step's samples per version, so none
+    # goes stale: the default trains every sample once, like sync.
+    path, p = run_ok(a, "inv_default", 2, ["--seed", "7"])
+    check("train: 2 ranks, mode multiplex" in p.stdout and "train group {0,1}; generating ranks {0,1}" in p.stdout,
+          "no --mode: multiplex, both colocated ranks in the train group")
+    with tagflow_run.open_run(path) as f:
+        bad = tagflow_run.check_invariants(f)
+        check(not bad and tagflow_run.config(f)["mode"] == "multiplex", f"default run: invariants hold, mode recorded {bad}")
+        c = f["consumed"]
+        check(len(c["id"]) == 4 * 4 * 4 and np.all(c["weight"][()] == 1),
+              f"default run: {len(c['id'])} samples consumed, none stale ({int(np.sum(c['weight'][()] == 0))} dropped)")
+        check(np.array_equal(f["steps"]["samples"][()], [16] * 4), "default run: 16 samples trained per step")
+    # The sync run: the file's every table, exactly.
+    path, p = run_ok(a, "inv", 2, ["--seed", "7", "--mode", "sync"])
     check("summary:" in p.stdout and path in p.stdout, "summary names the run file")
     check(len(re.findall(r"^step\s+\d+/4\s+reward", p.stdout, re.M)) == 4, "one progress line per step")
     with tagflow_run.open_run(path) as f:
@@ -211,10 +225,11 @@ def case_single(a):
 
 
 def case_reproducible(a):
-    """Same seed and rank count => the same tokens, rewards and weights' effects, bit for bit."""
+    """Same seed and rank count => the same tokens, rewards and weights' effects, bit for bit (sync
+    mode: in the async modes which samples a step trains depends on when they arrive)."""
     runs = []
     for name in ("rep_a", "rep_b"):
-        path, _ = run_ok(a, name, 2, ["--seed", "11"])
+        path, _ = run_ok(a, name, 2, ["--seed", "11", "--mode", "sync"])
         with tagflow_run.open_run(path) as f:
             runs.append((f["samples"]["tokens"][()], f["samples"]["logprobs"][()], f["steps"]["reward_mean"][()],
                          f["eval"]["score"][()]))
@@ -223,7 +238,7 @@ def case_reproducible(a):
     check(np.array_equal(runs[0][1], runs[1][1], equal_nan=True), "same seed: identical log-probabilities")
     check(np.array_equal(runs[0][2], runs[1][2]) and np.array_equal(runs[0][3], runs[1][3]),
           "same seed: identical rewards and evals")
-    path, _ = run_ok(a, "rep_c", 2, ["--seed", "12"])
+    path, _ = run_ok(a, "rep_c", 2, ["--seed", "12", "--mode", "sync"])
     with tagflow_run.open_run(path) as f:
         check(not np.array_equal(f["samples"]["tokens"][()], runs[0][0]), "another seed: other tokens")
 

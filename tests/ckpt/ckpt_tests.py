@@ -58,8 +58,10 @@ def fresh(a, name):
     return d
 
 
-def train(a, out, extra=(), timeout=120, every=EVERY, steps=STEPS):
-    cmd = (["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + RUN +
+def train(a, out, extra=(), timeout=120, every=EVERY, steps=STEPS, mode=("--mode", "sync")):
+    """The sync cases' run (mode=() for none: the default picks it); an --mode in extra wins."""
+    mode = [] if "--mode" in extra else list(mode)
+    cmd = (["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + RUN + mode +
            ["--ckpt-every", str(every), "--steps", str(steps)] + list(extra))
     t0 = time.time()
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
@@ -68,7 +70,8 @@ def train(a, out, extra=(), timeout=120, every=EVERY, steps=STEPS):
 
 
 def start(a, out, log_name, every=EVERY, steps=STEPS):
-    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + RUN + ["--ckpt-every", str(every), "--steps", str(steps)]
+    cmd = (["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + RUN + ["--mode", "sync", "--ckpt-every", str(every),
+                                                                          "--steps", str(steps)])
     log = open(os.path.join(a.workdir, log_name), "w")
     return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=log, text=True)
 
@@ -277,6 +280,13 @@ def case_errors(a):
     expect_error(a, out, [], "past --steps 1", "checkpoint past --steps", steps=1)
     expect_error(a, out, base + ["--mode", "disaggregated", "--rank-tags", "0=train;1=rollout"],
                  ("written with --mode sync", "--mode disaggregated"), "a sync checkpoint resumed in an async mode")
+    # Without --mode a resumed run takes its checkpoint's mode (the default, multiplex, would be refused).
+    p = train(a, out, [], steps=3, mode=())
+    check(p.returncode == 0 and "no --mode given: mode sync: the checkpoint this run resumes was written in it"
+          in p.stdout and "2 ranks, mode sync, run file" in p.stdout,
+          f"a sync checkpoint resumed without --mode runs in sync (exit {p.returncode})"
+          + ("" if p.returncode == 0 else p.stdout[-1500:] + p.stderr[-1500:]))
+    check(manifest_step(out) == 3, "it resumed at step 2 and checkpointed step 3")
 
 
 

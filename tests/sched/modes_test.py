@@ -7,7 +7,8 @@ CASE: stale_weight (--stale weight at 3 ranks), two_ranks (sync, disaggregated a
 every rank to its tags), multiplex4 (4 ranks with mixed tags over many role switches: no sample
 trained twice or lost, no overlap, monotone steps and versions, every member saw the same train
 group at every switch), bad_usage (tags a mode cannot run with, bad option values), fresh_weights
-(the rollout-only rank generates with the weights it was sent, in every mode).
+(the rollout-only rank generates with the weights it was sent, in every mode), critic_ranks
+(PPO with the critic on ranks tagged critic in the async modes, checkpointed and resumed).
 Each case prints what it checked and exits non-zero on failure.
 """
 import argparse
@@ -234,6 +235,47 @@ def case_fresh_weights(a):
                                         f"(|logprob_diff_mean| max {np.abs(d).max():.2e})")
         check(int(sel.sum()) > 0, f"{mode}: {int(sel.sum())} trained samples from the rollout-only rank 0 at versions >= 1 "
                                   f"(generated with received weights)")
+
+
+def case_critic_ranks(a):
+    # PPO with the critic on ranks tagged critic, in the async modes: those ranks join every
+    # training step (the critic update) and nothing else their tags forbid; the checkpoint holds
+    # the critic's state, sent by its rank, and a resumed run goes on from it.
+    import hashlib
+    runs = [("multiplex", "0=rollout;1=rollout,train;2=critic", 3, {1, 2}),
+            ("disaggregated", "0=rollout,critic;1=train", 2, {0, 1})]
+    for mode, tags, np_, works in runs:
+        name = f"critic_{mode}"
+        args = ["--mode", mode, "--algo", "ppo", "--rank-tags", tags, "--seed", "2", "--ckpt-every", "2"]
+        out = train_ok(a, name, np_, args + ["--steps", "4"])
+        critic = [int(t.split("=")[0]) for t in tags.split(";") if "critic" in t.split("=")[1]][0]
+        with open(os.path.join(out, "membership.json")) as fh:
+            m = json.load(fh)
+        check(m["critic"] == [critic], f"{name}: membership.json names the critic rank {m['critic']}")
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            rank, kind, _, _ = common_checks(f, name, works, 4)
+            n_train = int(np.sum((rank == critic) & (kind == "train")))
+            check(n_train == 4, f"{name}: the critic rank {critic} has a train span at each of the 4 steps ({n_train})")
+            gen = set(f["samples"]["rank"][()].tolist())
+            if "rollout" not in tags.split(";")[critic]:
+                check(critic not in gen and not np.any((rank == critic) & (kind == "rollout")),
+                      f"{name}: the critic-only rank never rolls out ({gen})")
+            else:
+                check(critic in gen, f"{name}: the rollout,critic rank also generates ({gen})")
+        ck = os.path.join(out, "checkpoint")
+        with open(os.path.join(ck, "manifest.txt")) as fh:
+            man = fh.read()
+        check("critic_state.pt" in man, f"{name}: the checkpoint lists critic_state.pt")
+        h4 = hashlib.sha256(open(os.path.join(ck, "critic_state.pt"), "rb").read()).hexdigest()
+        # The same command with more steps resumes at step 4 and checkpoints the critic again.
+        cmd = ["mpirun", "-n", str(np_), a.tagflow, "train", "--out", out] + FAST + args + ["--steps", "6"]
+        p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0 and "resumed from checkpoint at step 4" in p.stdout,
+              f"{name}: resumes from the step-4 checkpoint (rc {p.returncode}) {p.stderr[-1500:]}")
+        h6 = hashlib.sha256(open(os.path.join(ck, "critic_state.pt"), "rb").read()).hexdigest()
+        check(h6 != h4, f"{name}: the critic state moved between steps 4 and 6 ({h4[:12]} -> {h6[:12]})")
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            common_checks(f, name + " resumed", works, 6)
 
 
 def main():

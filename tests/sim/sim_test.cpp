@@ -173,10 +173,10 @@ TEST(Sim, MakesTheSchedulersChoices) {
     d.hw = parse_hw("h100:rollout,train:1");
     EXPECT_THROW(simulate(d, cost), ConfigError);
     SimConfig e = small("multiplex", 4);
-    e.min_rollout_frac = 0.9;
+    e.min_rollout_frac = 1.0;  // all 4 nodes, but the coordinator trains
     try {
         simulate(e, cost);
-        ADD_FAILURE() << "no error for --min-rollout-frac 0.9";
+        ADD_FAILURE() << "no error for --min-rollout-frac 1";
     } catch (const ConfigError& err) {
         EXPECT_NE(std::string(err.what()).find("--min-rollout-frac"), std::string::npos) << err.what();
     }
@@ -252,6 +252,44 @@ TEST(Sim, TrainPriorityChoosesWhoStaysInRollout) {
     c.mode = "sync";
     EXPECT_NO_THROW(simulate(c, default_costs()));
     EXPECT_NE(parse_error({"--train-priority", "rollout=1"}).find("--train-priority"), std::string::npos);
+}
+
+TEST(Sim, DefaultModeAndMinRolloutRounding) {
+    using sched::policy::default_mode;
+    using sched::policy::min_rollout_ranks;
+    using sched::policy::train_group;
+    const uint32_t rt = cluster::kRollout | cluster::kTrain, ro = cluster::kRollout;
+    const uint32_t crit = cluster::kCritic, rtc = rt | cluster::kCritic;
+    // --min-rollout-frac is rounded down: the default 10% keeps no rank of a 2-rank colocated
+    // job out of training (the main job trains on both ranks), one rank in ten from 10 ranks.
+    config::Options o;
+    EXPECT_EQ(o.mode, "multiplex");
+    EXPECT_EQ(min_rollout_ranks(o, 1), 0);
+    EXPECT_EQ(min_rollout_ranks(o, 2), 0);
+    EXPECT_EQ(min_rollout_ranks(o, 9), 0);
+    EXPECT_EQ(min_rollout_ranks(o, 10), 1);
+    EXPECT_EQ(min_rollout_ranks(o, 32), 3);
+    EXPECT_EQ(train_group(o, {rt, rt}), (std::vector<int>{0, 1}));
+    EXPECT_EQ(train_group(o, {rt}), (std::vector<int>{0}));
+    o.min_rollout_frac = 0.5;
+    EXPECT_EQ(min_rollout_ranks(o, 2), 1);
+    EXPECT_EQ(min_rollout_ranks(o, 3), 1);
+    EXPECT_EQ(train_group(o, {rt, rt}), (std::vector<int>{0}));
+    o.min_rollout_frac = 0.75;
+    EXPECT_EQ(min_rollout_ranks(o, 8), 6);
+    // Without --mode: multiplex, or the mode of the checkpoint a run resumes, with a line why.
+    std::string why = "stale";
+    EXPECT_EQ(default_mode("", why), "multiplex");
+    EXPECT_EQ(why, "");
+    EXPECT_EQ(default_mode("sync", why), "sync");
+    EXPECT_NE(why.find("checkpoint"), std::string::npos) << why;
+    EXPECT_EQ(default_mode("disaggregated", why), "disaggregated");
+    EXPECT_EQ(default_mode("multiplex", why), "multiplex");
+    EXPECT_EQ(why, "");
+    // Ranks tagged critic are allowed in the async modes (the critic lives on them under ppo).
+    o.min_rollout_frac = 0.1;
+    EXPECT_NO_THROW(sched::policy::check_roles(o, {rt, ro, crit}));
+    EXPECT_NO_THROW(sched::policy::check_roles(o, {rtc, rt}));
 }
 
 TEST(Sim, MultiplexBeatsSyncWithLongTails) {

@@ -607,13 +607,13 @@ case_nonroot_train() {
 run() { # OUT ARGS...: one srun step of tagflow train
     local out=\$1
     shift
-    srun --mpi=pmix -K1 \${SRUN_TAGS:-} $TFTEST_TAGFLOW_BIN train --out "\$out" --prompts-per-step 4 --group-size 4 \\
+    srun --mpi=pmix -K1 $TFTEST_TAGFLOW_BIN train --out "\$out" --prompts-per-step 4 --group-size 4 \\
         --eval-every 0 --eval-prompts 8 --gemm-check false --max-batch 16 --threads 1 --heartbeat-timeout 10 "\$@"
     echo "job.sh: \$(basename "\$out") exited \$? as \$(id -un) umask \$(umask)"
 }
-run $u/runs/sync --steps 4 --ckpt-every 2
-# the async modes take no critic-tagged rank: narrow node1 to rollout,train (node3 stays rollout)
-SRUN_TAGS=--rl-tags=rollout,train run $u/runs/gw --mode disaggregated --gateway 127.0.0.1:0 --steps 3 --max-new-tokens 8 &
+run $u/runs/sync --mode sync --steps 4 --ckpt-every 2
+# enough steps that the run outlives the client's two requests (3 steps took 0.2 s)
+run $u/runs/gw --mode disaggregated --gateway 127.0.0.1:0 --steps 60 --max-new-tokens 8 &
 for ((t = 0; t < 600; t++)); do [[ -s $u/runs/gw/gateway.url ]] && break; sleep 0.1; done
 if [[ -s $u/runs/gw/gateway.url ]]; then
     url=\$(cat $u/runs/gw/gateway.url)
@@ -661,7 +661,7 @@ EOS
     runuser -u nobody -- /usr/bin/python3 - "$u/runs" <<'EOP' || tf_fail "run files not readable by nobody with h5py"
 import sys
 import h5py
-for name, n in (("sync", 4), ("gw", 3)):
+for name, n in (("sync", 4), ("gw", 60)):
     with h5py.File(f"{sys.argv[1]}/{name}/tagflow.h5", "r") as f:
         steps = len(f["steps"]["step"])
         assert f.attrs["format"] in (b"tagflow", "tagflow") and steps == n, f"{name}: {steps} steps, expected {n}"

@@ -45,10 +45,24 @@ std::string write_config(const std::string& text) {
 TEST(Options, DefaultsNeedOnlyOut) {
     auto r = parse({"--out", "/tmp/x"});
     EXPECT_EQ(r.options.out, "/tmp/x");
-    EXPECT_EQ(r.options.mode, "sync");
+    EXPECT_EQ(r.options.mode, "multiplex");
+    EXPECT_FALSE(r.options.mode_given);  // train_command may still pick another (policy::default_mode)
     EXPECT_EQ(r.options.task, "reverse");
     EXPECT_GT(r.options.steps, 0);
     EXPECT_FALSE(r.help);
+}
+
+TEST(Options, ModeGivenAnywhereIsKept) {
+    EXPECT_TRUE(parse({"--out", "o", "--mode", "multiplex"}).options.mode_given);
+    auto e = parse({"--out", "o"}, {{"TAGFLOW_MODE", "sync"}});
+    EXPECT_TRUE(e.options.mode_given);
+    EXPECT_EQ(e.options.mode, "sync");
+    const std::string cfg = write_config("mode = disaggregated\n");
+    auto c = parse({"--out", "o", "--config", cfg});
+    EXPECT_TRUE(c.options.mode_given);
+    EXPECT_EQ(c.options.mode, "disaggregated");
+    std::remove(cfg.c_str());
+    EXPECT_FALSE(parse({"--out", "o", "--steps", "3"}).options.mode_given);
 }
 
 TEST(Options, HelpListsEveryOptionWithDefault) {
