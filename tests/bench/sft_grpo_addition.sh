@@ -8,7 +8,7 @@
 #   3. prints the held-out greedy exact match before and after GRPO (the baseline is the same
 #      checkpoint, measured in the same run by train's step-0 evaluation) and the gain.
 # Usage: tests/bench/sft_grpo_addition.sh [BUILD_DIR]        (default ./build)
-#   OUT=dir  SFT_STEPS=200  STEPS=150  LR=1e-4  TEMPERATURE=0.5  PROMPTS=32  GROUP=16  SEED=1  NP=1
+#   OUT=dir  SFT_STEPS=200  STEPS=150  LR=1e-4  TEMPERATURE=0.5  PROMPTS=32  GROUP=16  SEED=1  NP=1  MODE=sync
 #   (not TEMP: Open MPI reads TEMP as its temporary directory)
 # Exit 0 when the gain is >= 20 points, 1 otherwise (2 on a failed run).
 set -euo pipefail
@@ -27,7 +27,7 @@ mpirun -n "$np" "$bin" sft --task addition --out "$out/sft" --steps "${SFT_STEPS
 echo "## GRPO: tagflow train --task addition --model $out/sft/model"
 args=(train --task addition --model "$out/sft/model" --lr "${LR:-1e-4}" --temperature "${TEMPERATURE:-0.5}"
       --prompts-per-step "${PROMPTS:-32}" --group-size "${GROUP:-16}" --steps "${STEPS:-150}"
-      --eval-every 20 --eval-prompts 256 --seed "${SEED:-1}" --out "$out/grpo")
+      --mode "${MODE:-sync}" --eval-every 20 --eval-prompts 256 --seed "${SEED:-1}" --out "$out/grpo")
 [ "$np" = 1 ] && args+=(--tags rollout,train)
 mpirun -n "$np" "$bin" "${args[@]}" > "$out/grpo.log" || { tail -5 "$out/grpo.log" >&2; exit 2; }
 grep -E "eval|summary" "$out/grpo.log"

@@ -8,7 +8,7 @@
 #   3. prints held-out greedy accuracy (sessions with the tool, reward 1 = exact final answer)
 #      before GRPO (train's step-0 evaluation of the same checkpoint, in the same run) and after.
 # Usage: tests/bench/sft_grpo_calc.sh [BUILD_DIR]        (default ./build)
-#   OUT=dir  SFT_STEPS=100  STEPS=30  LR=1e-4  TEMPERATURE=0.7  PROMPTS=16  GROUP=8  SEED=1  NP=1
+#   OUT=dir  SFT_STEPS=100  STEPS=30  LR=1e-4  TEMPERATURE=0.7  PROMPTS=16  GROUP=8  SEED=1  NP=1  MODE=sync
 # Exit 0 when GRPO gains, 1 when it does not (2 on a failed run).
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -26,7 +26,7 @@ mpirun -n "$np" "$bin" sft --task calc --out "$out/sft" --steps "${SFT_STEPS:-10
 echo "## GRPO: tagflow train --task calc --model $out/sft/model"
 args=(train --task calc --model "$out/sft/model" --lr "${LR:-1e-4}" --temperature "${TEMPERATURE:-0.7}"
       --prompts-per-step "${PROMPTS:-16}" --group-size "${GROUP:-8}" --steps "${STEPS:-30}"
-      --eval-every 10 --eval-prompts 256 --seed "${SEED:-1}" --threads 1 --out "$out/grpo")
+      --mode "${MODE:-sync}" --eval-every 10 --eval-prompts 256 --seed "${SEED:-1}" --threads 1 --out "$out/grpo")
 [ "$np" = 1 ] && args+=(--tags rollout,train)
 mpirun -n "$np" "$bin" "${args[@]}" > "$out/grpo.log" || { tail -5 "$out/grpo.log" >&2; exit 2; }
 grep -E "eval|summary" "$out/grpo.log"
