@@ -116,10 +116,10 @@ po::options_description describe(Options& o) {
         ("min-rollout-frac", val(&o.min_rollout_frac),
          "multiplex: at least this fraction of the ranks never leaves rollout")
         ("rollout-ahead", val(&o.rollout_ahead),
-         "multiplex: a rank that rolls out and also trains starts at most this many times its share of "
-         "--train-threshold (threshold / generating ranks) in new samples per policy version; its paused "
-         "generations still resume (0 = no limit: keep --max-batch sequences in flight; rollout-only ranks are "
-         "never limited)")
+         "multiplex, when every generating rank also trains: each starts at most this many times its share of "
+         "--train-threshold (threshold / generating ranks) in new samples per policy version; paused "
+         "generations still resume (0 = no limit: keep --max-batch sequences in flight; with rollout-only "
+         "ranks nobody is limited)")
         ("train-priority", val(&o.train_priority),
          "multiplex: train priority per tag set, e.g. \"rollout,train,critic=2;rollout,train=1\" (default 1 "
          "for every rank tagged train): the lowest-priority multi-tag ranks are the ones kept in rollout for "

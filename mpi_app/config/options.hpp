@@ -81,7 +81,7 @@ struct Options {
     // ---- async modes (disaggregated, multiplex) ----
     int32_t train_threshold = 0;    // samples that trigger a training step; 0 = prompts-per-step x group-size
     double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout
-    double rollout_ahead = 1.0;     // multiplex: new samples a train-group rank starts per version, x its share; 0 = no cap
+    double rollout_ahead = 1.0;     // multiplex, all generators train: new samples each starts per version, x its share; 0 = no cap
     std::string train_priority;     // multiplex: "TAGS=P;..." train priority per tag set ("" = all 1)
     int32_t staleness = 1;          // eta: max versions a sample's oldest token may lag the trained version
     std::string stale = "drop";     // drop (weight 0) or weight (trained with a decayed weight)

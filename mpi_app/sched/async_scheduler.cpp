@@ -231,10 +231,13 @@ class AsyncScheduler final : public Scheduler {
             engine_ = std::make_unique<rollout::Engine>(policy_, ec);
             setup_agent_sessions();
             gen_index_ = static_cast<int64_t>(std::find(gens_.begin(), gens_.end(), me_) - gens_.begin());
-            // --rollout-ahead: a rank that will be preempted into training starts only about its
-            // share of the next step's samples per version. More would sit in the pool and go
-            // stale while it trains (with colocated tags: 2/3 of all samples dropped, uncapped).
-            if (in_train_) quota_ = policy::rollout_quota(opt, threshold_, static_cast<int64_t>(gens_.size()));
+            // --rollout-ahead: when every generator trains too, each starts only about its share
+            // of the next step's samples per version; more would sit in the pool and go stale
+            // while they train (colocated tags, uncapped: 2/3 of all samples dropped).
+            int64_t training_gens = 0;
+            for (int r : gens_) training_gens += std::count(members_.begin(), members_.end(), r) > 0;
+            if (in_train_)
+                quota_ = policy::rollout_quota(opt, threshold_, static_cast<int64_t>(gens_.size()), training_gens);
         }
         if (me_ == coord_) {
             std::string ms, rs;

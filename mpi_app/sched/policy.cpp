@@ -80,8 +80,8 @@ std::string default_mode(const std::string& ckpt_mode, std::string& why) {
     return ckpt_mode;
 }
 
-int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators) {
-    if (opt.mode != "multiplex" || opt.rollout_ahead <= 0 || generators < 1) return 0;
+int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators, int64_t training_generators) {
+    if (opt.mode != "multiplex" || opt.rollout_ahead <= 0 || generators < 1 || training_generators < generators) return 0;
     const double share = opt.rollout_ahead * static_cast<double>(threshold) / static_cast<double>(generators);
     const int64_t G = opt.group_size;
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share / static_cast<double>(G) - 1e-9))) * G;

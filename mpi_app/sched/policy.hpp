@@ -38,10 +38,13 @@ int train_priority(const TrainPriority& prio, int rank, uint32_t tags);
 /// choice is not multiplex.
 std::string default_mode(const std::string& ckpt_mode, std::string& why);
 
-/// --rollout-ahead: new samples a generator that is also in the multiplex train group may start
-/// per policy version, in whole groups: ceil(F x threshold / generators) rounded up to groups;
-/// 0 = no cap (F = 0, or not such a generator).
-int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators);
+/// --rollout-ahead: new samples a generator in the multiplex train group may start per policy
+/// version, in whole groups: ceil(F x threshold / generators) rounded up to groups. Only when
+/// every generator is in the train group (`training_generators` == `generators`): then nothing
+/// generates while the group trains, and a sample beyond the step's need waits a whole step and
+/// may go stale. With rollout-only generators the pool refills during training and fast train
+/// ranks' extra samples shorten the wait for complete groups: no cap. 0 = no cap.
+int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators, int64_t training_generators);
 
 /// Ranks that --min-rollout-frac keeps in rollout in a job of n ranks: the fraction rounded down.
 int min_rollout_ranks(const config::Options& opt, int n);

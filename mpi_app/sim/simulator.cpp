@@ -198,8 +198,10 @@ public:
             if (n.gen) n.gen_index = gi++;
         }
         n_gens_ = gi;
+        int64_t training_gens = 0;
+        for (int r : members_) training_gens += nodes_[static_cast<size_t>(r)].gen;
         for (int r : members_)
-            nodes_[static_cast<size_t>(r)].quota = sched::policy::rollout_quota(opt_, threshold_, n_gens_);
+            nodes_[static_cast<size_t>(r)].quota = sched::policy::rollout_quota(opt_, threshold_, n_gens_, training_gens);
     }
 
     ModeResult run() {

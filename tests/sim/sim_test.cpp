@@ -286,6 +286,32 @@ TEST(Sim, DefaultModeAndMinRolloutRounding) {
     EXPECT_EQ(default_mode("disaggregated", why), "disaggregated");
     EXPECT_EQ(default_mode("multiplex", why), "multiplex");
     EXPECT_EQ(why, "");
+    // --rollout-ahead: only when every generator also trains, its share of the threshold per
+    // version in whole groups; no cap beside rollout-only generators, with F = 0 or outside multiplex.
+    using sched::policy::rollout_quota;
+    config::Options q;
+    EXPECT_EQ(q.group_size, 8);
+    EXPECT_EQ(rollout_quota(q, 128, 2, 2), 64);
+    EXPECT_EQ(rollout_quota(q, 128, 3, 3), 48);  // 42.7 -> 6 groups
+    EXPECT_EQ(rollout_quota(q, 4, 2, 2), 8);     // at least one group
+    EXPECT_EQ(rollout_quota(q, 128, 2, 1), 0);
+    q.rollout_ahead = 1.5;
+    EXPECT_EQ(rollout_quota(q, 128, 2, 2), 96);
+    q.rollout_ahead = 0;
+    EXPECT_EQ(rollout_quota(q, 128, 2, 2), 0);
+    q.rollout_ahead = 1;
+    q.mode = "disaggregated";
+    EXPECT_EQ(rollout_quota(q, 128, 2, 2), 0);
+    // The simulator applies it: colocated nodes in multiplex generate what they train (none
+    // dropped as stale); uncapped, most of what they generate goes stale.
+    SimConfig col = small("multiplex", 4);
+    col.hw = parse_hw("h100:rollout,train:1");
+    const ModeResult capped = simulate(col, default_costs());
+    EXPECT_EQ(capped.dropped, 0);
+    EXPECT_GE(capped.trained, 6 * 4 * 16);
+    col.rollout_ahead = 0;
+    const ModeResult uncapped = simulate(col, default_costs());
+    EXPECT_GT(uncapped.dropped, uncapped.trained) << "uncapped colocated generation goes stale";
     // Ranks tagged critic are allowed in the async modes (the critic lives on them under ppo).
     o.min_rollout_frac = 0.1;
     EXPECT_NO_THROW(sched::policy::check_roles(o, {rt, ro, crit}));
