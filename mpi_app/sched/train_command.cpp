@@ -149,7 +149,7 @@ int train_command(int argc, char** argv) {
         if (rank == 0 && resume) {
             try {
                 ckpt_mode = ckpt::read_manifest(ckpt::checkpoint_dir(opt.out)).get("mode");
-            } catch (const Error&) {  // reported on every rank by read_verified below
+            } catch (const std::exception&) {  // reported on every rank by read_verified below
             }
         }
         ckpt_mode = ckpt::bcast_string(MPI_COMM_WORLD, 0, ckpt_mode);
