@@ -254,8 +254,9 @@ def case_critic_ranks(a):
         check(m["critic"] == [critic], f"{name}: membership.json names the critic rank {m['critic']}")
         with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
             rank, kind, _, _ = common_checks(f, name, works, 4)
-            n_train = int(np.sum((rank == critic) & (kind == "train")))
-            check(n_train == 4, f"{name}: the critic rank {critic} has a train span at each of the 4 steps ({n_train})")
+            span_step = spans(f)[4]
+            trained = sorted(set(span_step[(rank == critic) & (kind == "train")].tolist()))
+            check(trained == [0, 1, 2, 3], f"{name}: the critic rank {critic} has train spans at steps {trained} (all 4)")
             gen = set(f["samples"]["rank"][()].tolist())
             if "rollout" not in tags.split(";")[critic]:
                 check(critic not in gen and not np.any((rank == critic) & (kind == "rollout")),
