@@ -1097,6 +1097,15 @@ class AsyncScheduler final : public Scheduler {
         write_checkpoint(sum);
     }
 
+    // Writes `n` bytes as the checkpoint staging dir's file `name`; its manifest entry.
+    static ckpt::FileEntry write_staged(const std::string& tmp, const std::string& name, const char* data, size_t n) {
+        std::ofstream f(tmp + "/" + name, std::ios::binary);
+        f.write(data, static_cast<std::streamsize>(n));
+        f.close();
+        if (!f) throw Error("checkpoint: cannot write " + tmp + "/" + name);
+        return ckpt::describe_file(tmp, name);
+    }
+
     // Coordinator only (no collective: the other ranks go on generating): the policy, the
     // trainer states (the train group's first rank holds all of them, critic included), the pool
     // (pool.bin: every finished-but-untrained sample, all fields) and the scheduler state in the
@@ -1117,11 +1126,7 @@ class AsyncScheduler final : public Scheduler {
                 poll_messages();
                 nap();
             }
-            std::ofstream f(tmp + "/critic_state.pt", std::ios::binary);
-            f.write(critic_bytes_.data(), static_cast<std::streamsize>(critic_bytes_.size()));
-            f.close();
-            if (!f) throw Error("checkpoint: cannot write " + tmp + "/critic_state.pt");
-            files.push_back(ckpt::describe_file(tmp, "critic_state.pt"));
+            files.push_back(write_staged(tmp, "critic_state.pt", critic_bytes_.data(), critic_bytes_.size()));
         }
         std::vector<RolloutSample> pooled;
         int64_t partial = 0;
@@ -1129,14 +1134,8 @@ class AsyncScheduler final : public Scheduler {
             pooled.insert(pooled.end(), v.begin(), v.end());
             if (static_cast<int64_t>(v.size()) < opt_.group_size) ++partial;
         }
-        {
-            const std::vector<char> b = pack_samples(pooled);
-            std::ofstream f(tmp + "/pool.bin", std::ios::binary);
-            f.write(b.data(), static_cast<std::streamsize>(b.size()));
-            f.close();
-            if (!f) throw Error("checkpoint: cannot write " + tmp + "/pool.bin");
-        }
-        files.push_back(ckpt::describe_file(tmp, "pool.bin"));
+        const std::vector<char> b = pack_samples(pooled);
+        files.push_back(write_staged(tmp, "pool.bin", b.data(), b.size()));
         ckpt::Manifest m;
         put_run_keys(m, opt_, task_->name(), roles_.world_size, step_, version_, sum, total_);
         const auto n = static_cast<int64_t>(gens_.size());
