@@ -22,6 +22,18 @@ double HwCost::decode(double b) const {
     return std::max(0.0, y[i - 1] + f * (y[i] - y[i - 1]));
 }
 
+double HwCost::train_per_token(double seq) const {
+    const auto& x = train_seq;
+    const auto& y = train_s_per_token_seq;
+    if (x.empty()) return train_s_per_token;
+    if (seq <= x.front()) return y.front();
+    if (seq >= x.back()) return y.back();
+    size_t i = 1;
+    while (seq > x[i]) ++i;
+    const double f = (seq - x[i - 1]) / (x[i] - x[i - 1]);
+    return y[i - 1] + f * (y[i] - y[i - 1]);
+}
+
 const HwCost& CostModel::at(const std::string& type) const {
     auto it = hw.find(type);
     if (it == hw.end()) {
@@ -132,6 +144,23 @@ void merge_cost_json(CostModel& m, const std::string& text, const std::string& w
                     c.decode_s.push_back(s);
                 }
             }
+            if (h.contains("train_seq") || h.contains("train_s_per_token_seq")) {
+                if (!h.contains("train_seq") || !h.contains("train_s_per_token_seq") || !h["train_seq"].is_array() ||
+                    !h["train_s_per_token_seq"].is_array() ||
+                    h["train_seq"].size() != h["train_s_per_token_seq"].size() || h["train_seq"].empty())
+                    throw ConfigError(w + ": \"train_seq\" and \"train_s_per_token_seq\" must be arrays of the same nonzero length");
+                c.train_seq.clear();
+                c.train_s_per_token_seq.clear();
+                for (size_t i = 0; i < h["train_seq"].size(); ++i) {
+                    if (!h["train_seq"][i].is_number() || !h["train_s_per_token_seq"][i].is_number())
+                        throw ConfigError(w + ": train points must be numbers");
+                    const double L = h["train_seq"][i].get<double>(), s = h["train_s_per_token_seq"][i].get<double>();
+                    if (!(L >= 1) || !(s > 0) || (!c.train_seq.empty() && L <= c.train_seq.back()))
+                        throw ConfigError(w + ": train points need sequence lengths >= 1 ascending and seconds > 0");
+                    c.train_seq.push_back(L);
+                    c.train_s_per_token_seq.push_back(s);
+                }
+            }
             c.prefill_s_per_token = num(h, "prefill_s_per_token", c.prefill_s_per_token, w, false);
             c.train_s_per_token = num(h, "train_s_per_token", c.train_s_per_token, w, true);
             const double mb = num(h, "max_batch", c.max_batch, w, true);
@@ -157,10 +186,15 @@ std::string to_json(const CostModel& m) {
     j["model_bytes"] = m.model_bytes;
     j["train_padded"] = m.train_padded;
     j["link"] = {{"latency_s", m.latency_s}, {"bandwidth_Bps", m.bandwidth_Bps}};
-    for (const auto& [k, c] : m.hw)
+    for (const auto& [k, c] : m.hw) {
         j["hw"][k] = {{"decode_batch", c.decode_batch},           {"decode_s", c.decode_s},
                       {"prefill_s_per_token", c.prefill_s_per_token}, {"train_s_per_token", c.train_s_per_token},
                       {"max_batch", c.max_batch},                 {"source", c.source}};
+        if (!c.train_seq.empty()) {
+            j["hw"][k]["train_seq"] = c.train_seq;
+            j["hw"][k]["train_s_per_token_seq"] = c.train_s_per_token_seq;
+        }
+    }
     return j.dump(2);
 }
 

@@ -17,12 +17,19 @@ struct HwCost {
     std::vector<double> decode_s{1e-3, 2e-3};  // seconds of one decode step at each batch
     double prefill_s_per_token = 1e-5;
     double train_s_per_token = 1e-4;
+    /// Optional: training seconds per token measured at these sequence lengths (ascending; the
+    /// per-step overhead and attention make short and long sequences dearer per token). When
+    /// given they replace train_s_per_token, looked up at the batch's (padded) sequence length.
+    std::vector<double> train_seq, train_s_per_token_seq;
     int max_batch = 256;  // continuous-batching slots (tagflow train's --max-batch)
     std::string source = "default";
 
     /// Seconds of one decode step of `batch` sequences: linear between the points, extrapolated
     /// linearly beyond the last two; 0 for batch 0.
     double decode(double batch) const;
+    /// Training seconds per token for sequences of `seq` tokens: train_s_per_token, or the
+    /// train_seq points (linear between them, constant beyond the ends).
+    double train_per_token(double seq) const;
 };
 
 struct CostModel {

@@ -54,7 +54,8 @@ std::string sim_help() {
            "  --hw SPEC              TYPE:TAGS:SHARE;... (default h100:rollout,train:0.5;t4:rollout:0.5);\n"
            "                         nodes are numbered in this order (the coordinator is the first train node)\n"
            "  --modes LIST           sync,disaggregated,multiplex (default: all three)\n"
-           "  --lengths KIND         lognormal (default) or longtail (tagflow's longtail task)\n"
+           "  --lengths KIND         lognormal (default), longtail (tagflow's longtail task's targets) or\n"
+           "                         file:PATH (measured response lengths, integers, drawn uniformly)\n"
            "  --median N             lognormal median response tokens (default 32)\n"
            "  --p99-ratio R          lognormal p99 / median (default 10)\n"
            "  --max-new N            cap on response tokens (default 4 x p99; longtail 121)\n"
@@ -115,9 +116,15 @@ SimArgs parse_sim_args(int argc, const char* const* argv) {
             parse_hw(v);  // validates now, one line
             a.hw = v;
         } else if (o == "lengths") {
-            if (v != "lognormal" && v != "longtail")
-                throw ConfigError("--lengths '" + v + "': expected lognormal or longtail");
-            a.base.work.lengths = v;
+            if (v.rfind("file:", 0) == 0) {
+                a.base.work.length_file = v.substr(5);
+                a.base.work.length_table = load_lengths(a.base.work.length_file);
+                a.base.work.lengths = "file";
+            } else if (v == "lognormal" || v == "longtail") {
+                a.base.work.lengths = v;
+            } else {
+                throw ConfigError("--lengths '" + v + "': expected lognormal, longtail or file:PATH");
+            }
         } else if (o == "median") {
             a.base.work.median = to_double(o, v, 1, false);
         } else if (o == "p99-ratio") {
@@ -185,15 +192,21 @@ std::vector<ModeResult> run_sims(const SimArgs& a, const CostModel& cost) {
 std::string format_table(const SimArgs& a, const CostModel& cost, const std::vector<ModeResult>& rs) {
     const std::vector<NodeGroup> hw = parse_hw(a.hw);
     const Workload& w = a.base.work;
-    std::string s;
-    char buf[512];
+    std::string s, detail;
+    if (w.lengths == "lognormal") {
+        detail = " median " + std::to_string(static_cast<int>(w.median)) + " p99 x" + std::to_string(w.p99_ratio).substr(0, 4);
+    } else if (w.lengths == "file") {
+        double sum = 0;
+        for (int32_t x : w.length_table) sum += x;
+        char m[64];
+        snprintf(m, sizeof m, "%.1f", sum / static_cast<double>(w.length_table.size()));
+        detail = " " + w.length_file + " (" + std::to_string(w.length_table.size()) + " lengths, mean " + m + ")";
+    }
+    char buf[1024];
     snprintf(buf, sizeof buf,
              "tagflow sim: hw %s; lengths %s%s; prompt %d tok; %s; group %d; %lld steps; eta %d (%s); seed %llu;\n"
              "             costs: %s; model %.3g bytes; link %.3g s + bytes / %.3g B/s\n",
-             a.hw.c_str(), w.lengths.c_str(),
-             w.lengths == "lognormal"
-                 ? (" median " + std::to_string(static_cast<int>(w.median)) + " p99 x" + std::to_string(w.p99_ratio).substr(0, 4)).c_str()
-                 : "",
+             a.hw.c_str(), w.lengths.c_str(), detail.c_str(),
              w.prompt_tokens,
              w.batch > 0 ? ("batch " + std::to_string(w.batch)).c_str()
                          : ("batch " + std::to_string(w.batch_per_node) + "/node").c_str(),
@@ -237,6 +250,7 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
                    {"nodes", a.nodes},
                    {"modes", a.modes},
                    {"lengths", w.lengths},
+                   {"length_file", w.length_file},
                    {"median", w.median},
                    {"p99_ratio", w.p99_ratio},
                    {"max_new", w.max_new},

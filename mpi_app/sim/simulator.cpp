@@ -6,9 +6,12 @@
 #include "sim/simulator.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <queue>
@@ -89,6 +92,11 @@ double unit(uint64_t x) { return (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9
 
 int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
     const uint64_t h = mix64(mix64(seed ^ 0x51a7ULL) ^ static_cast<uint64_t>(id));
+    if (w.lengths == "file") {
+        if (w.length_table.empty()) throw ConfigError("lengths file: no lengths loaded");
+        const int32_t len = w.length_table[h % w.length_table.size()];
+        return w.max_new > 0 ? std::min(len, w.max_new) : len;
+    }
     if (w.lengths == "longtail") {
         // tagflow's longtail task: N in 1..60 with P(N = n) ∝ (n + 2)^-2, 2N + 1 tokens (EOS included).
         static const std::vector<double> cdf = [] {
@@ -110,6 +118,25 @@ int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
     const double cap = w.max_new > 0 ? w.max_new : std::ceil(4.0 * w.median * w.p99_ratio);
     const double len = std::round(w.median * std::exp(sigma * z));
     return static_cast<int32_t>(std::max(1.0, std::min(cap, len)));
+}
+
+std::vector<int32_t> load_lengths(const std::string& path) {
+    std::ifstream f(path);
+    if (!f) throw ConfigError("--lengths file:" + path + ": cannot read it");
+    std::vector<int32_t> v;
+    std::string tok;
+    while (f >> tok) {
+        char* end = nullptr;
+        errno = 0;
+        const long long x = std::strtoll(tok.c_str(), &end, 10);
+        if (errno != 0 || end == tok.c_str() || *end != '\0' || x < 1 || x > (1 << 20))
+            throw ConfigError("--lengths file:" + path + ": entry " + std::to_string(v.size() + 1) + " '" +
+                              tok.substr(0, 40) + "' is not a response length (an integer 1..1048576)");
+        v.push_back(static_cast<int32_t>(x));
+    }
+    if (!f.eof()) throw ConfigError("--lengths file:" + path + ": read error");
+    if (v.empty()) throw ConfigError("--lengths file:" + path + ": no lengths in it");
+    return v;
 }
 
 namespace {
@@ -251,11 +278,14 @@ private:
     }
 
     // ------------------------------------------------------------------ training
-    // `tokens`: the batch's tokens; `samples` x `longest` is what a padded trainer computes.
+    // `tokens`: the batch's tokens; `samples` x `longest` is what a padded trainer computes. The
+    // cost per token is looked up at the sequence length the trainer sees (padded: the longest).
     double train_seconds(int64_t tokens, int64_t samples, int64_t longest) const {
         if (cost_.train_padded) tokens = samples * longest;
+        const double seq = static_cast<double>(tokens) / static_cast<double>(std::max<int64_t>(1, samples));
         double per_token = 0;
-        for (int r : members_) per_token = std::max(per_token, nodes_[static_cast<size_t>(r)].hw->train_s_per_token);
+        for (int r : members_)
+            per_token = std::max(per_token, nodes_[static_cast<size_t>(r)].hw->train_per_token(seq));
         const double m = static_cast<double>(members_.size());
         return per_token * static_cast<double>(tokens) / m + cost_.allreduce_s(static_cast<int>(members_.size()));
     }

@@ -45,7 +45,9 @@ struct Workload {
     int64_t batch = 0;            // fixed samples per training step (strong scaling); 0 = per node
     int32_t group_size = 8;
     int32_t prompt_tokens = 7;
-    std::string lengths = "lognormal";  // lognormal (median, p99_ratio) or longtail (the task's)
+    std::string lengths = "lognormal";  // lognormal (median, p99_ratio), longtail (the task's) or file
+    std::vector<int32_t> length_table;  // lengths == "file": measured response lengths, drawn uniformly
+    std::string length_file;            // where length_table came from (for the output)
     double median = 32;
     double p99_ratio = 10;
     int32_t max_new = 0;  // cap on response tokens; 0 = 4 x the p99 (lognormal), 121 (longtail)
@@ -98,6 +100,10 @@ struct ModeResult {
 
 /// Response tokens of sample `id` (deterministic in seed and id).
 int32_t response_length(const Workload& w, uint64_t seed, int64_t id);
+/// Reads measured response lengths (positive integers separated by white space, e.g. one per
+/// line as tests/bench/sim_vs_real.sh writes them from a calibration run). Throws ConfigError
+/// with one line naming the file and the first bad entry.
+std::vector<int32_t> load_lengths(const std::string& path);
 
 /// Runs one mode. Throws ConfigError on a configuration the real modes reject (same messages).
 ModeResult simulate(const SimConfig& cfg, const CostModel& cost);

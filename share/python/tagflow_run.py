@@ -5,6 +5,7 @@
     run = tagflow_run.open_run("runs/main/tagflow.h5")
     steps = tagflow_run.table(run, "steps")          # pandas DataFrame (strings decoded)
     toks = tagflow_run.sample_tokens(run, 0)         # dict of numpy arrays for sample row 0
+    lens = tagflow_run.response_lengths(run)         # generated tokens of every sample row
     problems = tagflow_run.check_invariants(run)     # [] when the file is consistent
     same = tagflow_run.sample_tree_tokens(run, 0)    # sample row 0 rebuilt from /tree alone
 
@@ -89,6 +90,14 @@ def sample_tokens(f, row):
     s = f["samples"]
     a, b = int(s["token_offsets"][row]), int(s["token_offsets"][row + 1])
     return {c: s[c][a:b] for c in TOKEN_COLUMNS}
+
+
+def response_lengths(f):
+    """Generated tokens per sample row (the tokens with loss_mask set), as an int64 array."""
+    s = f["samples"]
+    off = s["token_offsets"][()]
+    gen = np.concatenate([[0], np.cumsum(s["loss_mask"][()] != 0)])
+    return (gen[off[1:]] - gen[off[:-1]]).astype(np.int64)
 
 
 def load_tree(f):

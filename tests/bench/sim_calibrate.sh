@@ -5,7 +5,9 @@
 #   generate_bench   (1 rank)  engine time per iteration at batches 1..256 for new=NEW and new=1
 #                              tokens: decode step(b) = (T(b,NEW) - T(b,1)) / (NEW - 1),
 #                              prefill per prompt token = T(64,1) / (64 x PROMPT)
-#   train_step_bench (1 rank)  tokens/s of one actor step -> train seconds per token
+#   train_step_bench (1 rank)  seconds per token of one actor step on BATCH sequences of 16, 32,
+#                              64 and 128 tokens (TRAIN_SEQS) -> the per-token cost by sequence
+#                              length (short sequences pay the per-step overhead, long ones attention)
 #   weight_sync_bench(2 ranks) flat weight sync at 1 KiB and 4 MiB -> latency and bandwidth
 # The model is tagflow train's default (d 64, 2 layers, 2 heads, d_ff 256) at the longtail task's
 # vocabulary (14) and prompt (7 tokens); override with D_MODEL, LAYERS, HEADS, D_FF, VOCAB, PROMPT.
@@ -15,7 +17,9 @@ set -euo pipefail
 BUILD=${1:?usage: sim_calibrate.sh BUILD_DIR OUT.json}
 OUT=${2:?usage: sim_calibrate.sh BUILD_DIR OUT.json}
 D_MODEL=${D_MODEL:-64} LAYERS=${LAYERS:-2} HEADS=${HEADS:-2} D_FF=${D_FF:-256} VOCAB=${VOCAB:-14}
-PROMPT=${PROMPT:-7} NEW=${NEW:-33} SEQ=${SEQ:-40} MAX_POS=${MAX_POS:-128} ITERS=${ITERS:-3}
+PROMPT=${PROMPT:-7} NEW=${NEW:-33} MAX_POS=${MAX_POS:-128} ITERS=${ITERS:-3}
+BATCH=${BATCH:-128} TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128}  # tagflow train's default step: 16 prompts x 8
+TRAIN_ITERS=${TRAIN_ITERS:-8}  # more than ITERS: one step is 30-300 ms and this VM's speed wanders
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 B=$BUILD/tests/bench
@@ -30,10 +34,12 @@ mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP"
   -O prompt=$PROMPT -O new=$NEW -O py=0 -J "$TMP/gen_new.json" > "$TMP/gen_new.txt"
 mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
   -O prompt=$PROMPT -O new=1 -O py=0 -J "$TMP/gen_1.json" > "$TMP/gen_1.txt"
-echo "sim_calibrate: train_step_bench (seq $SEQ, 1 rank)" >&2
-TOK=$((4 * 4096))
-mpirun -n 1 "$B/train_step_bench" -b $TOK -e $TOK -n "$ITERS" -w 1 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$SEQ \
-  -J "$TMP/train.json" > "$TMP/train.txt"
+echo "sim_calibrate: train_step_bench ($BATCH sequences of $TRAIN_SEQS tokens, 1 rank)" >&2
+for L in $TRAIN_SEQS; do
+  TOK=$((BATCH * L))
+  mpirun -n 1 "$B/train_step_bench" -b $TOK -e $TOK -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
+    -J "$TMP/train_$L.json" > "$TMP/train_$L.txt"
+done
 echo "sim_calibrate: weight_sync_bench (2 ranks, 1 KiB and 4 MiB)" >&2
 mpirun -n 2 "$B/weight_sync_bench" -b 1K -e 4M -f 4096 -n 10 -w 2 -c 0 -O layout=flat -J "$TMP/sync.json" \
   > "$TMP/sync.txt"
@@ -47,8 +53,9 @@ g1 = {r["size"]: r["time_us"] * 1e-6 for r in ld("gen_1")}
 batches = sorted(set(gn) & set(g1))
 dec = [max(1e-7, (gn[b] - g1[b]) / (new - 1)) for b in batches]
 pre = g1[64] / (64 * p) if 64 in g1 else g1[batches[-1]] / (batches[-1] * p)
-tr = ld("train")[0]
-train_s = 1.0 / tr["tokens/s"]
+seqs = [int(x) for x in "$TRAIN_SEQS".split()]
+train_at = [1.0 / ld(f"train_{L}")[0]["tokens/s"] for L in seqs]
+train_s = train_at[len(train_at) // 2]  # for readers of the scalar; the points take precedence
 sy = sorted(ld("sync"), key=lambda r: r["size"])
 lat = sy[0]["time_us"] * 1e-6
 bw = (sy[-1]["size"] - sy[0]["size"]) / max(1e-9, (sy[-1]["time_us"] - sy[0]["time_us"]) * 1e-6)
@@ -57,10 +64,11 @@ params = 2 * V * d + P * d + L * (4 * d * d + 3 * d * F + 2 * d) + d
 cost = {"model_bytes": 4 * params, "train_padded": True,  # tagflow pads each local batch (train/grpo.cpp)
         "link": {"latency_s": lat, "bandwidth_Bps": bw},
         "hw": {"cpu": {"decode_batch": batches, "decode_s": dec, "prefill_s_per_token": pre,
-                       "train_s_per_token": train_s, "max_batch": 256,
+                       "train_s_per_token": train_s, "train_seq": seqs, "train_s_per_token_seq": train_at,
+                       "max_batch": 256,
                        "source": "sim_calibrate.sh: generate/train_step/weight_sync benches"}}}
 json.dump(cost, open(out, "w"), indent=1)
 print(f"sim_calibrate: decode step {', '.join(f'b{b} {s*1e3:.2f} ms' for b, s in zip(batches, dec))}; "
-      f"prefill {pre*1e6:.1f} us/token; train {train_s*1e6:.1f} us/token; link {lat*1e6:.0f} us + {bw/1e9:.2f} GB/s; "
+      f"prefill {pre*1e6:.1f} us/token; train {', '.join(f'L{L} {t*1e6:.1f}' for L, t in zip(seqs, train_at))} us/token; link {lat*1e6:.0f} us + {bw/1e9:.2f} GB/s; "
       f"model {4*params} bytes -> {out}")
 PY

@@ -42,7 +42,18 @@ def main():
     p = run(a, ["--nodes", "2", "--hw", "box:rollout:0.5;box:rollout,train:0.5", "--lengths", "longtail",
                 "--batch", "128", "--steps", "3", "--cost", cost])
     assert p.returncode == 0 and "box:rollout,train" in p.stdout, p.stdout + p.stderr
-    for bad in (["--nodes", "x"], ["--hw", "zz:rollout:1"], ["--modes", "fast"], ["--cost", "/nonexistent.json"],
+    # Measured lengths from a file (what sim_vs_real.sh passes): the table names it.
+    lens = os.path.join(a.workdir, "lengths.txt")
+    with open(lens, "w") as f:
+        f.write("\n".join(str(9 + 2 * (k % 7)) for k in range(98)) + "\n")
+    p = run(a, ["--nodes", "2", "--hw", "box:rollout:0.5;box:rollout,train:0.5", "--lengths", "file:" + lens,
+                "--batch", "64", "--steps", "2", "--cost", cost])
+    assert p.returncode == 0 and f"lengths file {lens} (98 lengths, mean 15.0)" in p.stdout, p.stdout + p.stderr
+    badlens = os.path.join(a.workdir, "badlengths.txt")
+    with open(badlens, "w") as f:
+        f.write("12\n-3\n")
+    for bad in (["--lengths", "file:" + badlens], ["--lengths", "file:/nonexistent/l.txt"],
+                ["--nodes", "x"], ["--hw", "zz:rollout:1"], ["--modes", "fast"], ["--cost", "/nonexistent.json"],
                 ["--median", "0"]):
         p = run(a, bad)
         err = [l for l in p.stderr.splitlines() if l.strip()]

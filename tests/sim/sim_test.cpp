@@ -4,7 +4,11 @@
 // cost model and cost file, and one-line errors for bad options. Small configurations: seconds.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -344,6 +348,55 @@ TEST(Sim, Lengths) {
     EXPECT_NEAR(v[v.size() / 2], 7, 2);  // the task's p50 7
 }
 
+TEST(Sim, LengthsFromAFile) {
+    // --lengths file:PATH: measured response lengths (tests/bench/sim_vs_real.sh writes them from a
+    // calibration run), drawn uniformly by the same hash of seed and sample id.
+    char dir[] = "/tmp/sim_lengths_XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string good = std::string(dir) + "/good.txt";
+    std::ofstream(good) << "5 7\n9\n\n 121\n";
+    Workload w;
+    w.lengths = "file";
+    w.length_table = load_lengths(good);
+    ASSERT_EQ(w.length_table, (std::vector<int32_t>{5, 7, 9, 121}));
+    std::set<int32_t> seen;
+    for (int64_t i = 0; i < 2000; ++i) seen.insert(response_length(w, 3, i));
+    EXPECT_EQ(seen, (std::set<int32_t>{5, 7, 9, 121}));
+    EXPECT_EQ(response_length(w, 3, 17), response_length(w, 3, 17));  // a hash, not a stream
+    w.max_new = 8;
+    for (int64_t i = 0; i < 200; ++i) EXPECT_LE(response_length(w, 3, i), 8);
+    // The longer the lengths, the longer a padded train step: the file's lengths are used.
+    SimConfig c = small("sync", 4);
+    CostModel cost = default_costs();
+    cost.train_padded = true;
+    const double wall_default = simulate(c, cost).wall;
+    const std::string longf = std::string(dir) + "/long.txt";
+    std::ofstream(longf) << "400\n";
+    c.work.lengths = "file";
+    c.work.length_table = load_lengths(longf);
+    EXPECT_GT(simulate(c, cost).wall, wall_default);
+    // Bad files: one line naming the file.
+    const std::string empty = std::string(dir) + "/empty.txt", word = std::string(dir) + "/word.txt",
+                      zero = std::string(dir) + "/zero.txt";
+    std::ofstream(empty) << "\n  \n";
+    std::ofstream(word) << "5\n7 seven\n";
+    std::ofstream(zero) << "3 0\n";
+    for (const std::string& bad : {std::string(dir) + "/missing.txt", empty, word, zero}) {
+        try {
+            load_lengths(bad);
+            ADD_FAILURE() << "accepted " << bad;
+        } catch (const ConfigError& e) {
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+        }
+    }
+    EXPECT_NE(parse_error({"--lengths", "file:" + word}).find("'seven'"), std::string::npos);
+    EXPECT_EQ(parse_error({"--lengths", "file:" + good}), "");
+    for (const char* f : {"good.txt", "long.txt", "empty.txt", "word.txt", "zero.txt"})
+        unlink((std::string(dir) + "/" + f).c_str());
+    rmdir(dir);
+}
+
 TEST(Sim, CostModel) {
     CostModel m = default_costs();
     const HwCost& h = m.at("h100");
@@ -379,6 +432,30 @@ TEST(Sim, CostModel) {
     ASSERT_TRUE(padded.train_padded);
     EXPECT_GT(simulate(small("sync", 8), padded).wall, simulate(small("sync", 8), packed).wall);
     EXPECT_THROW(merge_cost_json(padded, R"({"train_padded": 1})", "p"), ConfigError);
+    // Training cost per token by sequence length (sim_calibrate.sh measures it at 16..128 tokens):
+    // linear between the points, constant beyond them; without points the scalar.
+    CostModel bylen = default_costs();
+    EXPECT_DOUBLE_EQ(bylen.at("cpu").train_per_token(50), bylen.at("cpu").train_s_per_token);
+    merge_cost_json(bylen, R"({"hw": {"cpu": {"train_seq": [16, 64], "train_s_per_token_seq": [2e-4, 1e-4]}}})", "l");
+    const HwCost& c = bylen.at("cpu");
+    EXPECT_DOUBLE_EQ(c.train_per_token(8), 2e-4);
+    EXPECT_DOUBLE_EQ(c.train_per_token(16), 2e-4);
+    EXPECT_NEAR(c.train_per_token(40), 1.5e-4, 1e-12);
+    EXPECT_DOUBLE_EQ(c.train_per_token(1000), 1e-4);
+    CostModel rt = default_costs();
+    merge_cost_json(rt, to_json(bylen), "roundtrip");
+    EXPECT_EQ(rt.at("cpu").train_seq, c.train_seq);
+    EXPECT_EQ(rt.at("cpu").train_s_per_token_seq, c.train_s_per_token_seq);
+    for (const char* bad : {R"({"hw": {"x": {"train_seq": [16]}}})",
+                            R"({"hw": {"x": {"train_seq": [16, 8], "train_s_per_token_seq": [1e-4, 1e-4]}}})",
+                            R"({"hw": {"x": {"train_seq": [16], "train_s_per_token_seq": [0]}}})"}) {
+        try {
+            merge_cost_json(bylen, bad, "g.json");
+            ADD_FAILURE() << "accepted " << bad;
+        } catch (const ConfigError& e) {
+            EXPECT_NE(std::string(e.what()).find("g.json"), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(Sim, BadOptionsGiveOneLineErrors) {
