@@ -76,6 +76,18 @@ int main(int argc, char** argv) {
     tagflow::sched::maybe_reexec_for_openblas(argv);
     if (train) tagflow::ckpt::install_requeue_signals();
     int rank = 0, size = 1;
+    // Any other error aborts the whole job at once. MPI_Abort must come before `env` goes out of
+    // scope: its MPI_Finalize runs HDF5's close callbacks, which wait in a barrier for ranks that
+    // are still in the run (a rank that threw after the first collective hung there, run file open).
+    auto fatal = [&](const char* what) {
+        fprintf(stderr, "[tagflow %d/%d] fatal: %s\n", rank, size, what);
+        fflush(stderr);
+        int initialized = 0, finalized = 0;
+        MPI_Initialized(&initialized);
+        MPI_Finalized(&finalized);
+        if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    };
     try {
         tagflow::MpiEnvironment env(argc, argv);
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -87,14 +99,10 @@ int main(int argc, char** argv) {
             // Same error on every rank: one line from rank 0, exit 2 everywhere.
             if (rank == 0 && e.what()[0] != '\0') tagflow::log_error("%s", e.what());
             return 2;
+        } catch (const std::exception& e) {
+            return fatal(e.what());
         }
     } catch (const std::exception& e) {
-        fprintf(stderr, "[tagflow %d/%d] fatal: %s\n", rank, size, e.what());
-        fflush(stderr);
-        int initialized = 0, finalized = 0;
-        MPI_Initialized(&initialized);
-        MPI_Finalized(&finalized);
-        if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-        return 1;
+        return fatal(e.what());
     }
 }

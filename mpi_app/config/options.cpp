@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +76,10 @@ po::options_description describe(Options& o) {
         ("top-p", val(&o.top_p), "nucleus sampling threshold in (0, 1]")
         ("top-k", val(&o.top_k), "sample among the k most likely tokens (0 = no limit)")
         ("max-new-tokens", val(&o.max_new_tokens), "response token limit (0 = the task's own limit)")
+        ("response-lengths", val(&o.response_lengths),
+         "policy (EOS ends a response) or lognormal:MEDIAN:P99RATIO (every response is exactly a length "
+         "drawn per sample, capped at --max-new-tokens; EOS does not stop it: a fixed length distribution "
+         "for throughput benchmarks; single-turn tasks)")
         ("max-batch", val(&o.max_batch), "rollout engine slots per rank: sequences decoding together "
                                          "(a finished one's slot is refilled at once)");
     po::options_description train("Train");
@@ -218,6 +223,7 @@ void validate(const Options& o) {
     check_range<double>("rollout-ahead", o.rollout_ahead, 0.0, 1000.0);
     check_range<int32_t>("staleness", o.staleness, 0, 1 << 20);
     check_choice("stale", o.stale, {"drop", "weight"});
+    parse_response_lengths(o.response_lengths);
     check_range<int32_t>("digits", o.digits, 0, 32);
     check_range<int32_t>("threads", o.threads, 0, 1024);
     check_range<int32_t>("d-model", o.d_model, 8, 8192);
@@ -463,6 +469,29 @@ std::string to_table(const ParseResult& r) {
         s += line;
     }
     return s;
+}
+
+ResponseLengths parse_response_lengths(const std::string& spec) {
+    ResponseLengths r;
+    if (spec == "policy") return r;
+    const std::string what = "--response-lengths '" + spec + "': ";
+    if (spec.rfind("lognormal:", 0) != 0) throw ConfigError(what + "expected policy or lognormal:MEDIAN:P99RATIO");
+    const std::string rest = spec.substr(10);
+    const size_t colon = rest.find(':');
+    if (colon == std::string::npos) throw ConfigError(what + "expected lognormal:MEDIAN:P99RATIO (e.g. lognormal:32:10)");
+    auto num = [&](const std::string& t, const char* name, double lo) {
+        char* end = nullptr;
+        errno = 0;
+        const double x = std::strtod(t.c_str(), &end);
+        if (t.empty() || errno != 0 || *end != '\0' || !std::isfinite(x) || x < lo || x > 1e6)
+            throw ConfigError(what + name + " '" + t + "' must be a number in [" + std::to_string(static_cast<int>(lo)) +
+                              ", 1e6]");
+        return x;
+    };
+    r.median = num(rest.substr(0, colon), "MEDIAN", 1);
+    r.p99_ratio = num(rest.substr(colon + 1), "P99RATIO", 1);
+    r.forced = true;
+    return r;
 }
 
 }  // namespace tagflow::config

@@ -14,6 +14,16 @@
 
 namespace tagflow::config {
 
+/// --response-lengths: "policy" (the policy ends a response with EOS, the task's limit caps it) or
+/// "lognormal:MEDIAN:P99RATIO" (every response is exactly its drawn length: EOS does not stop it —
+/// a fixed length distribution for throughput benchmarks, as vLLM's ignore_eos).
+struct ResponseLengths {
+    bool forced = false;
+    double median = 32, p99_ratio = 10;
+};
+/// Throws ConfigError with one line naming --response-lengths and the problem.
+ResponseLengths parse_response_lengths(const std::string& spec);
+
 struct Options {
     // ---- run ----
     std::string out;          // run directory; the run file is out/tagflow.h5
@@ -51,6 +61,7 @@ struct Options {
     double top_p = 1.0;
     int32_t top_k = 0;           // 0 = no top-k filtering
     int32_t max_new_tokens = 0;  // 0 = the task's own limit
+    std::string response_lengths = "policy";  // policy (EOS ends a response) or lognormal:MEDIAN:P99RATIO
     int32_t max_batch = 256;     // rollout engine slots per rank (continuous batching)
     // ---- train ----
     std::string algo = "grpo";   // grpo, ppo (GAE + critic), rloo, reinforce_pp

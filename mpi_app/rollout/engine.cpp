@@ -339,7 +339,9 @@ double evaluate(model::LlamaModel& model, const Task& task, int64_t n_prompts, i
     if (n_prompts <= 0) return 0.0;
     GenParams greedy;
     greedy.temperature = 0.0;
-    greedy.max_tokens = task.max_response_tokens();
+    // The task's limit, or less when the model was sized for less (tagflow train --max-new-tokens).
+    greedy.max_tokens = static_cast<int32_t>(std::min<int64_t>(
+        task.max_response_tokens(), model->config().max_position_embeddings + 1 - task.max_prompt_tokens()));
     greedy.stop_ids = {task.eos_token()};
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i = 0; i < n_prompts; ++i) prompts.push_back(task.eval_prompt(first + i));

@@ -444,12 +444,7 @@ class AsyncScheduler final : public Scheduler {
                 rollout::GenRequest rq;
                 rq.id = id;
                 rq.prompt = prompt;
-                rq.params.temperature = opt_.temperature;
-                rq.params.top_p = opt_.top_p;
-                rq.params.top_k = opt_.top_k;
-                rq.params.max_tokens = max_new_;
-                rq.params.stop_ids = {task_->eos_token()};
-                rq.params.seed = rollout::derive_seed(static_cast<uint64_t>(opt_.seed), static_cast<uint64_t>(id));
+                rq.params = rollout_params(opt_, *task_, max_new_, id);
                 groups_of_[id] = g;
                 if (agent_) start_session(rq);  // multi-turn: this is the session's first turn
                 else engine_->submit(std::move(rq));

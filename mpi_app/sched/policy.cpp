@@ -73,6 +73,26 @@ int train_priority(const TrainPriority& prio, int rank, uint32_t tags) {
     return t == prio.by_tags.end() ? 1 : t->second;
 }
 
+uint64_t mix64(uint64_t x) {  // splitmix64's finaliser
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+uint64_t sample_hash(uint64_t seed, int64_t id) { return mix64(mix64(seed ^ 0x51a7ULL) ^ static_cast<uint64_t>(id)); }
+
+double unit_interval(uint64_t x) { return (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+int32_t lognormal_length(double median, double p99_ratio, double cap, uint64_t seed, int64_t id) {
+    const uint64_t h = sample_hash(seed, id);
+    const double sigma = std::log(p99_ratio) / 2.3263478740408408;  // Box-Muller
+    const double u1 = unit_interval(h), u2 = unit_interval(mix64(h ^ 0xb0c5ULL));
+    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    const double len = std::round(median * std::exp(sigma * z));
+    return static_cast<int32_t>(std::max(1.0, std::min(cap, len)));
+}
+
 std::string default_mode(const std::string& ckpt_mode, std::string& why) {
     why.clear();
     if (ckpt_mode.empty() || ckpt_mode == "multiplex") return "multiplex";

@@ -46,6 +46,16 @@ std::string default_mode(const std::string& ckpt_mode, std::string& why);
 /// ranks' extra samples shorten the wait for complete groups: no cap. 0 = no cap.
 int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators, int64_t training_generators);
 
+/// A sample's response-length draw is a hash of the seed and the sample id (so every mode, rank
+/// count and the simulator see the same lengths): sample_hash and its uniform in (0, 1).
+uint64_t mix64(uint64_t x);
+uint64_t sample_hash(uint64_t seed, int64_t id);
+double unit_interval(uint64_t hash);
+/// Lognormal response length of sample `id`: median m, p99 = ratio x m (sigma = ln(ratio) /
+/// z_0.99), rounded, in [1, cap]. --response-lengths lognormal:M:R and `tagflow sim --lengths
+/// lognormal` both draw with it.
+int32_t lognormal_length(double median, double p99_ratio, double cap, uint64_t seed, int64_t id);
+
 /// Ranks that --min-rollout-frac keeps in rollout in a job of n ranks: the fraction rounded down.
 int min_rollout_ranks(const config::Options& opt, int n);
 

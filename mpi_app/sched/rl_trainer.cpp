@@ -19,7 +19,9 @@
 #include "common/mpi_env.hpp"
 #include "config/options.hpp"
 #include "model/value_model.hpp"
+#include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
+#include "sched/policy.hpp"
 #include "train/algorithms.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/workers.hpp"
@@ -311,6 +313,23 @@ void RlTrainer::load_state(const std::string& dir) {
     if (m.actor) load_engine(m.actor->engine(), dir, "actor_state.pt");
     if (m.ref) load_engine(m.ref->engine(), dir, "reference_state.pt");
     if (m.critic) load_engine(m.critic->engine(), dir, "critic_state.pt");
+}
+
+rollout::GenParams rollout_params(const config::Options& opt, const rollout::Task& task, int32_t max_new, int64_t id) {
+    rollout::GenParams p;
+    p.temperature = opt.temperature;
+    p.top_p = opt.top_p;
+    p.top_k = opt.top_k;
+    p.seed = rollout::derive_seed(static_cast<uint64_t>(opt.seed), static_cast<uint64_t>(id));
+    const config::ResponseLengths lengths = config::parse_response_lengths(opt.response_lengths);
+    if (lengths.forced) {
+        p.max_tokens = policy::lognormal_length(lengths.median, lengths.p99_ratio, max_new,
+                                                static_cast<uint64_t>(opt.seed), id);
+    } else {
+        p.max_tokens = max_new;
+        p.stop_ids = {task.eos_token()};
+    }
+    return p;
 }
 
 model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions) {

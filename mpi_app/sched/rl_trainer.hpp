@@ -3,7 +3,8 @@
 // reinforce_pp): reference log-probs (KL), critic values (ppo), advantages over the whole
 // batch, the actor update on the train group and the critic update on the critic group, with
 // the per-sample data exchanged between those groups. Built on train/workers.hpp.
-// Also make_policy(), the policy every mode trains. Does not generate, write the run file or
+// Also make_policy(), the policy every mode trains, and rollout_params(), how every mode samples
+// one training sample. Does not generate, write the run file or
 // sync weights (the schedulers do).
 #pragma once
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "io/run_file.hpp"
 #include "model/llama.hpp"
+#include "rollout/engine.hpp"
 #include "sched/exchange.hpp"
 
 namespace tagflow::config {
@@ -31,6 +33,13 @@ namespace tagflow::sched {
 /// Llama-family decoder sized by the options with the task's vocabulary and `positions`
 /// positions. Same weights on every rank (same seed).
 model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions);
+
+/// The sampling parameters of training sample `id` in every mode: the options' temperature /
+/// top-p / top-k, a random stream from the run seed and the id (so a sample does not depend on
+/// the rank count or the batch it ran in), at most `max_new` tokens ending at the task's EOS —
+/// or, with --response-lengths lognormal:M:R, exactly its drawn length (policy::lognormal_length,
+/// capped at max_new) with no stop token.
+rollout::GenParams rollout_params(const config::Options& opt, const rollout::Task& task, int32_t max_new, int64_t id);
 
 /// What one step's training reports (valid on the train root; the critic fields on the
 /// critic group's first rank).

@@ -300,12 +300,7 @@ class SyncScheduler final : public Scheduler {
             rollout::GenRequest rq;
             rq.id = static_cast<int64_t>(i);
             rq.prompt = prompts[i];
-            rq.params.temperature = opt_.temperature;
-            rq.params.top_p = opt_.top_p;
-            rq.params.top_k = opt_.top_k;
-            rq.params.max_tokens = max_new_;
-            rq.params.stop_ids = {task_->eos_token()};
-            rq.params.seed = rollout::derive_seed(static_cast<uint64_t>(opt_.seed), static_cast<uint64_t>(ids[i]));
+            rq.params = rollout_params(opt_, *task_, max_new_, ids[i]);
             engine_->submit(std::move(rq));
         }
         mine.resize(prompts.size());

@@ -176,6 +176,10 @@ int train_command(int argc, char** argv) {
     rollout::TaskParams task_params;
     task_params.digits = opt.digits;
     std::unique_ptr<rollout::Task> task = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), task_params);
+    if (config::parse_response_lengths(opt.response_lengths).forced && rollout::as_agent_loop(*task))
+        throw ConfigError("--response-lengths " + opt.response_lengths + ": task " + opt.task +
+                          " is multi-turn (its sessions end by the agent loop's rules); forced lengths are for "
+                          "single-turn tasks");
     // So is a --model checkpoint: config.json and every safetensors header (names, shapes,
     // sizes), on every rank, so bad weights leave no run directory behind.
     if (!opt.model.empty()) {

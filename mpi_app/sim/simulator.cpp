@@ -78,20 +78,9 @@ std::vector<int> group_counts(const std::vector<NodeGroup>& groups, int nodes) {
     return c;
 }
 
-namespace {
-
-uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-double unit(uint64_t x) { return (static_cast<double>(x >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-
-}  // namespace
 
 int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
-    const uint64_t h = mix64(mix64(seed ^ 0x51a7ULL) ^ static_cast<uint64_t>(id));
+    const uint64_t h = sched::policy::sample_hash(seed, id);
     if (w.lengths == "file") {
         if (w.length_table.empty()) throw ConfigError("lengths file: no lengths loaded");
         const int32_t len = w.length_table[h % w.length_table.size()];
@@ -107,17 +96,13 @@ int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
             c.back() = 1.0;
             return c;
         }();
-        const int n = 1 + static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), unit(h)) - cdf.begin());
+        const int n = 1 + static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), sched::policy::unit_interval(h)) - cdf.begin());
         const int32_t len = 2 * std::min(n, 60) + 1;
         return w.max_new > 0 ? std::min(len, w.max_new) : len;
     }
-    // Lognormal: median m, p99 = ratio x m  =>  sigma = ln(ratio) / z_0.99. Box-Muller.
-    const double sigma = std::log(w.p99_ratio) / 2.3263478740408408;
-    const double u1 = unit(h), u2 = unit(mix64(h ^ 0xb0c5ULL));
-    const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    // Lognormal, drawn as tagflow train --response-lengths lognormal:M:R draws it.
     const double cap = w.max_new > 0 ? w.max_new : std::ceil(4.0 * w.median * w.p99_ratio);
-    const double len = std::round(w.median * std::exp(sigma * z));
-    return static_cast<int32_t>(std::max(1.0, std::min(cap, len)));
+    return sched::policy::lognormal_length(w.median, w.p99_ratio, cap, seed, id);
 }
 
 std::vector<int32_t> load_lengths(const std::string& path) {

@@ -4,8 +4,9 @@
 number of training steps (each step trains prompts-per-step x group-size samples), 2 ranks
 "0=rollout;1=rollout,train". Prints trained samples/s, final reward (mean of the last 3 steps),
 samples dropped as stale, and the rollout-only rank 0's idle and generating fractions of the run,
-with samples/s relative to the first mode (sync), trained tokens/s and every rank's idle fraction
-(all over the span of the training steps). tests/bench/modes_e2e.sh runs it with issue 6's setting.
+with samples/s relative to the first mode (sync), trained tokens/s, the tokens the trainer
+computes per trained sample (each step's batch padded to its longest sample) and every rank's
+idle fraction (all over the span of the training steps). tests/bench/modes_e2e.sh runs it with issue 6's setting.
 
     measure_modes.py --tagflow BIN --workdir DIR [--task longtail] [--steps 20] [-- extra args]
 """
@@ -59,9 +60,17 @@ def measure(a, mode, extra):
         resp = np.add.reduceat(f["samples"]["loss_mask"][()].astype(np.int64), off[:-1]) if len(off) > 1 else np.zeros(0)
         by_id = dict(zip(f["samples"]["id"][()].tolist(), resp.tolist()))
         tokens = int(sum(by_id.get(int(i), 0) for i in ids))
+        # What the trainer computes: it pads each step's batch to its longest sample (prompt +
+        # response), so padded tokens per trained sample = sum over steps of n x longest / n.
+        total = dict(zip(f["samples"]["id"][()].tolist(), np.diff(off).tolist()))
+        steps_of = f["consumed"]["step"][()][w > 0]
+        padded = 0
+        for s in np.unique(steps_of):
+            lens = [total.get(int(i), 0) for i in ids[steps_of == s]]
+            padded += len(lens) * max(lens)
         ev = f["eval"]["score"][()]
     return dict(mode=mode, trained=trained, sps=trained / span, tps=tokens / span, reward=reward, reward_se=reward_se,
-                dropped=int(np.sum(w == 0)), idle0=idle0, idle=idle, gen0=gen0,
+                pad=padded / max(1, len(ids)), dropped=int(np.sum(w == 0)), idle0=idle0, idle=idle, gen0=gen0,
                 eval=float(ev[-1]) if len(ev) else float("nan"), wall=wall, span=span)
 
 
@@ -81,11 +90,11 @@ def main():
     base = rows[0]
     print(f"task {a.task}, {a.steps} steps, seed {a.seed}, 2 ranks '0=rollout;1=rollout,train', extra {a.extra}")
     print(f"{'mode':14s} {'trained':>8s} {'samples/s':>10s} {'vs ' + base['mode'][:5]:>8s} {'tokens/s':>9s} "
-          f"{'reward(last3)':>14s} {'eval':>6s} {'dropped':>8s} {'idle per rank':>16s} {'rank0 gen':>9s} {'run s':>7s}")
+          f"{'padded/sample':>13s} {'reward(last3)':>14s} {'eval':>6s} {'dropped':>8s} {'idle per rank':>16s} {'rank0 gen':>9s} {'run s':>7s}")
     for r in rows:
         idle = " ".join(f"{100 * v:.1f}%" for _, v in sorted(r["idle"].items()))
         print(f"{r['mode']:14s} {r['trained']:8d} {r['sps']:10.1f} {r['sps'] / base['sps']:8.2f} {r['tps']:9.0f} "
-              f"{r['reward']:14.3f} {r['eval']:6.3f} {r['dropped']:8d} {idle:>16s} {100 * r['gen0']:8.1f}% {r['span']:7.1f}")
+              f"{r['pad']:13.1f} {r['reward']:14.3f} {r['eval']:6.3f} {r['dropped']:8d} {idle:>16s} {100 * r['gen0']:8.1f}% {r['span']:7.1f}")
     if a.json:
         import json
         with open(a.json, "w") as fp:

@@ -8,7 +8,9 @@ every rank to its tags), multiplex4 (4 ranks with mixed tags over many role swit
 trained twice or lost, no overlap, monotone steps and versions, every member saw the same train
 group at every switch), bad_usage (tags a mode cannot run with, bad option values), fresh_weights
 (the rollout-only rank generates with the weights it was sent, in every mode), critic_ranks
-(PPO with the critic on ranks tagged critic in the async modes, checkpointed and resumed).
+(PPO with the critic on ranks tagged critic in the async modes, checkpointed and resumed),
+fixed_lengths (--response-lengths lognormal:M:R: every sample, in every mode, is exactly the
+length policy::lognormal_length draws for its id, as `tagflow sim --lengths lognormal` draws it).
 Each case prints what it checked and exits non-zero on failure.
 """
 import argparse
@@ -213,6 +215,19 @@ def case_bad_usage(a):
         _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
         check(p.returncode == 2 and needle in p.stderr,
               f"{' '.join(args)}: exit 2 naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
+    # An error on one rank after the first collective (the run file is open on every rank) aborts
+    # the whole job at once: here the gateway's port is taken, which only its rank finds out.
+    # (It used to hang: MPI_Finalize ran HDF5's close callbacks, a barrier, before MPI_Abort.)
+    import socket
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        _, p, wall = train(a, "bad", 2, ["--mode", "multiplex", "--rank-tags", TWO, "--steps", "2",
+                                         "--gateway", f"127.0.0.1:{port}"], timeout=60)
+    check(p.returncode != 0 and "Address already in use" in p.stderr and "fatal" in p.stderr and wall < 30,
+          f"a rank-local error after the first collective aborts the job in {wall:.1f}s "
+          f"(rc {p.returncode}: {p.stderr.strip()[:160]})")
 
 
 def case_fresh_weights(a):
@@ -277,6 +292,56 @@ def case_critic_ranks(a):
         check(h6 != h4, f"{name}: the critic state moved between steps 4 and 6 ({h4[:12]} -> {h6[:12]})")
         with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
             common_checks(f, name + " resumed", works, 6)
+
+
+M64 = (1 << 64) - 1
+
+
+def mix64(x):
+    """sched/policy.cpp's mix64 (splitmix64's finaliser) in Python."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def lognormal_length(median, ratio, cap, seed, sid):
+    """policy::lognormal_length: the length --response-lengths lognormal:MEDIAN:RATIO forces."""
+    import math
+    h = mix64(mix64(seed ^ 0x51A7) ^ (sid & M64))
+    unit = lambda v: ((v >> 11) + 0.5) / 9007199254740992.0
+    z = math.sqrt(-2.0 * math.log(unit(h))) * math.cos(6.283185307179586 * unit(mix64(h ^ 0xB0C5)))
+    return int(max(1.0, min(cap, round(median * math.exp(math.log(ratio) / 2.3263478740408408 * z)))))
+
+
+def case_fixed_lengths(a):
+    lengths = {}
+    for mode in ("sync", "multiplex"):
+        out = train_ok(a, f"fixed_{mode}", 2, ["--mode", mode, "--rank-tags", TWO, "--steps", "3", "--seed", "7",
+                                                "--task", "longtail", "--response-lengths", "lognormal:6:8",
+                                                "--max-new-tokens", "20"])
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            common_checks(f, mode, {1}, 3)
+            ids = f["samples"]["id"][()]
+            n = tagflow_run.response_lengths(f)
+            want = np.array([lognormal_length(6, 8, 20, 7, int(i)) for i in ids])
+            check(len(ids) > 0 and np.array_equal(n, want),
+                  f"{mode}: all {len(ids)} responses have their drawn lengths (first {n[:8].tolist()}, "
+                  f"max {n.max()} <= 20, {int(np.sum(n != want))} differ)")
+            fin = set(tagflow_run._decode(f["samples"]["finish_reason"]).tolist())
+            check(fin == {"length"}, f"{mode}: every response ends by length, EOS does not stop it ({fin})")
+            check(int(np.sum(n == 20)) >= 1 and int(np.sum(n < 6)) >= 1, f"{mode}: a long tail (capped) and short ones")
+            lengths[mode] = dict(zip(ids.tolist(), n.tolist()))
+    both = set(lengths["sync"]) & set(lengths["multiplex"])
+    check(both and all(lengths["sync"][i] == lengths["multiplex"][i] for i in both),
+          f"the same sample id has the same length in both modes ({len(both)} ids)")
+    for args, needle in [(["--response-lengths", "lognormal:6"], "--response-lengths"),
+                         (["--response-lengths", "uniform"], "--response-lengths"),
+                         (["--response-lengths", "lognormal:6:0.5"], "P99RATIO"),
+                         (["--response-lengths", "lognormal:6:8", "--task", "calc"], "multi-turn")]:
+        _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
+        check(p.returncode == 2 and needle in p.stderr,
+              f"{' '.join(args)}: exit 2 naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
 
 
 def main():
