@@ -27,19 +27,42 @@ for b in generate_bench train_step_bench weight_sync_bench; do
   [ -x "$B/$b" ] || { echo "sim_calibrate.sh: $B/$b missing (cmake --build $BUILD --target $b)" >&2; exit 2; }
 done
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+LOADPID=
+trap '[ -n "$LOADPID" ] && kill "$LOADPID" 2>/dev/null; rm -rf "$TMP"' EXIT
 M=(-O d_model=$D_MODEL -O layers=$LAYERS -O heads=$HEADS -O kv_heads=$HEADS -O vocab=$VOCAB)
-echo "sim_calibrate: generate_bench (batch 1..256, new $NEW and 1)" >&2
+# BUSY=1: each benchmark runs while the other workload keeps the other core busy (generation
+# during the train benchmark, training during the generation benchmark), as one rank generates
+# while the other trains in the 2-rank runs. Default 0 (alone). Measured 2026-11-30: next to a
+# busy core a training token costs ~2x what it costs alone (145-165 vs 60-85 us), while the real
+# 2-rank runs pay ~1.4x (112 us at ~290 tokens): alone under-, BUSY=1 over-estimates it.
+busy() {  # busy gen|train: start the background load; unbusy stops it
+  [ "${BUSY:-0}" = 1 ] || return 0
+  if [ "$1" = gen ]; then
+    mpirun -n 1 "$B/generate_bench" -b 256 -e 256 -n 100000 -w 0 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
+      -O prompt=$PROMPT -O new=$NEW -O py=0 > /dev/null 2>&1 &
+  else
+    mpirun -n 1 "$B/train_step_bench" -b $((BATCH * 64)) -e $((BATCH * 64)) -n 100000 -w 0 -c 0 "${M[@]}" \
+      -O d_ff=$D_FF -O seq=64 > /dev/null 2>&1 &
+  fi
+  LOADPID=$!
+  sleep 2
+}
+unbusy() { [ -z "$LOADPID" ] || { kill "$LOADPID" 2>/dev/null; wait "$LOADPID" 2>/dev/null || true; LOADPID=; }; }
+echo "sim_calibrate: generate_bench (batch 1..256, new $NEW and 1; BUSY=${BUSY:-0})" >&2
+busy train
 mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
   -O prompt=$PROMPT -O new=$NEW -O py=0 -J "$TMP/gen_new.json" > "$TMP/gen_new.txt"
 mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
   -O prompt=$PROMPT -O new=1 -O py=0 -J "$TMP/gen_1.json" > "$TMP/gen_1.txt"
+unbusy
 echo "sim_calibrate: train_step_bench ($BATCH sequences of $TRAIN_SEQS tokens, 1 rank)" >&2
+busy gen
 for L in $TRAIN_SEQS; do
   TOK=$((BATCH * L))
   mpirun -n 1 "$B/train_step_bench" -b $TOK -e $TOK -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
     -J "$TMP/train_$L.json" > "$TMP/train_$L.txt"
 done
+unbusy
 echo "sim_calibrate: weight_sync_bench (2 ranks, 1 KiB and 4 MiB)" >&2
 mpirun -n 2 "$B/weight_sync_bench" -b 1K -e 4M -f 4096 -n 10 -w 2 -c 0 -O layout=flat -J "$TMP/sync.json" \
   > "$TMP/sync.txt"

@@ -1,45 +1,64 @@
 #!/bin/bash
 # SPDX-License-Identifier: Apache-2.0
 # sim_vs_real.sh: the simulator against real runs it was not fitted to (issue 6 point 5).
-#   1. lengths: one sync run of the compared configuration with another seed (LENGTH_SEED,
-#      default SEED + 1000): its samples' response lengths become the simulator's length
-#      distribution (the real policy answers longer than the longtail task's targets, and its
-#      lengths move as it learns). It is not one of the compared runs.
-#   then ROUNDS times (default 3; this VM's speed moves +-25% between minutes, so one round is a
-#   coin toss at a 25% goal):
-#   2. calibrate: tests/bench/sim_calibrate.sh (microbenchmarks only) -> cost file
-#   3. real: tests/sched/measure_modes.py — sync, disaggregated, multiplex on 2 ranks
-#      "0=rollout;1=rollout,train", longtail task, same seed and steps
-#   4. predict: `tagflow sim` for the same configuration (2 cpu nodes, those lengths, batch
-#      16 x 8, the same steps) with this round's costs
-#   5. print predicted vs measured samples/s per mode and round, and the median ratio per mode
-#      (goal: within 25%), then the simulator's headline at scale (default hw h100 multi-tag + t4
-#      rollout-only, lognormal median 32, p99 10x): multiplex vs sync at 32 nodes (goal >= 2x)
-#      and multiplex scaling efficiency 32 -> 200 nodes (goal >= 85%).
-# A benchmark, not a ctest (timings are noisy; ~2 minutes a round). Usage:
+# The workload is modes_e2e.sh's: longtail, 2 ranks "0=rollout;1=rollout,train", 8 prompts x 8
+# per step, 20 steps, with a fixed response-length distribution (LENGTHS, default
+# lognormal:32:10 capped at MAX_NEW 320: `tagflow train --response-lengths` and `tagflow sim
+# --lengths lognormal` draw the same length for a sample id, so both see the same workload).
+# With LENGTHS=policy the policy ends its responses (16 prompts x 8, 30 steps), and the
+# simulator's lengths come from one more sync run with another seed (LENGTH_SEED, default
+# SEED + 1000; not one of the compared runs), since the real policy answers longer than the
+# task's targets and its lengths move as it learns.
+# Then ROUNDS times (default 3; this VM's speed moves +-25% between minutes, so one round is a
+# coin toss at a 25% goal):
+#   1. calibrate: tests/bench/sim_calibrate.sh (microbenchmarks only) -> cost file
+#   2. real: tests/sched/measure_modes.py — sync, disaggregated, multiplex, same seed and steps
+#   3. predict: `tagflow sim` for the same configuration with this round's costs
+# and prints predicted vs measured samples/s per mode and round and the median ratio per mode
+# (goal: within 25%), then the simulator's headline at scale (default hw h100 multi-tag + t4
+# rollout-only, lognormal median 32, p99 10x): multiplex vs sync at 32 nodes (goal >= 2x) and
+# multiplex scaling efficiency 32 -> 200 nodes (goal >= 85%).
+# A benchmark, not a ctest (timings are noisy; ~2-3 minutes a round). Usage:
 #   tests/bench/sim_vs_real.sh BUILD_DIR [WORKDIR]
-# Environment: STEPS (30), SEED (1), ROUNDS (3), COST (an existing cost file: no calibration),
-#   LENGTHS (an existing lengths file, integers: skip step 1), LENGTH_SEED,
-#   SIM_BIN (binary with `sim`, default BUILD/mpi_app/tagflow), REAL_BIN (binary for the real
-#   runs, default SIM_BIN), BENCH_BUILD (build dir with the benches, default BUILD_DIR),
-#   REUSE_REAL=1 (keep each round's real.txt and runs from an earlier call: predictions only).
+# Environment: LENGTHS (lognormal:32:10 or policy), MAX_NEW (320), STEPS, PROMPTS, GROUP, SEED (1),
+#   ROUNDS (3), COST (an existing cost file: no calibration), LENGTHS_FILE (policy: an existing
+#   lengths file, integers), LENGTH_SEED, SIM_BIN (binary with `sim`, default
+#   BUILD/mpi_app/tagflow), REAL_BIN (binary for the real runs, default SIM_BIN), BENCH_BUILD
+#   (build dir with the benches, default BUILD_DIR), REUSE_REAL=1 (keep each round's real.txt
+#   and runs from an earlier call: predictions only).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=${1:?usage: sim_vs_real.sh BUILD_DIR [WORKDIR]}
 WORK=${2:-$BUILD/sim-vs-real}
-STEPS=${STEPS:-30} SEED=${SEED:-1} ROUNDS=${ROUNDS:-3}
+LENGTHS=${LENGTHS:-lognormal:32:10} MAX_NEW=${MAX_NEW:-320} SEED=${SEED:-1} ROUNDS=${ROUNDS:-3}
+if [ "$LENGTHS" = policy ]; then
+  STEPS=${STEPS:-30} PROMPTS=${PROMPTS:-16} GROUP=${GROUP:-8}
+  REAL_ARGS=(--prompts-per-step "$PROMPTS" --group-size "$GROUP")
+  export TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128}
+else
+  IFS=: read -r kind MEDIAN RATIO <<< "$LENGTHS"
+  [ "$kind" = lognormal ] && [ -n "$RATIO" ] || { echo "sim_vs_real.sh: LENGTHS=$LENGTHS: policy or lognormal:M:R" >&2; exit 2; }
+  STEPS=${STEPS:-20} PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8}
+  REAL_ARGS=(--prompts-per-step "$PROMPTS" --group-size "$GROUP" --response-lengths "$LENGTHS" --max-new-tokens "$MAX_NEW")
+  SIM_LENGTHS=(--lengths lognormal --median "$MEDIAN" --p99-ratio "$RATIO" --max-new "$MAX_NEW")
+  export TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128 256 $((MAX_NEW + 7))}
+fi
+export BATCH=$((PROMPTS * GROUP))
 SIM_BIN=${SIM_BIN:-$BUILD/mpi_app/tagflow}
 REAL_BIN=${REAL_BIN:-$SIM_BIN}
 BENCH_BUILD=${BENCH_BUILD:-$BUILD}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$WORK"
 echo "== load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-if [ -z "${LENGTHS:-}" ]; then
-  LENGTHS=$WORK/lengths.txt LSEED=${LENGTH_SEED:-$((SEED + 1000))}
+if [ "$LENGTHS" = policy ] && [ -n "${LENGTHS_FILE:-}" ]; then
+  SIM_LENGTHS=(--lengths "file:$LENGTHS_FILE")
+elif [ "$LENGTHS" = policy ]; then
+  LENGTHS_FILE=$WORK/lengths.txt LSEED=${LENGTH_SEED:-$((SEED + 1000))}
+  SIM_LENGTHS=(--lengths "file:$LENGTHS_FILE")
   echo "== lengths: a sync run with seed $LSEED (not compared): tests/sched/measure_modes.py"
   /usr/bin/python3 "$HERE/../sched/measure_modes.py" --tagflow "$REAL_BIN" --workdir "$WORK/lengths" \
-    --task longtail --steps "$STEPS" --seed "$LSEED" --modes sync
-  PYTHONPATH="$HERE/../../share/python" /usr/bin/python3 - "$WORK/lengths/measure_sync/tagflow.h5" "$LENGTHS" <<'PY'
+    --task longtail --steps "$STEPS" --seed "$LSEED" --modes sync -- "${REAL_ARGS[@]}"
+  PYTHONPATH="$HERE/../../share/python" /usr/bin/python3 - "$WORK/lengths/measure_sync/tagflow.h5" "$LENGTHS_FILE" <<'PY'
 import sys
 import numpy as np
 import tagflow_run
@@ -61,22 +80,23 @@ for r in $(seq 1 "$ROUNDS"); do
     cat "$R/real.txt"
   else
     /usr/bin/python3 "$HERE/../sched/measure_modes.py" --tagflow "$REAL_BIN" --workdir "$R/real" --task longtail \
-      --steps "$STEPS" --seed "$SEED" | tee "$R/real.txt"
+      --steps "$STEPS" --seed "$SEED" -- "${REAL_ARGS[@]}" | tee "$R/real.txt"
   fi
   "$SIM_BIN" sim --nodes 2 --hw "cpu:rollout:0.5;cpu:rollout,train:0.5" --modes sync,disaggregated,multiplex \
-    --lengths "file:$LENGTHS" --prompt-tokens 7 --batch 128 --group-size 8 --steps "$STEPS" --seed "$SEED" \
+    "${SIM_LENGTHS[@]}" --prompt-tokens 7 --batch "$BATCH" --group-size "$GROUP" --steps "$STEPS" --seed "$SEED" \
     --cost "$cost" --json "$R/sim_small.json" | tee "$R/sim_small.txt"
 done
 echo "== simulator headline (default hardware mix, lognormal median 32, p99 10x)"
 "$SIM_BIN" sim --nodes 32,200 --modes sync,multiplex --median 32 --p99-ratio 10 --seed "$SEED" \
   --json "$WORK/sim_scale.json" | tee "$WORK/sim_scale.txt"
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-/usr/bin/python3 - "$WORK" "$ROUNDS" <<'PY'
+/usr/bin/python3 - "$WORK" "$ROUNDS" "$LENGTHS" <<'PY'
 import json, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 modes = ("sync", "disaggregated", "multiplex")
 ratio = {m: [] for m in modes}
-print("\nsim vs real, 2 ranks '0=rollout;1=rollout,train', longtail: samples/s measured / predicted (ratio)")
+print(f"\nsim vs real, 2 ranks '0=rollout;1=rollout,train', longtail, lengths {sys.argv[3]}: "
+      "samples/s measured / predicted (ratio)")
 print(f"{'round':>5s} " + " ".join(f"{m:>26s}" for m in modes) + f" {'mux/sync real':>14s} {'sim':>6s}")
 for r in range(1, rounds + 1):
     real = {}
