@@ -76,16 +76,17 @@ int main(int argc, char** argv) {
     tagflow::sched::maybe_reexec_for_openblas(argv);
     if (train) tagflow::ckpt::install_requeue_signals();
     int rank = 0, size = 1;
-    // Any other error aborts the whole job at once. MPI_Abort must come before `env` goes out of
-    // scope: its MPI_Finalize runs HDF5's close callbacks, which wait in a barrier for ranks that
-    // are still in the run (a rank that threw after the first collective hung there, run file open).
+    // Any other error aborts the whole job at once (a single process just exits 1 after its one
+    // line). MPI_Abort must come before `env` goes out of scope: its MPI_Finalize runs HDF5's
+    // close callbacks, which wait in a barrier for ranks that are still in the run (a rank that
+    // threw after the first collective hung there, run file open).
     auto fatal = [&](const char* what) {
         fprintf(stderr, "[tagflow %d/%d] fatal: %s\n", rank, size, what);
         fflush(stderr);
         int initialized = 0, finalized = 0;
         MPI_Initialized(&initialized);
         MPI_Finalized(&finalized);
-        if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+        if (initialized && !finalized && size > 1) MPI_Abort(MPI_COMM_WORLD, 1);
         return 1;
     };
     try {

@@ -99,6 +99,27 @@ double num(const nlohmann::json& j, const char* key, double dflt, const std::str
     return v;
 }
 
+// A measured curve: arrays `xk` (>= 1, ascending) and `yk` (seconds > 0) of the same nonzero
+// length, both or neither. Leaves x and y alone when neither is given.
+void read_points(const nlohmann::json& h, const char* xk, const char* yk, const char* xname, const std::string& w,
+                 std::vector<double>& x, std::vector<double>& y) {
+    if (!h.contains(xk) && !h.contains(yk)) return;
+    if (!h.contains(xk) || !h.contains(yk) || !h[xk].is_array() || !h[yk].is_array() || h[xk].size() != h[yk].size() ||
+        h[xk].empty())
+        throw ConfigError(w + ": \"" + xk + "\" and \"" + yk + "\" must be arrays of the same nonzero length");
+    x.clear();
+    y.clear();
+    for (size_t i = 0; i < h[xk].size(); ++i) {
+        if (!h[xk][i].is_number() || !h[yk][i].is_number())
+            throw ConfigError(w + ": \"" + xk + "\" points must be numbers");
+        const double a = h[xk][i].get<double>(), b = h[yk][i].get<double>();
+        if (!(a >= 1) || !(b > 0) || (!x.empty() && a <= x.back()))
+            throw ConfigError(w + ": \"" + xk + "\" points need " + xname + " >= 1 ascending and seconds > 0");
+        x.push_back(a);
+        y.push_back(b);
+    }
+}
+
 }  // namespace
 
 void merge_cost_json(CostModel& m, const std::string& text, const std::string& what) {
@@ -127,40 +148,9 @@ void merge_cost_json(CostModel& m, const std::string& text, const std::string& w
             const std::string w = what + " hw." + name;
             if (!h.is_object()) throw ConfigError(w + ": must be an object");
             HwCost c = m.hw.count(name) ? m.hw[name] : HwCost{};
-            if (h.contains("decode_batch") || h.contains("decode_s")) {
-                if (!h.contains("decode_batch") || !h.contains("decode_s") || !h["decode_batch"].is_array() ||
-                    !h["decode_s"].is_array() || h["decode_batch"].size() != h["decode_s"].size() ||
-                    h["decode_s"].empty())
-                    throw ConfigError(w + ": \"decode_batch\" and \"decode_s\" must be arrays of the same nonzero length");
-                c.decode_batch.clear();
-                c.decode_s.clear();
-                for (size_t i = 0; i < h["decode_s"].size(); ++i) {
-                    if (!h["decode_batch"][i].is_number() || !h["decode_s"][i].is_number())
-                        throw ConfigError(w + ": decode points must be numbers");
-                    const double b = h["decode_batch"][i].get<double>(), s = h["decode_s"][i].get<double>();
-                    if (!(b >= 1) || !(s > 0) || (!c.decode_batch.empty() && b <= c.decode_batch.back()))
-                        throw ConfigError(w + ": decode points need batches >= 1 ascending and seconds > 0");
-                    c.decode_batch.push_back(b);
-                    c.decode_s.push_back(s);
-                }
-            }
-            if (h.contains("train_seq") || h.contains("train_s_per_token_seq")) {
-                if (!h.contains("train_seq") || !h.contains("train_s_per_token_seq") || !h["train_seq"].is_array() ||
-                    !h["train_s_per_token_seq"].is_array() ||
-                    h["train_seq"].size() != h["train_s_per_token_seq"].size() || h["train_seq"].empty())
-                    throw ConfigError(w + ": \"train_seq\" and \"train_s_per_token_seq\" must be arrays of the same nonzero length");
-                c.train_seq.clear();
-                c.train_s_per_token_seq.clear();
-                for (size_t i = 0; i < h["train_seq"].size(); ++i) {
-                    if (!h["train_seq"][i].is_number() || !h["train_s_per_token_seq"][i].is_number())
-                        throw ConfigError(w + ": train points must be numbers");
-                    const double L = h["train_seq"][i].get<double>(), s = h["train_s_per_token_seq"][i].get<double>();
-                    if (!(L >= 1) || !(s > 0) || (!c.train_seq.empty() && L <= c.train_seq.back()))
-                        throw ConfigError(w + ": train points need sequence lengths >= 1 ascending and seconds > 0");
-                    c.train_seq.push_back(L);
-                    c.train_s_per_token_seq.push_back(s);
-                }
-            }
+            read_points(h, "decode_batch", "decode_s", "batches", w, c.decode_batch, c.decode_s);
+            read_points(h, "train_seq", "train_s_per_token_seq", "sequence lengths", w, c.train_seq,
+                        c.train_s_per_token_seq);
             c.prefill_s_per_token = num(h, "prefill_s_per_token", c.prefill_s_per_token, w, false);
             c.train_s_per_token = num(h, "train_s_per_token", c.train_s_per_token, w, true);
             const double mb = num(h, "max_batch", c.max_batch, w, true);

@@ -19,6 +19,7 @@ OUT=${2:?usage: sim_calibrate.sh BUILD_DIR OUT.json}
 D_MODEL=${D_MODEL:-64} LAYERS=${LAYERS:-2} HEADS=${HEADS:-2} D_FF=${D_FF:-256} VOCAB=${VOCAB:-14}
 PROMPT=${PROMPT:-7} NEW=${NEW:-33} MAX_POS=${MAX_POS:-128} ITERS=${ITERS:-3}
 BATCH=${BATCH:-128} TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128}  # tagflow train's default step: 16 prompts x 8
+ENTROPY=${ENTROPY:-0.01}  # tagflow train's --entropy-coef; its model has learned absolute positions too
 TRAIN_ITERS=${TRAIN_ITERS:-8}  # more than ITERS: one step is 30-300 ms and this VM's speed wanders
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -60,6 +61,7 @@ busy gen
 for L in $TRAIN_SEQS; do
   TOK=$((BATCH * L))
   mpirun -n 1 "$B/train_step_bench" -b $TOK -e $TOK -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
+    -O entropy=$ENTROPY -O abs_positions=1 \
     -J "$TMP/train_$L.json" > "$TMP/train_$L.txt"
 done
 unbusy

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "bench_common.hpp"
@@ -48,14 +49,19 @@ void setup(BenchState& s) {
     d.vocab = c.vocab_size = s.args->opt_int("vocab", 64);
     d.seq = s.args->opt_int("seq", 32);
     c.max_position_embeddings = d.seq;
+    c.abs_positions = s.args->opt_int("abs_positions", 0) != 0;
     d.policy = model::LlamaModel(c, 1);
     for (const auto& p : d.policy->parameters()) d.params += static_cast<double>(p.numel());
     train::EngineConfig ec;
     ec.optim.lr = 1e-4;
     ec.micro_batch = s.args->opt_int("micro_batch", 1 << 20);
     ec.bf16 = dtype == "bf16";
-    d.actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(d.policy), ec),
-                                                   train::ActorConfig{});
+    train::ActorConfig ac;
+    const std::string ent = s.args->opt("entropy", "0");
+    char* end = nullptr;
+    ac.entropy_coef = std::strtod(ent.c_str(), &end);
+    if (end == ent.c_str() || *end != '\0' || !(ac.entropy_coef >= 0)) throw ConfigError("-O entropy=" + ent + ": expected a number >= 0");
+    d.actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(d.policy), ec), ac);
     d.comm = std::make_unique<train::MpiCollectives>(MPI_COMM_WORLD, size_t{32} << 20);
     d.gemm_gflops = sched::measure_gemm_gflops(0.2);
 }
@@ -109,7 +115,7 @@ BenchOp make_op() {
     op.name = "train_step";
     op.description =
         "one actor step of the Llama policy (fwd+bwd+allreduce+AdamW), tokens/s; "
-        "-O dtype=fp32|bf16 d_model= layers= heads= kv_heads= d_ff= vocab= seq= micro_batch=";
+        "-O dtype=fp32|bf16 d_model= layers= heads= kv_heads= d_ff= vocab= seq= micro_batch= entropy= abs_positions=";
     op.type = "token";
     op.elem_size = 4;  // -b/-e are bytes: 4 bytes per token id
     op.setup = setup;
@@ -120,7 +126,9 @@ BenchOp make_op() {
         "-O dtype=fp32|bf16     bf16: autocast forward/backward, fp32 master weights (default fp32)",
         "-O d_model=N layers=N heads=N kv_heads=N d_ff=N vocab=N   model (default 128/2/4/2/256/64)",
         "-O seq=N               tokens per sequence, half prompt and half response (default 32)",
-        "-O micro_batch=N       sequences per forward/backward (default: all of the rank's share)"};
+        "-O micro_batch=N       sequences per forward/backward (default: all of the rank's share)",
+        "-O entropy=C           entropy bonus coefficient (default 0; tagflow train's default is 0.01)",
+        "-O abs_positions=0|1   learned absolute positions beside RoPE (default 0; tagflow train's model: 1)"};
     op.extra_columns = {"tokens/s", "GFLOP/s/rk", "gemm/rk", "util"};
     op.extras = extras;
     return op;
