@@ -3,7 +3,6 @@
 // Thin entry point: subcommand dispatch and the error policy. Bad usage (found identically on
 // every rank before anything is written) returns 2 everywhere; any other error after the
 // first collective aborts the whole job so no rank is left waiting.
-#include <malloc.h>
 #include <mpi.h>
 
 #include <cstdio>
@@ -15,6 +14,7 @@
 #include "ckpt/signals.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/malloc_tuning.hpp"
 #include "common/mpi_env.hpp"
 #include "profile/trace_command.hpp"
 #include "rollout/generate_command.hpp"
@@ -70,15 +70,7 @@ int dispatch(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // A training step allocates tens of MB at a time (attention scores: 64 x 2 x 327^2 floats =
-    // 55 MB per layer). With glibc's defaults that memory goes back to the OS after the step
-    // (munmap, heap trimming) and is page-faulted in again by the next one: a 1-rank sync run
-    // trained at 92-97 us per padded token, 58-65 with the memory kept (share/doc/sim.md). Keep
-    // it — a fixed 32 MiB mmap threshold, no trimming below 2 GiB — unless the user tuned malloc.
-    if (!std::getenv("MALLOC_MMAP_THRESHOLD_") && !std::getenv("MALLOC_TRIM_THRESHOLD_") && !std::getenv("GLIBC_TUNABLES")) {
-        mallopt(M_MMAP_THRESHOLD, 32 << 20);
-        mallopt(M_TRIM_THRESHOLD, 2147483647);
-    }
+    tagflow::keep_freed_memory();  // before anything allocates: see common/malloc_tuning.hpp
     // `tagflow train`: SIGTERM/SIGUSR1 set the requeue flag from the very start (ckpt/signals.hpp),
     // so one that arrives during start-up is acted on at the first step boundary, not fatal; held
     // (blocked, pending) across the OpenBLAS re-exec, whose new image starts with default actions.

@@ -13,6 +13,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/malloc_tuning.hpp"
 #include "common/mpi_env.hpp"
 
 namespace tagflow::bench {
@@ -248,6 +249,7 @@ int run_sweep(const BenchOp& op, const BenchArgs& a) {
 }  // namespace
 
 int bench_main(int argc, char** argv, const BenchOp& op) {
+    keep_freed_memory();  // as tagflow does: the simulator is calibrated from these benches
     MpiEnvironment env(argc, argv);
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
