@@ -151,6 +151,7 @@ void merge_cost_json(CostModel& m, const std::string& text, const std::string& w
             read_points(h, "decode_batch", "decode_s", "batches", w, c.decode_batch, c.decode_s);
             read_points(h, "train_seq", "train_s_per_token_seq", "sequence lengths", w, c.train_seq,
                         c.train_s_per_token_seq);
+            c.decode_s_per_ctx_token = num(h, "decode_s_per_ctx_token", c.decode_s_per_ctx_token, w, false);
             c.prefill_s_per_token = num(h, "prefill_s_per_token", c.prefill_s_per_token, w, false);
             c.train_s_per_token = num(h, "train_s_per_token", c.train_s_per_token, w, true);
             const double mb = num(h, "max_batch", c.max_batch, w, true);
@@ -177,9 +178,13 @@ std::string to_json(const CostModel& m) {
     j["train_padded"] = m.train_padded;
     j["link"] = {{"latency_s", m.latency_s}, {"bandwidth_Bps", m.bandwidth_Bps}};
     for (const auto& [k, c] : m.hw) {
-        j["hw"][k] = {{"decode_batch", c.decode_batch},           {"decode_s", c.decode_s},
-                      {"prefill_s_per_token", c.prefill_s_per_token}, {"train_s_per_token", c.train_s_per_token},
-                      {"max_batch", c.max_batch},                 {"source", c.source}};
+        j["hw"][k] = {{"decode_batch", c.decode_batch},
+                      {"decode_s", c.decode_s},
+                      {"decode_s_per_ctx_token", c.decode_s_per_ctx_token},
+                      {"prefill_s_per_token", c.prefill_s_per_token},
+                      {"train_s_per_token", c.train_s_per_token},
+                      {"max_batch", c.max_batch},
+                      {"source", c.source}};
         if (!c.train_seq.empty()) {
             j["hw"][k]["train_seq"] = c.train_seq;
             j["hw"][k]["train_s_per_token_seq"] = c.train_s_per_token_seq;

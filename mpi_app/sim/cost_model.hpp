@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // cost_model: what one node of a hardware type costs in virtual seconds — a decode step as a
-// function of the batch (piecewise linear in measured points), prefill per prompt token, training
+// function of the batch (piecewise linear in measured points) plus its attention, linear in the
+// context the batch's sequences attend to, prefill per prompt token, training
 // per token, and the link (latency + bytes / bandwidth) the weight broadcast and the gradient
 // all-reduce cross. Built-in defaults for "h100", "t4" and "cpu"; a JSON cost file (written by
 // tests/bench/sim_calibrate.sh, format in share/doc/sim.md) adds or overrides types.
@@ -15,6 +16,12 @@ namespace tagflow::sim {
 struct HwCost {
     std::vector<double> decode_batch{1, 256};  // batch sizes, ascending
     std::vector<double> decode_s{1e-3, 2e-3};  // seconds of one decode step at each batch
+    /// Attention's share of a decode step: seconds per context token attended to, summed over
+    /// the batch (a sequence at position p reads p cached keys/values per layer). A step of
+    /// sequences at positions p_i costs decode(batch) + decode_s_per_ctx_token * sum(p_i); with
+    /// long-tailed lengths the long sequences pile up in the batch and this term dominates.
+    /// 0 (the default): decode_s holds all of it.
+    double decode_s_per_ctx_token = 0;
     double prefill_s_per_token = 1e-5;
     double train_s_per_token = 1e-4;
     /// Optional: training seconds per token measured at these sequence lengths (ascending; the
@@ -25,8 +32,10 @@ struct HwCost {
     std::string source = "default";
 
     /// Seconds of one decode step of `batch` sequences: linear between the points, extrapolated
-    /// linearly beyond the last two; 0 for batch 0.
+    /// linearly beyond the last two; 0 for batch 0. Without the context term (decode_step adds it).
     double decode(double batch) const;
+    /// Seconds of one decode step of `batch` sequences attending to `context` tokens in all.
+    double decode_step(double batch, double context) const { return decode(batch) + decode_s_per_ctx_token * context; }
     /// Training seconds per token for sequences of `seq` tokens: train_s_per_token, or the
     /// train_seq points (linear between them, constant beyond the ends).
     double train_per_token(double seq) const;

@@ -16,6 +16,7 @@
 #include <map>
 #include <queue>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "cluster/tags.hpp"
@@ -136,7 +137,10 @@ struct Node {
     // engine
     int64_t nstep = 0;
     int active = 0;
-    std::priority_queue<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>, std::greater<>> fin;
+    int64_t ctx_base = 0;  // sum over active sequences of (prompt tokens - engine step admitted)
+    // (the step it finishes in, sample id, the step it was admitted in), soonest first
+    using Fin = std::tuple<int64_t, int64_t, int64_t>;
+    std::priority_queue<Fin, std::vector<Fin>, std::greater<>> fin;
     std::deque<int64_t> waiting;  // sample ids submitted, not admitted
     int64_t version = 0;
     int64_t pending_version = -1;
@@ -239,23 +243,28 @@ private:
             const int64_t id = n.waiting.front();
             n.waiting.pop_front();
             const int32_t len = response_length(cfg_.work, cfg_.seed, id);
-            n.fin.push({n.nstep + len - 1, id});
+            n.fin.push({n.nstep + len - 1, id, n.nstep});
             ++n.active;
+            n.ctx_base += cfg_.work.prompt_tokens - n.nstep;
             prefill += cfg_.work.prompt_tokens;
             GroupRec& rec = groups_[id / G_];
             rec.version = std::min(rec.version, n.version);
             rec.tokens += cfg_.work.prompt_tokens + len;
             rec.max_tokens = std::max<int64_t>(rec.max_tokens, cfg_.work.prompt_tokens + len);
         }
-        return n.hw->decode(n.active) + n.hw->prefill_s_per_token * static_cast<double>(prefill);
+        // Every active sequence attends to its prompt and the tokens it has generated so far.
+        const int64_t context = n.ctx_base + static_cast<int64_t>(n.active) * n.nstep;
+        return n.hw->decode_step(n.active, static_cast<double>(context)) +
+               n.hw->prefill_s_per_token * static_cast<double>(prefill);
     }
     // Ends an engine step: finished samples leave; completed groups are returned.
     void end_step(Node& n, std::vector<int64_t>& done_groups) {
         ++n.nstep;
-        while (!n.fin.empty() && n.fin.top().first < n.nstep) {
-            const int64_t id = n.fin.top().second;
+        while (!n.fin.empty() && std::get<0>(n.fin.top()) < n.nstep) {
+            const int64_t id = std::get<1>(n.fin.top()), admitted = std::get<2>(n.fin.top());
             n.fin.pop();
             --n.active;
+            n.ctx_base -= cfg_.work.prompt_tokens - admitted;
             ++res_.generated;
             GroupRec& rec = groups_[id / G_];
             if (--rec.remaining == 0) done_groups.push_back(id / G_);

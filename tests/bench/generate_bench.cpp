@@ -8,6 +8,8 @@
 // (2 x matmul params + attention, per token) gives `util`. #wrong: tokens that differ from the
 // Python loop where its top-2 logit gap is >= 1e-3 (a smaller gap is a legitimate float tie),
 // plus logprobs that differ by > 1e-3. One rank only: the engine is per rank.
+// -O temperature=T (> 0, with -O py=0): samples as `tagflow train` does (temperature T, a seed
+// per request) instead of greedy; sim_calibrate.sh measures the decode step that way.
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <torch/torch.h>
@@ -44,6 +46,7 @@ struct Data {
     double py_tok_s = NAN, py_best = NAN, gemm = 0, flops_per_request = 0;
     double best_sec = 1e30;  ///< fastest run() of this size
     int32_t new_tokens = 0;
+    double temperature = 0;  ///< 0 = greedy
 };
 
 model::HfConfig bench_config(const BenchArgs& a, int64_t positions) {
@@ -57,6 +60,7 @@ model::HfConfig bench_config(const BenchArgs& a, int64_t positions) {
     c.intermediate_size = a.opt_int("ffn", 3 * c.hidden_size);
     c.vocab_size = a.opt_int("vocab", 512);
     c.max_position_embeddings = positions;
+    c.abs_positions = a.opt_int("abs_positions", 0) != 0;  // tagflow train's size-built models have them
     c.rope_theta = 10000.0;
     c.rms_norm_eps = 1e-5;
     return c;
@@ -75,6 +79,13 @@ void setup(BenchState& s) {
     if (auto* f = reinterpret_cast<SetThreads*>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
     const int64_t P = a.opt_int("prompt", 16);
     d.new_tokens = static_cast<int32_t>(a.opt_int("new", 32));
+    const std::string temp = a.opt("temperature", "0");
+    char* end = nullptr;
+    d.temperature = std::strtod(temp.c_str(), &end);
+    if (end == temp.c_str() || *end != '\0' || !(d.temperature >= 0) || d.temperature > 100)
+        throw ConfigError("-O temperature=" + temp + ": expected a number in [0, 100] (0 = greedy)");
+    if (d.temperature > 0 && a.opt_int("py", 1) != 0)
+        throw ConfigError("-O temperature=" + temp + ": sampled tokens cannot be checked against the greedy Python loop; add -O py=0");
     const auto B = static_cast<int64_t>(s.count);
     const model::HfConfig c = bench_config(a, P + d.new_tokens + 8);
     d.model = model::LlamaModel(c, 0);
@@ -127,7 +138,8 @@ void run(BenchState& s) {
         rollout::GenRequest r;
         r.id = static_cast<int64_t>(i);
         r.prompt = d.prompts[i];
-        r.params.temperature = 0;
+        r.params.temperature = d.temperature;
+        r.params.seed = static_cast<uint64_t>(i) + 1;
         r.params.max_tokens = d.new_tokens;
         d.engine->submit(std::move(r));
     }

@@ -4,7 +4,11 @@
 # file for `tagflow sim --cost` (hardware type "cpu"; format in share/doc/sim.md). Not a ctest.
 #   generate_bench   (1 rank)  engine time per iteration at batches 1..256 for new=NEW and new=1
 #                              tokens: decode step(b) = (T(b,NEW) - T(b,1)) / (NEW - 1),
-#                              prefill per prompt token = T(64,1) / (64 x PROMPT)
+#                              prefill per prompt token = T(64,1) / (64 x PROMPT); and at batch
+#                              256 for new=LONG (default 129): the attention cost per context
+#                              token, c = (step(256,LONG) - step(256,NEW)) / (256 (LONG-NEW) / 2)
+#                              (a step at new=N attends to PROMPT + N/2 positions per sequence on
+#                              average); decode_s(b) is then step(b) less c b (PROMPT + NEW/2)
 #   train_step_bench (1 rank)  seconds per token of one actor step on BATCH sequences of 16, 32,
 #                              64 and 128 tokens (TRAIN_SEQS) -> the per-token cost by sequence
 #                              length (short sequences pay the per-step overhead, long ones attention)
@@ -17,9 +21,10 @@ set -euo pipefail
 BUILD=${1:?usage: sim_calibrate.sh BUILD_DIR OUT.json}
 OUT=${2:?usage: sim_calibrate.sh BUILD_DIR OUT.json}
 D_MODEL=${D_MODEL:-64} LAYERS=${LAYERS:-2} HEADS=${HEADS:-2} D_FF=${D_FF:-256} VOCAB=${VOCAB:-14}
-PROMPT=${PROMPT:-7} NEW=${NEW:-33} MAX_POS=${MAX_POS:-128} ITERS=${ITERS:-3}
+PROMPT=${PROMPT:-7} NEW=${NEW:-33} LONG=${LONG:-129} MAX_POS=${MAX_POS:-128} ITERS=${ITERS:-3}
 BATCH=${BATCH:-128} TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128}  # tagflow train's default step: 16 prompts x 8
 ENTROPY=${ENTROPY:-0.01}  # tagflow train's --entropy-coef; its model has learned absolute positions too
+TEMPERATURE=${TEMPERATURE:-1}
 TRAIN_ITERS=${TRAIN_ITERS:-8}  # more than ITERS: one step is 30-300 ms and this VM's speed wanders
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
@@ -31,18 +36,26 @@ TMP=$(mktemp -d)
 LOADPID=
 trap '[ -n "$LOADPID" ] && kill "$LOADPID" 2>/dev/null; rm -rf "$TMP"' EXIT
 M=(-O d_model=$D_MODEL -O layers=$LAYERS -O heads=$HEADS -O kv_heads=$HEADS -O vocab=$VOCAB)
-# BUSY=1: each benchmark runs while the other workload keeps the other core busy (generation
-# during the train benchmark, training during the generation benchmark), as one rank generates
-# while the other trains in the 2-rank runs. Default 0 (alone). Measured 2026-11-30: next to a
-# busy core a training token costs ~2x what it costs alone (145-165 vs 60-85 us), while the real
-# 2-rank runs pay ~1.4x (112 us at ~290 tokens): alone under-, BUSY=1 over-estimates it.
+# The engine as tagflow train runs it: sampling at --temperature (TEMPERATURE, default 1), learned
+# absolute positions (greedy decoding and no positions measured the step 10-15% cheaper).
+GEN=(-O temperature=$TEMPERATURE -O abs_positions=1)
+# The single-rank benchmarks run on core 0 (taskset), as mpirun would bind them. BUSY=1: each
+# runs while the other workload keeps core 1 busy (generation during the train benchmark,
+# training during the generation benchmark), as one rank generates while the other trains in the
+# 2-rank runs. Default 0 (alone). Until 2026-11-30 the background load was bound to core 0 as
+# well (mpirun binds every job's rank 0 there), so BUSY=1 measured two jobs time-sharing one core
+# (2x), not the neighbour's effect: on core 1, training at 64 x 100 tokens does not slow a
+# batch-256 generation measurably (92.3 vs 80.7-95.4 ms an iteration alone).
+one() { local core=$1; shift; mpirun -n 1 --bind-to none taskset -c "$core" "$@"; }
 busy() {  # busy gen|train: start the background load; unbusy stops it
   [ "${BUSY:-0}" = 1 ] || return 0
+  [ "$(nproc)" -ge 2 ] || { echo "sim_calibrate.sh: BUSY=1 needs 2 cores" >&2; exit 2; }
+  mkdir -p "$TMP/bg"
   if [ "$1" = gen ]; then
-    mpirun -n 1 "$B/generate_bench" -b 256 -e 256 -n 100000 -w 0 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
-      -O prompt=$PROMPT -O new=$NEW -O py=0 > /dev/null 2>&1 &
+    one 1 "$B/generate_bench" -b 256 -e 256 -n 100000 -w 0 -c 0 -d "$TMP/bg" "${M[@]}" -O ffn=$D_FF \
+      -O prompt=$PROMPT -O new=$NEW -O py=0 "${GEN[@]}" > /dev/null 2>&1 &
   else
-    mpirun -n 1 "$B/train_step_bench" -b $((BATCH * 64)) -e $((BATCH * 64)) -n 100000 -w 0 -c 0 "${M[@]}" \
+    one 1 "$B/train_step_bench" -b $((BATCH * 64)) -e $((BATCH * 64)) -n 100000 -w 0 -c 0 "${M[@]}" \
       -O d_ff=$D_FF -O seq=64 > /dev/null 2>&1 &
   fi
   LOADPID=$!
@@ -51,16 +64,18 @@ busy() {  # busy gen|train: start the background load; unbusy stops it
 unbusy() { [ -z "$LOADPID" ] || { kill "$LOADPID" 2>/dev/null; wait "$LOADPID" 2>/dev/null || true; LOADPID=; }; }
 echo "sim_calibrate: generate_bench (batch 1..256, new $NEW and 1; BUSY=${BUSY:-0})" >&2
 busy train
-mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
-  -O prompt=$PROMPT -O new=$NEW -O py=0 -J "$TMP/gen_new.json" > "$TMP/gen_new.txt"
-mpirun -n 1 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
-  -O prompt=$PROMPT -O new=1 -O py=0 -J "$TMP/gen_1.json" > "$TMP/gen_1.txt"
+one 0 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
+  -O prompt=$PROMPT -O new=$NEW -O py=0 "${GEN[@]}" -J "$TMP/gen_new.json" > "$TMP/gen_new.txt"
+one 0 "$B/generate_bench" -b 1 -e 256 -f 4 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
+  -O prompt=$PROMPT -O new=1 -O py=0 "${GEN[@]}" -J "$TMP/gen_1.json" > "$TMP/gen_1.txt"
+one 0 "$B/generate_bench" -b 256 -e 256 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}" -O ffn=$D_FF \
+  -O prompt=$PROMPT -O new=$LONG -O py=0 "${GEN[@]}" -J "$TMP/gen_long.json" > "$TMP/gen_long.txt"
 unbusy
 echo "sim_calibrate: train_step_bench ($BATCH sequences of $TRAIN_SEQS tokens, 1 rank)" >&2
 busy gen
 for L in $TRAIN_SEQS; do
   TOK=$((BATCH * L))
-  mpirun -n 1 "$B/train_step_bench" -b $TOK -e $TOK -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
+  one 0 "$B/train_step_bench" -b $TOK -e $TOK -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
     -O entropy=$ENTROPY -O abs_positions=1 \
     -J "$TMP/train_$L.json" > "$TMP/train_$L.txt"
 done
@@ -76,7 +91,12 @@ new, p = $NEW, $PROMPT
 gn = {r["size"]: r["time_us"] * 1e-6 for r in ld("gen_new")}
 g1 = {r["size"]: r["time_us"] * 1e-6 for r in ld("gen_1")}
 batches = sorted(set(gn) & set(g1))
-dec = [max(1e-7, (gn[b] - g1[b]) / (new - 1)) for b in batches]
+step = {b: (gn[b] - g1[b]) / (new - 1) for b in batches}
+gl = ld("gen_long")[0]
+bl = gl["size"]
+long_step = (gl["time_us"] * 1e-6 - g1[bl]) / ($LONG - 1)
+ctx = max(0.0, (long_step - step[bl]) / (bl * ($LONG - new) / 2))
+dec = [max(1e-7, step[b] - ctx * b * (p + new / 2)) for b in batches]
 pre = g1[64] / (64 * p) if 64 in g1 else g1[batches[-1]] / (batches[-1] * p)
 seqs = [int(x) for x in "$TRAIN_SEQS".split()]
 train_at = [1.0 / ld(f"train_{L}")[0]["tokens/s"] for L in seqs]
@@ -88,12 +108,14 @@ d, L, V, F, P = $D_MODEL, $LAYERS, $VOCAB, $D_FF, $MAX_POS
 params = 2 * V * d + P * d + L * (4 * d * d + 3 * d * F + 2 * d) + d
 cost = {"model_bytes": 4 * params, "train_padded": True,  # tagflow pads each local batch (train/grpo.cpp)
         "link": {"latency_s": lat, "bandwidth_Bps": bw},
-        "hw": {"cpu": {"decode_batch": batches, "decode_s": dec, "prefill_s_per_token": pre,
+        "hw": {"cpu": {"decode_batch": batches, "decode_s": dec, "decode_s_per_ctx_token": ctx,
+                       "prefill_s_per_token": pre,
                        "train_s_per_token": train_s, "train_seq": seqs, "train_s_per_token_seq": train_at,
                        "max_batch": 256,
                        "source": "sim_calibrate.sh: generate/train_step/weight_sync benches"}}}
 json.dump(cost, open(out, "w"), indent=1)
-print(f"sim_calibrate: decode step {', '.join(f'b{b} {s*1e3:.2f} ms' for b, s in zip(batches, dec))}; "
+print(f"sim_calibrate: decode step {', '.join(f'b{b} {s*1e3:.2f} ms' for b, s in zip(batches, dec))} "
+      f"+ {ctx*1e9:.1f} ns per context token (b{bl}: {step[bl]*1e3:.2f} ms at new {new}, {long_step*1e3:.2f} at {$LONG}); "
       f"prefill {pre*1e6:.1f} us/token; train {', '.join(f'L{L} {t*1e6:.1f}' for L, t in zip(seqs, train_at))} us/token; link {lat*1e6:.0f} us + {bw/1e9:.2f} GB/s; "
       f"model {4*params} bytes -> {out}")
 PY

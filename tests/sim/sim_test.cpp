@@ -458,6 +458,54 @@ TEST(Sim, CostModel) {
     }
 }
 
+TEST(Sim, AttentionCostFollowsTheContext) {
+    // decode_s_per_ctx_token: a decode step costs decode(batch) + c x the positions its
+    // sequences attend to. One node, sync, one group of 8 responses of exactly L tokens: the
+    // rollout is L engine steps with every sequence at position P + s in step s, so the term
+    // adds steps x 8 x (L P + L (L - 1) / 2) x c seconds to the run and nothing else.
+    CostModel cost;
+    cost.model_bytes = 1;
+    merge_cost_json(cost, R"({"hw": {"x": {"decode_batch": [1, 256], "decode_s": [1e-6, 1e-6],
+        "prefill_s_per_token": 0, "train_s_per_token": 1e-9}}})", "t");
+    SimConfig c;
+    c.mode = "sync";
+    c.nodes = 1;
+    c.hw = parse_hw("x:rollout,train:1");
+    c.work.batch = 8;
+    c.work.group_size = 8;
+    c.work.prompt_tokens = 7;
+    c.work.lengths = "file";
+    c.work.length_table = {20};
+    c.steps = 3;
+    const double L = 20, P = 7, coef = 1e-3;
+    const double wall0 = simulate(c, cost).wall;
+    cost.hw["x"].decode_s_per_ctx_token = coef;
+    const double wall1 = simulate(c, cost).wall;
+    EXPECT_NEAR(wall1 - wall0, 3 * 8 * (L * P + L * (L - 1) / 2) * coef, 1e-9);
+    EXPECT_DOUBLE_EQ(cost.at("x").decode_step(4, 100), cost.at("x").decode(4) + 100 * coef);
+    // Long tails: the long sequences stay in the batch, so every mode generates slower with it.
+    for (const char* mode : kModes) {
+        SimConfig s = small(mode, 4);
+        CostModel flat = default_costs(), attn = default_costs();
+        attn.hw["h100"].decode_s_per_ctx_token = attn.hw["t4"].decode_s_per_ctx_token = 2e-6;
+        EXPECT_LT(simulate(s, attn).samples_per_s, simulate(s, flat).samples_per_s) << mode;
+    }
+    // The cost file: read, written back, a negative value refused in one line naming the file.
+    CostModel f = default_costs();
+    merge_cost_json(f, R"({"hw": {"cpu": {"decode_s_per_ctx_token": 9e-8}}})", "ctx.json");
+    EXPECT_DOUBLE_EQ(f.at("cpu").decode_s_per_ctx_token, 9e-8);
+    CostModel rt = default_costs();
+    merge_cost_json(rt, to_json(f), "roundtrip");
+    EXPECT_DOUBLE_EQ(rt.at("cpu").decode_s_per_ctx_token, 9e-8);
+    try {
+        merge_cost_json(f, R"({"hw": {"cpu": {"decode_s_per_ctx_token": -1}}})", "neg.json");
+        ADD_FAILURE() << "accepted a negative decode_s_per_ctx_token";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("neg.json"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("decode_s_per_ctx_token"), std::string::npos) << e.what();
+    }
+}
+
 TEST(Sim, BadOptionsGiveOneLineErrors) {
     EXPECT_EQ(parse_error({"--nodes", "8,32", "--modes", "sync", "--median", "16"}), "");
     const std::vector<std::vector<std::string>> bad = {
