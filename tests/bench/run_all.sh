@@ -25,6 +25,7 @@ args_for() {
         weight_sync) echo "-b 1M -e 256M -f 4 -n 10 -w 2 -c 1" ;;
         generate) echo "-b 1 -e 256 -f 4 -n 3 -w 1 -c 1" ;;   # sizes are batch sizes
         traj) echo "-b 2K -e 32K -f 4 -n 5 -w 1 -c 1" ;;      # sizes are request bytes (4 B/token)
+        timeline) echo "-b 1K -e 256K -f 4 -n 20 -w 2 -c 1" ;; # sizes are spans x 32 B
         *)        echo "-b 8 -e 64M -f 2 -n 20 -w 5 -c 1" ;;
     esac
 }
