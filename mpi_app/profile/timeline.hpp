@@ -48,6 +48,17 @@ class Span {
     ~Span() { end(); }
     Span(const Span&) = delete;
     Span& operator=(const Span&) = delete;
+    /// Ends the piece so far now and goes on as a span of `kind` (same step) from now; returns
+    /// the ended piece's length in seconds (0 after end()). Pieces of length 0 are not recorded.
+    double switch_to(io::SpanKind kind) {
+        if (done_) return 0.0;
+        const double t1 = tl_.clock().now();
+        if (t1 > t0_) tl_.add(kind_, t0_, t1, step_);
+        const double d = t1 - t0_;
+        kind_ = kind;
+        t0_ = t1;
+        return d;
+    }
     /// Ends the span now; returns its length in seconds.
     double end() {
         if (done_) return 0.0;

@@ -224,6 +224,10 @@ class AsyncScheduler final : public Scheduler {
             g.actors = static_cast<int>(members_.size());
             g.critics = critic_pos_;
             trainer_ = std::make_unique<RlTrainer>(opt, roles, policy_, g);
+            // Inside a train span, time in the train group's collectives is idle (set_wait_hook).
+            trainer_->set_wait_hook([this](bool waiting) {
+                enter(waiting ? SpanKind::kIdle : SpanKind::kTrain, span_step_);
+            });
         }
         if (is_gen_) {
             rollout::EngineConfig ec;

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -28,6 +29,41 @@
 
 namespace tagflow::sched {
 
+namespace {
+
+// The train group's collectives, bracketed by the wait hook while one is set
+// (RlTrainer::set_wait_hook): inside a collective this rank computes nothing — it waits for the
+// group's slowest member, then for the reduction — which the schedulers book as idle.
+class WaitTimedCollectives final : public train::Collectives {
+public:
+    WaitTimedCollectives(MPI_Comm comm, size_t bucket, const std::function<void(bool)>& hook)
+        : inner_(comm, bucket), hook_(hook) {}
+    int rank() const override { return inner_.rank(); }
+    int size() const override { return inner_.size(); }
+    std::string name() const override { return inner_.name(); }
+    size_t bucket_bytes() const override { return inner_.bucket_bytes(); }
+    train::SyncStats allreduce_sum(const std::vector<at::Tensor>& tensors) override {
+        return timed([&] { return inner_.allreduce_sum(tensors); });
+    }
+    train::SyncStats broadcast(const std::vector<at::Tensor>& tensors, int root) override {
+        return timed([&] { return inner_.broadcast(tensors, root); });
+    }
+
+private:
+    template <class F>
+    train::SyncStats timed(F&& collective) {
+        if (!hook_ || inner_.size() == 1) return collective();
+        hook_(true);
+        train::SyncStats st = collective();
+        hook_(false);
+        return st;
+    }
+    train::MpiCollectives inner_;
+    const std::function<void(bool)>& hook_;
+};
+
+}  // namespace
+
 struct RlTrainer::Impl {
     const config::Options& opt;
     cluster::Roles& roles;
@@ -38,7 +74,8 @@ struct RlTrainer::Impl {
     std::unique_ptr<train::ActorWorker> actor;
     std::unique_ptr<train::ReferenceWorker> ref;
     std::unique_ptr<train::CriticWorker> critic;
-    std::unique_ptr<train::MpiCollectives> train_comm, critic_comm;
+    std::function<void(bool)> wait_hook;  // set_wait_hook; the collectives below call it
+    std::unique_ptr<WaitTimedCollectives> train_comm, critic_comm;
     // Who trains: the run's roles, or (async modes) one train group that also holds the critic.
     MPI_Comm exch = MPI_COMM_WORLD;  // the per-sample exchanges; ranks below are its ranks
     std::vector<int> train_ranks, critic_ranks;
@@ -104,7 +141,7 @@ struct RlTrainer::Impl {
         ec.micro_batch = opt.micro_batch > 0 ? opt.micro_batch : std::numeric_limits<int32_t>::max();
         ec.bf16 = opt.bf16;
         if (in_train) {
-            train_comm = std::make_unique<train::MpiCollectives>(train_c, bucket);
+            train_comm = std::make_unique<WaitTimedCollectives>(train_c, bucket, wait_hook);
             if (opt.kl_coef > 0) {
                 train::EngineConfig rc = ec;
                 rc.trainable = false;
@@ -121,7 +158,7 @@ struct RlTrainer::Impl {
             actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(policy), ec), ac);
         }
         if (adv.estimator == train::AdvEstimator::kGae && in_critic) {
-            critic_comm = std::make_unique<train::MpiCollectives>(critic_c, bucket);
+            critic_comm = std::make_unique<WaitTimedCollectives>(critic_c, bucket, wait_hook);
             // veRL starts the critic from the actor's weights; its value head starts at 0.
             model::ValueModel vm(policy->config(), static_cast<uint64_t>(opt.seed) + 17);
             vm->init_from_policy(*policy);
@@ -252,6 +289,8 @@ RlTrainer::RlTrainer(const config::Options& opt, cluster::Roles& roles, model::L
 RlTrainer::~RlTrainer() = default;
 
 TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>& all) { return impl_->step(step, all); }
+
+void RlTrainer::set_wait_hook(std::function<void(bool waiting)> hook) { impl_->wait_hook = std::move(hook); }
 
 bool RlTrainer::has_critic() const { return impl_->critic != nullptr; }
 bool RlTrainer::has_actor() const { return impl_->actor != nullptr; }

@@ -7,6 +7,7 @@
 // one training sample. Does not generate, write the run file or
 // sync weights (the schedulers do).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,13 @@ public:
     /// COLLECTIVE over MPI_COMM_WORLD (and the train/critic groups): trains on `all`, every
     /// sample of step `step` sorted by id, the same on every rank.
     TrainReport train_step(int32_t step, const std::vector<RolloutSample>& all);
+
+    /// While set, `hook(true)` / `hook(false)` are called just before / after every collective
+    /// of train_step on the train (critic) group (the batch counts, the gradient all-reduce, the
+    /// statistics): in them this rank computes nothing — it waits for the group's slowest member,
+    /// then for the reduction — and the schedulers book that time as idle, so a stalled member
+    /// shows up as idle on the others, not as train. nullptr removes it. Not collective.
+    void set_wait_hook(std::function<void(bool waiting)> hook);
 
     bool has_critic() const;
     /// This rank holds the actor (and writes actor_state.pt when it is the first).

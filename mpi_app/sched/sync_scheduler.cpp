@@ -361,6 +361,17 @@ class SyncScheduler final : public Scheduler {
             // Ranks outside the train and critic groups only join the exchanges: idle time.
             const bool works = roles_.is_train() || roles_.is_critic();
             profile::Span span(timeline_, works ? SpanKind::kTrain : SpanKind::kIdle, s);
+            // Time inside the train group's collectives (waiting for its slowest member, then
+            // the reduction) is idle too: RlTrainer::set_wait_hook.
+            struct Unhook {
+                RlTrainer& t;
+                ~Unhook() { t.set_wait_hook(nullptr); }
+            } unhook{*trainer_};
+            if (works)
+                trainer_->set_wait_hook([&](bool waiting) {
+                    const double piece = span.switch_to(waiting ? SpanKind::kIdle : SpanKind::kTrain);
+                    if (!waiting) idle += piece;  // the piece that just ended was the wait
+                });
             tr = trainer_->train_step(s, all);
             if (!works) idle += span.end();
         }
