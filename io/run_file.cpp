@@ -1,7 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // run_file: RunFile life cycle: create (root attributes, groups, empty datasets), open_append
 // (schema check, current sizes), flush, truncate, close. The appends are in run_file_append.cpp.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "common/log.hpp"
@@ -215,7 +221,49 @@ RunFile RunFile::create(MPI_Comm io_comm, const std::string& path, const RunAttr
     return RunFile(std::move(im));
 }
 
+namespace {
+
+// HDF5 refuses a file whose superblock records more bytes than the file has ("truncated file:
+// eof = A, sblock->base_addr = 0, stored_eof = B"): what a kill leaves when it lands inside a
+// flush after the superblock was written but before the file was extended to it. Returns B
+// when `stack` says so with A < B, else -1.
+long long stored_eof_past_the_end(const std::string& stack) {
+    const size_t at = stack.find("truncated file: eof = ");
+    if (at == std::string::npos) return -1;
+    long long eof = -1, base = -1, stored = -1;
+    if (std::sscanf(stack.c_str() + at, "truncated file: eof = %lld, sblock->base_addr = %lld, stored_eof = %lld", &eof,
+                    &base, &stored) != 3)
+        return -1;
+    return base == 0 && eof >= 0 && stored > eof ? stored : -1;
+}
+
+}  // namespace
+
 RunFile RunFile::open_append(MPI_Comm io_comm, const std::string& path) {
+    try {
+        return open_append_once(io_comm, path);
+    } catch (const H5Error& e) {
+        // Every rank opened the same file and got the same stack: they agree on the repair.
+        const long long want = stored_eof_past_the_end(e.stack + e.what());
+        if (want < 0) throw;
+        int rank = 0;
+        TAGFLOW_MPI_CHECK(MPI_Comm_rank(io_comm, &rank));
+        int rc = 0;
+        struct stat st {};
+        if (rank == 0) rc = ::stat(path.c_str(), &st) == 0 && ::truncate(path.c_str(), static_cast<off_t>(want)) == 0 ? 0 : errno;
+        TAGFLOW_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, io_comm));
+        if (rc != 0)
+            throw Error("RunFile::open_append: " + path + ": shorter than its superblock says (a kill during a flush) "
+                        "and extending it failed: " + std::strerror(rc));
+        if (rank == 0)
+            log_warn("run file %s: %lld bytes, its superblock records %lld (a kill during a flush): extended "
+                     "to that; the rows after the checkpoint are cut back on resume",
+                     path.c_str(), static_cast<long long>(st.st_size), want);
+        return open_append_once(io_comm, path);
+    }
+}
+
+RunFile RunFile::open_append_once(MPI_Comm io_comm, const std::string& path) {
     std::unique_ptr<Impl> im = new_impl(io_comm, path);
     std::string why;  // a schema problem: found identically on every rank
     try {

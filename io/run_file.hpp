@@ -162,6 +162,10 @@ class RunFile {
     /// disagree on metadata (e.g. t0_unix read from different clocks).
     static RunFile create(MPI_Comm io_comm, const std::string& path, const RunAttributes& attrs);
     /// COLLECTIVE: opens an existing file for appending (schema v1 checked; later: resume).
+    /// A file shorter than its superblock records (a kill landed inside a flush, between the
+    /// superblock write and the file's extension) is extended to that length first, with a
+    /// warning: the bytes missing were never written, and a resume cuts the rows after its
+    /// checkpoint anyway.
     static RunFile open_append(MPI_Comm io_comm, const std::string& path);
 
     RunFile(RunFile&&) noexcept;
@@ -212,6 +216,7 @@ class RunFile {
 
  private:
     explicit RunFile(std::unique_ptr<Impl> impl);
+    static RunFile open_append_once(MPI_Comm io_comm, const std::string& path);
     void close_or_leak() noexcept;
     std::unique_ptr<Impl> impl_;
 };

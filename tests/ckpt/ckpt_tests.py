@@ -290,6 +290,27 @@ def case_errors(a):
 
 
 
+def case_short_file(a):
+    # A kill that lands inside the run file's flush, after HDF5 wrote the superblock but before
+    # the file was extended to the length it records, leaves the file shorter than its superblock
+    # says, and HDF5 refuses to open it ("truncated file"). Seen after SIGKILL in
+    # Gateway.ckpt_kill. Made here by cutting the last byte of a finished run's file: the resume
+    # must extend it, say so on one line, and continue with every invariant holding.
+    out = two_step_run(a, "short_file")
+    h5 = os.path.join(out, "tagflow.h5")
+    size = os.path.getsize(h5)
+    os.truncate(h5, size - 1)
+    p = train(a, out, [], steps=4)
+    msg = [l for l in p.stderr.splitlines() if "its superblock records" in l]
+    check(p.returncode == 0, f"the resume of a file 1 byte short of its superblock exits 0 (exit {p.returncode})"
+          + ("" if p.returncode == 0 else p.stdout[-1500:] + p.stderr[-1500:]))
+    check(len(msg) == 1 and h5 in msg[0] and f"{size - 1} bytes" in msg[0] and f"records {size}" in msg[0],
+          f"one warning line names the file and both lengths: {msg}")
+    d = read_run(out)
+    check_exactly_once(d, "short_file", steps=4)
+    check([r[0] for r in d["resumes"]] == [2], f"one /resumes row, from step 2 ({d['resumes']})")
+
+
 def case_corrupt(a):
     out = two_step_run(a, "corrupt")
     base = []

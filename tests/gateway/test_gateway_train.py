@@ -274,7 +274,8 @@ class Client(threading.Thread):
 
 
 def run_job(cmd, out, signal_after=None, sig=None):
-    """Runs the job; with signal_after: after that step's line (usr1) or checkpoint (kill), the signal."""
+    """Runs the job; with signal_after: after that step's line (usr1) or the first checkpoint at or
+    after that step that holds gateway samples (kill), the signal."""
     job = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     sent = threading.Event()
@@ -294,7 +295,8 @@ def run_job(cmd, out, signal_after=None, sig=None):
         while job.poll() is None and time.time() - t0 < 120:
             try:
                 mf = open(os.path.join(out, "checkpoint", "manifest.txt")).read()
-                if int(re.search(r"^step (\d+)$", mf, re.M).group(1)) >= signal_after:
+                gw = re.search(r"^sched.gw_next_id (\d+)$", mf, re.M)  # a checkpoint with gateway ids in it
+                if int(re.search(r"^step (\d+)$", mf, re.M).group(1)) >= signal_after and gw and int(gw.group(1)) > 0:
                     break
             except (OSError, AttributeError):
                 pass
@@ -320,7 +322,11 @@ def ckpt_main(a):
     out = os.path.join(a.work, f"ckpt_{a.ckpt}" + ("_m" if a.mode == "multiplex" else ""))
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    steps = 12
+    # kill-mixed: the built-in prompts alone keep the job training at ~50 steps/s, and the kill
+    # lands ~0.1 s after the step-2 checkpoint (step 8-10): with 12 steps the resumed job could
+    # finish on its restored pool before the client had reconnected (no gateway sample after the
+    # resume). 40 steps leave it ~30 to do, time for the client to come back.
+    steps = 40 if a.ckpt == "kill-mixed" else 12
     mp = a.mode == "multiplex"  # 3 ranks, rank 2 (rollout,train) preempted into every step
     cmd = ["mpirun", "-n", "3" if mp else "2", a.tagflow, "train", "--out", out, "--mode", a.mode,
            "--rank-tags", "0=rollout;1=rollout;2=rollout,train" if mp else "0=rollout;1=rollout,train",
