@@ -6,7 +6,6 @@
 #include <mpi.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
