@@ -42,12 +42,17 @@ PY
   mpirun -n 2 "$BUILD/tests/bench/timeline_bench" -b $((spans * 32)) -e $((spans * 32)) -n 20 -w 2 -c 1 \
     -d "$WORK" -J "$WORK/$mode.json" > "$WORK/$mode.bench.txt" 2>&1 ||
     { echo "timeline_cost.sh: timeline_bench failed (see $WORK/$mode.bench.txt)" >&2; exit 1; }
-  us=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['results'][0]['time_us'])" "$WORK/$mode.json")
-  share=$(/usr/bin/python3 -c "import sys; print(float(sys.argv[1]) * 1e-6 / float(sys.argv[2]))" "$us" "$step_s")
-  printf '%-14s %8d %10.1f %12d %14.1f %9.3f%%\n' "$mode" "$steps" "$(/usr/bin/python3 -c "print($step_s*1e3)")" \
-    "$spans" "$us" "$(/usr/bin/python3 -c "print($share*100)")"
-  worst=$(/usr/bin/python3 -c "print(max($worst, $share))")
+  # this mode's share of a step (for the verdict) and its table row
+  IFS=$'\t' read -r share row < <(/usr/bin/python3 - "$WORK/$mode.json" "$mode" "$steps" "$step_s" "$spans" <<'PY'
+import json, sys
+path, mode, steps, step_s, spans = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+us = json.load(open(path))["results"][0]["time_us"]
+share = us * 1e-6 / step_s
+print(f"{share}\t{mode:<14s} {steps:8d} {step_s * 1e3:10.1f} {spans:12d} {us:14.1f} {share * 100:9.3f}%")
+PY
+)
+  echo "$row"
+  worst=$(/usr/bin/python3 -c "import sys; print(max(float(sys.argv[1]), float(sys.argv[2])))" "$worst" "$share")
 done
-/usr/bin/python3 -c "
-w = $worst
-print(f'timeline recording: at most {w*100:.3f}% of a step (goal < 1%):', 'met' if w < 0.01 else 'NOT met')"
+/usr/bin/python3 -c "import sys; w = float(sys.argv[1]); print(f'timeline recording: at most {w * 100:.3f}% of a step '
+  f'(goal < 1%):', 'met' if w < 0.01 else 'NOT met')" "$worst"
