@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// run_file: the tagflow run file, HDF5 schema v1 (see DESIGN.md / share/doc/hdf5-schema.md).
+// run_file: the tagflow run file, HDF5 schema v1 (see share/doc/hdf5-schema.md).
 // Creates the file, appends rows to its 1-D extendable datasets collectively over one fixed
 // I/O communicator, flushes. Does not decide what goes in a row (the app fills the records).
 #pragma once

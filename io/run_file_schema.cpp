@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// run_file_schema: the schema v1 table (DESIGN.md "HDF5 run file").
+// run_file_schema: the schema v1 table (share/doc/hdf5-schema.md).
 #include "io/run_file_schema.hpp"
 
 #include <cstring>

@@ -8,7 +8,7 @@ namespace tagflow {
 /// 55 MB per layer). With glibc's defaults that memory goes back to the OS when it is freed
 /// (munmap above the dynamic mmap threshold, heap trimming below it) and is page-faulted in
 /// again by the next step: a 1-rank sync run trained at 42.5 us per padded token with glibc's
-/// defaults, 28 with the memory kept (README, "Performance: memory allocator"). This sets a
+/// defaults, 28 with the memory kept (share/doc/bench.md, "Memory allocator"). This sets a
 /// fixed 32 MiB mmap threshold and no trimming below 2 GiB, unless the user tuned malloc
 /// (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES set). Called first thing by
 /// `tagflow` and by the benchmarks, so the simulator's calibration measures the trainer as

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """Hostile input: the real `tagflow` binary (and share/python/tagflow_run.py) fed bad external
-input, one ctest per input (Hostile.<case>). The README's "Hostile input" table names these.
+input, one ctest per input (Hostile.<case>). share/doc/hostile-input.md names these.
 
     hostile_tests.py CASE --tagflow BIN --workdir DIR
 
