@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// llama: the Llama/Qwen2 decoder, its KV-cache path, and checkpoint-directory I/O
-// (config.json + safetensors, single or sharded). See llama.hpp.
+// llama: the Llama/Qwen2/Qwen3 decoder, its KV-cache path, and
+// checkpoint-directory I/O (config.json + safetensors, single or sharded). See llama.hpp.
 #include "model/llama.hpp"
 
 #include <cmath>
@@ -104,14 +104,24 @@ LlamaAttentionImpl::LlamaAttentionImpl(const HfConfig& c)
     k_proj = register_module("k_proj", torch::nn::Linear(O(c.hidden_size, kv_heads_ * head_dim_).bias(c.qkv_bias)));
     v_proj = register_module("v_proj", torch::nn::Linear(O(c.hidden_size, kv_heads_ * head_dim_).bias(c.qkv_bias)));
     o_proj = register_module("o_proj", torch::nn::Linear(O(heads_ * head_dim_, c.hidden_size).bias(c.o_bias)));
+    if (c.qk_norm) {
+        q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+        k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                           const torch::Tensor& sin, torch::Tensor* k_cache,
                                           torch::Tensor* v_cache) {
     const int64_t B = x.size(0), T = x.size(1);
-    torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_}).transpose(1, 2);
-    torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+    torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_});
+    torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_});
+    if (q_norm) {  // Qwen3: per-head RMSNorm of q and k, before RoPE
+        q = q_norm(q);
+        k = k_norm(k);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
     torch::Tensor v = v_proj(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
     q = apply_rope(q, cos, sin);
     k = apply_rope(k, cos, sin);

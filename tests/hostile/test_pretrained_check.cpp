@@ -56,6 +56,12 @@ std::vector<HfConfig> variants() {
     a.abs_positions = true;
     a.head_dim = 8;  // head_dim * heads != hidden_size
     v.push_back(a);
+    HfConfig q3 = base();  // per-head q/k norms, tied
+    q3.model_type = "qwen3";
+    q3.qk_norm = true;
+    q3.head_dim = 6;
+    q3.tie_word_embeddings = true;
+    v.push_back(q3);
     return v;
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_llama: safetensors round trip and every malformed-header rejection, config.json
-// parsing errors, HF parameter names, KV-cache vs full forward, tied embeddings, sharded
-// and bf16 checkpoint round trips. The cross-check against an independent Python forward
+// parsing (qwen3 keys, each refusal in one line) and its round trip, HF parameter names (q/k
+// norms), KV-cache and slot decoder vs full forward, tied embeddings, sharded and bf16
+// checkpoint round trips. The cross-check against an independent Python forward
 // is reference_forward.py (see CMakeLists.txt).
 #include <cstdint>
 #include <cstdio>
@@ -58,6 +59,7 @@ void expect_reject(const std::string& tag, const std::string& header, std::size_
 
 using fixtures::llama_tied_config;
 using fixtures::qwen2_config;
+using fixtures::qwen3_config;
 
 torch::Tensor some_tokens(int64_t vocab) {
     return torch::arange(0, 2 * 13, torch::kLong).mul(37).remainder(vocab).view({2, 13});
@@ -243,6 +245,95 @@ TEST(HfConfig, Errors) {
     EXPECT_THROW(load_hf_config("/nonexistent/config.json"), tagflow::ConfigError);
 }
 
+namespace {
+
+// A Qwen3-0.6B-style config.json (the keys Hugging Face writes), shrunk.
+const char* kQwen3Json = R"({"architectures":["Qwen3ForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
+  "bos_token_id":151643,"eos_token_id":151645,"head_dim":16,"hidden_act":"silu","hidden_size":48,
+  "initializer_range":0.02,"intermediate_size":96,"max_position_embeddings":40960,"max_window_layers":28,
+  "model_type":"qwen3","num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":2,"rms_norm_eps":1e-06,
+  "rope_scaling":null,"rope_theta":1000000,"sliding_window":null,"tie_word_embeddings":true,
+  "torch_dtype":"bfloat16","transformers_version":"4.51.0","use_cache":true,"use_sliding_window":false,
+  "vocab_size":151936,"layer_types":["full_attention","full_attention"]})";
+
+/// Expects parse_hf_config(text) to fail with one line naming cfg.json and containing `needle`.
+void expect_config_error(const std::string& text, const std::string& needle) {
+    try {
+        parse_hf_config(text, "cfg.json");
+        ADD_FAILURE() << "accepted: " << text;
+    } catch (const tagflow::ConfigError& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(m.rfind("cfg.json: ", 0), 0u) << m;
+        EXPECT_NE(m.find(needle), std::string::npos) << "want '" << needle << "' in: " << m;
+        EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+}
+
+std::string edit(const char* base, const std::string& key, const nlohmann::json& v) {
+    nlohmann::json j = nlohmann::json::parse(base);
+    if (v.is_discarded()) j.erase(key);
+    else j[key] = v;
+    return j.dump();
+}
+
+}  // namespace
+
+TEST(HfConfig, ParsesQwen3) {
+    const HfConfig c = parse_hf_config(kQwen3Json);
+    EXPECT_EQ(c.model_type, "qwen3");
+    EXPECT_TRUE(c.qk_norm);
+    EXPECT_EQ(c.head_dim, 16);  // explicit, != hidden_size / num_attention_heads (12)
+    EXPECT_EQ(c.num_key_value_heads, 2);
+    EXPECT_FALSE(c.qkv_bias);
+    EXPECT_FALSE(c.o_bias);
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+    // attention_bias: biases on q, k, v and o (Qwen3Attention), unlike qwen2's q/k/v only.
+    const HfConfig b = parse_hf_config(edit(kQwen3Json, "attention_bias", true));
+    EXPECT_TRUE(b.qkv_bias);
+    EXPECT_TRUE(b.o_bias);
+    // No head_dim: Qwen3Config's default 128, not hidden_size / heads.
+    EXPECT_EQ(parse_hf_config(edit(kQwen3Json, "head_dim", nullptr)).head_dim, 128);
+    // Defaults: tie_word_embeddings false, no biases.
+    const HfConfig d = parse_hf_config(edit(edit(kQwen3Json, "tie_word_embeddings", nlohmann::json(
+                                                    nlohmann::json::value_t::discarded)).c_str(),
+                                            "attention_bias", nlohmann::json(nlohmann::json::value_t::discarded)));
+    EXPECT_FALSE(d.tie_word_embeddings);
+    EXPECT_FALSE(d.qkv_bias);
+    // Round trip through the config.json tagflow writes.
+    for (const HfConfig& x : {c, b}) {
+        const std::string text = to_hf_json(x);
+        const nlohmann::json j = nlohmann::json::parse(text);
+        EXPECT_EQ(j["architectures"][0], "Qwen3ForCausalLM");
+        EXPECT_EQ(j["head_dim"], 16);
+        EXPECT_EQ(j["attention_bias"], x.qkv_bias);
+        const HfConfig back = parse_hf_config(text);
+        EXPECT_EQ(back.model_type, "qwen3");
+        EXPECT_TRUE(back.qk_norm);
+        EXPECT_EQ(back.head_dim, x.head_dim);
+        EXPECT_EQ(back.qkv_bias, x.qkv_bias);
+        EXPECT_EQ(back.o_bias, x.o_bias);
+        EXPECT_EQ(back.tie_word_embeddings, x.tie_word_embeddings);
+    }
+}
+
+TEST(HfConfig, RefusesUnsupportedInOneLine) {
+    expect_config_error(edit(kQwen3Json, "use_sliding_window", true), "use_sliding_window=true is not supported");
+    expect_config_error(edit(kQwen3Json, "layer_types", {"full_attention", "sliding_attention"}),
+                        "layer_types entry \"sliding_attention\" is not supported");
+    expect_config_error(edit(kQwen3Json, "layer_types", "full_attention"), "'layer_types' must be a list");
+    expect_config_error(edit(kQwen3Json, "attention_bias", "no"), "'attention_bias' must be true/false");
+    expect_config_error(edit(kQwen3Json, "head_dim", 15), "head_dim (15) must be even");
+    expect_config_error(edit(kQwen3Json, "model_type", "qwen3_moe"), "model_type 'qwen3_moe' is not supported");
+    // A config built in code must keep q/k norms and qwen3 together (to_hf_json could not say otherwise).
+    HfConfig bad = qwen2_config();
+    bad.qk_norm = true;
+    EXPECT_THROW(bad.validate(), tagflow::ConfigError);
+    HfConfig q3 = qwen3_config();
+    q3.qk_norm = false;
+    EXPECT_THROW(q3.validate(), tagflow::ConfigError);
+}
+
 // ---------------- model ----------------
 
 TEST(Llama, HuggingFaceParameterNames) {
@@ -263,7 +354,7 @@ TEST(Llama, HuggingFaceParameterNames) {
 }
 
 TEST(Llama, KVCacheMatchesFullForward) {
-    for (const HfConfig& c : {qwen2_config(), llama_tied_config()}) {
+    for (const HfConfig& c : {qwen2_config(), llama_tied_config(), qwen3_config()}) {
         LlamaModel m(c, 0);
         m->reset_parameters(7, 0.1);
         torch::NoGradGuard ng;
@@ -391,4 +482,72 @@ TEST(Llama, LoadErrors) {
     fs::remove(dir / "model.safetensors");
     EXPECT_THROW(LlamaModelImpl::from_pretrained(dir.string()), tagflow::Error);
     fs::remove_all(dir);
+}
+
+TEST(Llama, Qwen3ParameterNamesAndShapes) {
+    for (bool bias : {false, true}) {
+        HfConfig c = qwen3_config();
+        c.qkv_bias = c.o_bias = bias;
+        LlamaModel m(c, 1);
+        std::map<std::string, std::vector<int64_t>> shapes;
+        for (const auto& [n, t] : m->hf_state_dict()) shapes[n] = t.sizes().vec();
+        const int64_t D = c.head_dim;
+        EXPECT_EQ(shapes.at("model.layers.1.self_attn.q_norm.weight"), std::vector<int64_t>({D}));
+        EXPECT_EQ(shapes.at("model.layers.1.self_attn.k_norm.weight"), std::vector<int64_t>({D}));
+        EXPECT_EQ(shapes.at("model.layers.0.self_attn.q_proj.weight"), std::vector<int64_t>({4 * D, 48}));
+        EXPECT_EQ(shapes.at("model.layers.0.self_attn.k_proj.weight"), std::vector<int64_t>({2 * D, 48}));
+        EXPECT_EQ(shapes.at("model.layers.0.self_attn.o_proj.weight"), std::vector<int64_t>({48, 4 * D}));
+        EXPECT_EQ(shapes.count("model.layers.0.self_attn.q_proj.bias"), bias ? 1u : 0u);
+        EXPECT_EQ(shapes.count("model.layers.0.self_attn.o_proj.bias"), bias ? 1u : 0u);
+        EXPECT_EQ(shapes.count("lm_head.weight"), 0u);  // tied
+        EXPECT_EQ(shapes.size(), 2u + 2u * (11u + (bias ? 4u : 0u)));
+        // The q/k norms take part: changing one changes the logits.
+        torch::NoGradGuard ng;
+        const torch::Tensor tok = some_tokens(c.vocab_size);
+        const torch::Tensor before = m->forward(tok);
+        m->model->layers[0]->as<LlamaDecoderLayerImpl>()->self_attn->k_norm->weight.mul_(3.0);
+        EXPECT_GT(max_diff(m->forward(tok), before), 1e-3);
+    }
+}
+
+TEST(Llama, SlotDecoderMatchesFullForward) {
+    // fp32 on CPU runs the loop kernels, bf16 the tensor-op path (as on a GPU).
+    for (const HfConfig& c : {qwen3_config()}) {
+        LlamaModel m(c, 0);
+        m->reset_parameters(13, 0.1);
+        const int64_t T = c.max_position_embeddings;
+        const torch::Tensor tok = torch::arange(0, 2 * T, torch::kLong).mul(29).add(5).remainder(c.vocab_size).view({2, T});
+        torch::Tensor full;
+        {
+            torch::NoGradGuard ng;
+            full = m->forward(tok);
+        }
+        for (bool bf16 : {false, true}) {
+            LlamaSlotDecoder dec(m, 2, T, bf16);
+            auto ids = [&](int64_t row, int64_t n) {
+                std::vector<int32_t> v;
+                for (int64_t t = 0; t < n; ++t) v.push_back(static_cast<int32_t>(tok[row][t].item<int64_t>()));
+                return v;
+            };
+            const int64_t p = T / 2 - 1;
+            const torch::Tensor pre = dec.prefill({0, 1}, {ids(0, p), ids(1, p + 1)});
+            double d = std::max(max_diff(pre[0], full[0][p - 1]), max_diff(pre[1], full[1][p]));
+            for (int64_t pos = p; pos < T; ++pos) {  // row 1 one position ahead of row 0
+                std::vector<int64_t> t{tok[0][pos].item<int64_t>()}, ps{pos};
+                if (pos + 1 < T) {
+                    t.push_back(tok[1][pos + 1].item<int64_t>());
+                    ps.push_back(pos + 1);
+                }
+                const torch::Tensor l = dec.decode(t, ps);
+                d = std::max(d, max_diff(l[0], full[0][pos]));
+                if (pos + 1 < T) d = std::max(d, max_diff(l[1], full[1][pos + 1]));
+            }
+            // bf16: ~1% of the logits' scale; a missing q/k norm costs O(1) (see reference_forward.py).
+            const double tol = bf16 ? 0.05 * full.abs().max().item<double>() : 1e-4;
+            EXPECT_LT(d, tol) << c.model_type << " tied " << c.tie_word_embeddings << " bf16 " << bf16;
+            if (bf16) {
+                EXPECT_GT(d, 0.0);
+            }
+        }
+    }
 }
