@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// llama: the Llama/Qwen2/Qwen3 decoder, its KV-cache path, and
+// llama: the Llama/Qwen2/Qwen3 decoder, its RoPE frequencies, its KV-cache path, and
 // checkpoint-directory I/O (config.json + safetensors, single or sharded). See llama.hpp.
 #include "model/llama.hpp"
 
@@ -86,6 +86,24 @@ void save_safetensors(const std::string& path,
 }
 
 // ---- modules ----
+
+torch::Tensor rope_inv_freq(const HfConfig& c) {
+    // transformers' _compute_default_rope_parameters, in fp32 like it.
+    const torch::Tensor i2 = torch::arange(0, c.head_dim, 2, torch::kLong).to(torch::kFloat);
+    const torch::Tensor inv_freq =
+        1.0 / torch::pow(static_cast<double>(c.rope_theta), i2 / static_cast<double>(c.head_dim));
+    if (c.rope_type != "llama3") return inv_freq;
+    // _compute_llama3_parameters, op for op (fp32 tensors, double scalars).
+    const double factor = c.rope_factor, low = c.rope_low_freq_factor, high = c.rope_high_freq_factor;
+    const auto old_len = static_cast<double>(c.rope_original_max_position_embeddings);
+    const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+    const torch::Tensor wavelen = 2 * M_PI / inv_freq;
+    torch::Tensor out = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+    const torch::Tensor smooth = (old_len / wavelen - low) / (high - low);
+    const torch::Tensor smoothed = (1 - smooth) * out / factor + smooth * out;
+    const torch::Tensor medium = (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
+    return torch::where(medium, smoothed, out);
+}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
     weight = register_parameter("weight", torch::ones({dim}));
@@ -200,10 +218,7 @@ LlamaModelImpl::LlamaModelImpl(const HfConfig& cfg, uint64_t seed) : cfg_(cfg) {
     if (!cfg_.tie_word_embeddings)
         lm_head = register_module(
             "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size, cfg_.vocab_size).bias(false)));
-    // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d), computed in fp32.
-    const torch::Tensor i2 = torch::arange(0, cfg_.head_dim, 2, torch::kLong).to(torch::kFloat);
-    inv_freq_ = register_buffer(
-        "inv_freq", 1.0 / torch::pow(static_cast<double>(cfg_.rope_theta), i2 / static_cast<double>(cfg_.head_dim)));
+    inv_freq_ = register_buffer("inv_freq", rope_inv_freq(cfg_));
     reset_parameters(seed);
 }
 

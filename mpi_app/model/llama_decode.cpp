@@ -406,9 +406,8 @@ struct LlamaSlotDecoder::State {
     }
 
     void build_tables() {
-        // Same formula and op order as LlamaModelImpl (inv_freq in fp32, outer product).
-        const torch::Tensor i2 = torch::arange(0, D, 2, torch::kLong).to(torch::kFloat);
-        const torch::Tensor inv_freq = 1.0 / torch::pow(static_cast<double>(c.rope_theta), i2 / static_cast<double>(D));
+        // Same frequencies and op order as LlamaModelImpl (rope_inv_freq in fp32, outer product).
+        const torch::Tensor inv_freq = rope_inv_freq(c);
         const torch::Tensor pos = torch::arange(0, cap, torch::TensorOptions().dtype(torch::kFloat));
         const torch::Tensor freqs = torch::outer(pos, inv_freq);
         const torch::Tensor emb = torch::cat({freqs, freqs}, -1);

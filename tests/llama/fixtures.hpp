@@ -61,4 +61,30 @@ inline HfConfig qwen3_config() {
     return c;
 }
 
+/// Llama 3.1-style rope_scaling (llama3) with a short original context (32) so that short
+/// test sequences (up to 128 positions) run far past it. With head_dim 16 and theta 1e4 the
+/// wavelengths 2*pi/f are 6.3, 19.9, 62.8, ...: one frequency above high_freq_wavelen (kept),
+/// one between (smoothed), six below low_freq_wavelen (divided by factor). GQA 4:2.
+inline HfConfig llama3_config(bool tied) {
+    HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = 64;
+    c.intermediate_size = 128;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = 97;
+    c.max_position_embeddings = 128;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 10000.0;
+    c.tie_word_embeddings = tied;
+    c.rope_type = "llama3";
+    c.rope_factor = 8.0;
+    c.rope_low_freq_factor = 1.0;
+    c.rope_high_freq_factor = 4.0;
+    c.rope_original_max_position_embeddings = 32;
+    return c;
+}
+
 }  // namespace tagflow::model::fixtures

@@ -1,17 +1,18 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 # reference_forward.py <dir>: an independent Llama/Qwen2/Qwen3 forward pass written from the
-# Hugging Face definitions (modeling_llama/qwen2/qwen3; not from
+# Hugging Face definitions (modeling_llama/qwen2/qwen3, modeling_rope_utils; not from
 # tagflow's C++), in float64 with Debian's python3-torch. Reads <dir>/config.json and the
 # weights (model.safetensors or the shards listed in model.safetensors.index.json) with a tiny
 # pure-Python safetensors parser (no `safetensors` package), checks that the checkpoint holds
 # exactly the tensors Hugging Face's model of that config has (no lm_head.weight when tied),
 # recomputes the logits for the token ids in <dir>/expected.safetensors, and asserts
 # max |C++ - reference| < 1e-4 for the full ("logits"), KV-cache ("logits_cached") and
-# slot-decoder ("logits_engine", where not NaN) C++ outputs. With q/k norms it also shows that
-# they matter: the reference without them differs by more than 1e-2.
+# slot-decoder ("logits_engine", where not NaN) C++ outputs. With rope_scaling or q/k norms it
+# also shows that they matter: the reference without them differs by more than 1e-2.
 # Exit 0 on success, 1 on mismatch.
 import json
+import math
 import os
 import struct
 import sys
@@ -86,6 +87,30 @@ def has_qk_norm(cfg):
     return cfg["model_type"] == "qwen3"
 
 
+def rope_inv_freq(cfg, D, scaling=True):
+    theta = cfg.get("rope_theta", 10000.0)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    rs = cfg.get("rope_scaling")
+    if not scaling or rs is None or rs.get("rope_type", rs.get("type")) == "default":
+        return inv_freq
+    assert rs.get("rope_type", rs.get("type")) == "llama3", rs
+    # Llama 3.1 (modeling_rope_utils "llama3"): keep the high frequencies, divide the low ones
+    # by factor, and blend linearly (in old_len / wavelength) between the two bands.
+    factor, lo, hi = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old = rs["original_max_position_embeddings"]
+    out = []
+    for f in inv_freq.tolist():
+        wavelen = 2 * math.pi / f
+        if wavelen < old / hi:
+            out.append(f)
+        elif wavelen > old / lo:
+            out.append(f / factor)
+        else:
+            a = (old / wavelen - lo) / (hi - lo)
+            out.append((1 - a) * f / factor + a * f)
+    return torch.tensor(out, dtype=torch.float64)
+
+
 def expected_names(cfg):
     # The parameters of Hugging Face's *ForCausalLM for this config (what save_pretrained writes).
     mt = cfg["model_type"]
@@ -107,14 +132,13 @@ def expected_names(cfg):
     return names
 
 
-def forward(cfg, w, tokens, qk_norm=True):
+def forward(cfg, w, tokens, rope_scaling=True, qk_norm=True):
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     D = head_dim(cfg)
     eps = cfg["rms_norm_eps"]
     B, T = tokens.shape
-    theta = cfg.get("rope_theta", 10000.0)
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    inv_freq = rope_inv_freq(cfg, D, rope_scaling)
     pos = torch.arange(T, dtype=torch.float64)
     freqs = torch.outer(pos, inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -183,6 +207,8 @@ def main():
         ok = ok and diff < TOL and n >= (tokens.numel() if key != "logits_engine" else tokens.numel() // 2)
     # The features under test change the numbers: without them the reference is far off.
     ablations = []
+    if cfg.get("rope_scaling") is not None:
+        ablations.append(("without rope_scaling", dict(rope_scaling=False)))
     if has_qk_norm(cfg):
         ablations.append(("without q/k norms", dict(qk_norm=False)))
     for what, kw in ablations:

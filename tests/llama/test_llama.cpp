@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_llama: safetensors round trip and every malformed-header rejection, config.json
-// parsing (qwen3 keys, each refusal in one line) and its round trip, HF parameter names (q/k
-// norms), KV-cache and slot decoder vs full forward, tied embeddings, sharded and bf16
-// checkpoint round trips. The cross-check against an independent Python forward
+// parsing (qwen3 keys, llama3 rope_scaling, each refusal in one line) and its round trip, the
+// llama3 RoPE frequencies, HF parameter names (q/k norms), KV-cache and slot decoder vs full
+// forward, tied embeddings, sharded and bf16 checkpoint round trips. The cross-check against an independent Python forward
 // is reference_forward.py (see CMakeLists.txt).
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -57,6 +58,7 @@ void expect_reject(const std::string& tag, const std::string& header, std::size_
     fs::remove(p);
 }
 
+using fixtures::llama3_config;
 using fixtures::llama_tied_config;
 using fixtures::qwen2_config;
 using fixtures::qwen3_config;
@@ -256,6 +258,15 @@ const char* kQwen3Json = R"({"architectures":["Qwen3ForCausalLM"],"attention_bia
   "torch_dtype":"bfloat16","transformers_version":"4.51.0","use_cache":true,"use_sliding_window":false,
   "vocab_size":151936,"layer_types":["full_attention","full_attention"]})";
 
+// A Llama-3.2-1B-style config.json, shrunk.
+const char* kLlama32Json = R"({"architectures":["LlamaForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
+  "bos_token_id":128000,"eos_token_id":128001,"head_dim":16,"hidden_act":"silu","hidden_size":64,
+  "initializer_range":0.02,"intermediate_size":128,"max_position_embeddings":131072,"mlp_bias":false,
+  "model_type":"llama","num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":2,
+  "pretraining_tp":1,"rms_norm_eps":1e-05,"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,
+  "low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},"rope_theta":500000.0,
+  "tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,"vocab_size":128256})";
+
 /// Expects parse_hf_config(text) to fail with one line naming cfg.json and containing `needle`.
 void expect_config_error(const std::string& text, const std::string& needle) {
     try {
@@ -287,6 +298,7 @@ TEST(HfConfig, ParsesQwen3) {
     EXPECT_FALSE(c.qkv_bias);
     EXPECT_FALSE(c.o_bias);
     EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_EQ(c.rope_type, "default");
     EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
     // attention_bias: biases on q, k, v and o (Qwen3Attention), unlike qwen2's q/k/v only.
     const HfConfig b = parse_hf_config(edit(kQwen3Json, "attention_bias", true));
@@ -307,6 +319,7 @@ TEST(HfConfig, ParsesQwen3) {
         EXPECT_EQ(j["architectures"][0], "Qwen3ForCausalLM");
         EXPECT_EQ(j["head_dim"], 16);
         EXPECT_EQ(j["attention_bias"], x.qkv_bias);
+        EXPECT_TRUE(j["rope_scaling"].is_null());
         const HfConfig back = parse_hf_config(text);
         EXPECT_EQ(back.model_type, "qwen3");
         EXPECT_TRUE(back.qk_norm);
@@ -317,7 +330,80 @@ TEST(HfConfig, ParsesQwen3) {
     }
 }
 
+TEST(HfConfig, ParsesLlama3RopeScaling) {
+    const HfConfig c = parse_hf_config(kLlama32Json);
+    EXPECT_EQ(c.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(c.rope_factor, 32.0);
+    EXPECT_DOUBLE_EQ(c.rope_low_freq_factor, 1.0);
+    EXPECT_DOUBLE_EQ(c.rope_high_freq_factor, 4.0);
+    EXPECT_EQ(c.rope_original_max_position_embeddings, 8192);
+    EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_FALSE(c.qk_norm);
+    // The older spelling "type", and transformers 5's "rope_parameters" (with rope_theta inside).
+    const nlohmann::json rs = nlohmann::json::parse(kLlama32Json)["rope_scaling"];
+    nlohmann::json old = rs;
+    old.erase("rope_type");
+    old["type"] = "llama3";
+    nlohmann::json v5 = rs;
+    v5["rope_theta"] = 250000.0;
+    const HfConfig a = parse_hf_config(edit(kLlama32Json, "rope_scaling", old));
+    const HfConfig b = parse_hf_config(edit(edit(kLlama32Json, "rope_scaling", nullptr).c_str(), "rope_parameters", v5));
+    EXPECT_EQ(a.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(a.rope_factor, 32.0);
+    EXPECT_EQ(b.rope_type, "llama3");
+    EXPECT_EQ(b.rope_original_max_position_embeddings, 8192);
+    EXPECT_DOUBLE_EQ(b.rope_theta, 250000.0);
+    // null and {"rope_type": "default"} mean no scaling, in every family.
+    for (const char* base : {kLlama32Json, kQwen3Json, kQwenJson}) {
+        EXPECT_EQ(parse_hf_config(edit(base, "rope_scaling", nullptr)).rope_type, "default");
+        EXPECT_EQ(parse_hf_config(edit(base, "rope_scaling", {{"rope_type", "default"}})).rope_type, "default");
+        EXPECT_EQ(parse_hf_config(edit(base, "rope_scaling", rs)).rope_type, "llama3") << base;
+    }
+    // Round trip: the rope_scaling object is written back in full.
+    const std::string text = to_hf_json(c);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+    EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 8192);
+    const HfConfig back = parse_hf_config(text);
+    EXPECT_EQ(back.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(back.rope_factor, c.rope_factor);
+    EXPECT_DOUBLE_EQ(back.rope_low_freq_factor, c.rope_low_freq_factor);
+    EXPECT_DOUBLE_EQ(back.rope_high_freq_factor, c.rope_high_freq_factor);
+    EXPECT_EQ(back.rope_original_max_position_embeddings, c.rope_original_max_position_embeddings);
+    EXPECT_DOUBLE_EQ(back.rope_theta, c.rope_theta);
+    EXPECT_EQ(back.tie_word_embeddings, true);
+}
+
 TEST(HfConfig, RefusesUnsupportedInOneLine) {
+    const nlohmann::json erase = nlohmann::json(nlohmann::json::value_t::discarded);
+    const nlohmann::json rs = nlohmann::json::parse(kLlama32Json)["rope_scaling"];
+    auto rope = [&](const std::string& key, const nlohmann::json& v) {
+        nlohmann::json r = rs;
+        if (v.is_discarded()) r.erase(key);
+        else r[key] = v;
+        return edit(kLlama32Json, "rope_scaling", r);
+    };
+    for (const char* type : {"linear", "dynamic", "yarn", "longrope", "ntk", "mrope"}) {
+        expect_config_error(edit(kLlama32Json, "rope_scaling", {{"rope_type", type}, {"factor", 2.0}}),
+                            std::string("rope_scaling type '") + type + "' is not supported");
+        expect_config_error(edit(kQwen3Json, "rope_scaling", {{"type", type}, {"factor", 2.0}}),
+                            std::string("rope_scaling type '") + type + "' is not supported");
+        expect_config_error(edit(kQwen3Json, "rope_parameters", {{"rope_type", type}, {"rope_theta", 1e6}}),
+                            std::string("rope_parameters type '") + type + "' is not supported");
+    }
+    expect_config_error(rope("factor", erase), "missing required key 'factor'");
+    expect_config_error(rope("low_freq_factor", erase), "missing required key 'low_freq_factor'");
+    expect_config_error(rope("high_freq_factor", erase), "missing required key 'high_freq_factor'");
+    expect_config_error(rope("original_max_position_embeddings", erase),
+                        "missing required key 'original_max_position_embeddings'");
+    expect_config_error(rope("original_max_position_embeddings", 8192.5), "must be an integer");
+    expect_config_error(rope("factor", "8"), "'factor' must be a number");
+    expect_config_error(rope("factor", -8.0), "'factor' must be positive");
+    expect_config_error(rope("high_freq_factor", 1.0), "high_freq_factor (1.000000) must be greater than low_freq_factor");
+    expect_config_error(rope("rope_type", erase), "'rope_scaling' has no 'rope_type'");
+    expect_config_error(rope("rope_type", 3), "rope_type must be a string");
+    expect_config_error(edit(kLlama32Json, "rope_scaling", "llama3"), "'rope_scaling' must be an object or null");
     expect_config_error(edit(kQwen3Json, "use_sliding_window", true), "use_sliding_window=true is not supported");
     expect_config_error(edit(kQwen3Json, "layer_types", {"full_attention", "sliding_attention"}),
                         "layer_types entry \"sliding_attention\" is not supported");
@@ -354,7 +440,7 @@ TEST(Llama, HuggingFaceParameterNames) {
 }
 
 TEST(Llama, KVCacheMatchesFullForward) {
-    for (const HfConfig& c : {qwen2_config(), llama_tied_config(), qwen3_config()}) {
+    for (const HfConfig& c : {qwen2_config(), llama_tied_config(), qwen3_config(), llama3_config(false)}) {
         LlamaModel m(c, 0);
         m->reset_parameters(7, 0.1);
         torch::NoGradGuard ng;
@@ -484,6 +570,44 @@ TEST(Llama, LoadErrors) {
     fs::remove_all(dir);
 }
 
+TEST(Llama, Llama3RopeFrequencies) {
+    // Llama 3.1 8B's numbers: head_dim 128, theta 5e5, factor 8, low 1, high 4, original 8192.
+    HfConfig c = llama3_config(false);
+    c.head_dim = 128;
+    c.hidden_size = 512;
+    c.rope_theta = 500000.0;
+    c.rope_original_max_position_embeddings = 8192;
+    const torch::Tensor got = rope_inv_freq(c).to(torch::kDouble);
+    ASSERT_EQ(got.sizes(), torch::IntArrayRef({64}));
+    int kept = 0, divided = 0, blended = 0;
+    for (int64_t i = 0; i < 64; ++i) {
+        // Meta's apply_scaling (llama3 reference code), in double.
+        const double f = 1.0 / std::pow(500000.0, 2.0 * static_cast<double>(i) / 128.0);
+        const double wavelen = 2 * M_PI / f;
+        double want;
+        if (wavelen < 8192.0 / 4.0) {
+            want = f;
+            ++kept;
+        } else if (wavelen > 8192.0 / 1.0) {
+            want = f / 8.0;
+            ++divided;
+        } else {
+            const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+            want = (1 - smooth) * f / 8.0 + smooth * f;
+            ++blended;
+        }
+        EXPECT_NEAR(got[i].item<double>() / want, 1.0, 1e-6) << "frequency " << i;
+    }
+    EXPECT_GT(kept, 0);  // all three bands occur
+    EXPECT_GT(divided, 0);
+    EXPECT_GT(blended, 0);
+    // Without rope_scaling: the plain frequencies.
+    c.rope_type = "default";
+    const torch::Tensor plain = rope_inv_freq(c).to(torch::kDouble);
+    for (int64_t i = 0; i < 64; ++i)
+        EXPECT_NEAR(plain[i].item<double>() * std::pow(500000.0, 2.0 * static_cast<double>(i) / 128.0), 1.0, 1e-6);
+}
+
 TEST(Llama, Qwen3ParameterNamesAndShapes) {
     for (bool bias : {false, true}) {
         HfConfig c = qwen3_config();
@@ -512,7 +636,7 @@ TEST(Llama, Qwen3ParameterNamesAndShapes) {
 
 TEST(Llama, SlotDecoderMatchesFullForward) {
     // fp32 on CPU runs the loop kernels, bf16 the tensor-op path (as on a GPU).
-    for (const HfConfig& c : {qwen3_config()}) {
+    for (const HfConfig& c : {qwen3_config(), llama3_config(true), llama3_config(false)}) {
         LlamaModel m(c, 0);
         m->reset_parameters(13, 0.1);
         const int64_t T = c.max_position_embeddings;
@@ -542,7 +666,7 @@ TEST(Llama, SlotDecoderMatchesFullForward) {
                 d = std::max(d, max_diff(l[0], full[0][pos]));
                 if (pos + 1 < T) d = std::max(d, max_diff(l[1], full[1][pos + 1]));
             }
-            // bf16: ~1% of the logits' scale; a missing q/k norm costs O(1) (see reference_forward.py).
+            // bf16: ~1% of the logits' scale; a missing q/k norm or scaling costs O(1) (see reference_forward.py).
             const double tol = bf16 ? 0.05 * full.abs().max().item<double>() : 1e-4;
             EXPECT_LT(d, tol) << c.model_type << " tied " << c.tie_word_embeddings << " bf16 " << bf16;
             if (bf16) {

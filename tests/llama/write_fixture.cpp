@@ -6,8 +6,9 @@
 // rollout engine's LlamaSlotDecoder ("logits_engine": a prefill of two rows of different
 // lengths, an extend of one, then decode steps; NaN at the positions whose logits those calls
 // do not return), for reference_forward.py to check independently.
-// Kinds: qwen2 (untied), llama (tied), qwen3 (q/k norms, head_dim != hidden/heads, tied).
-// Does not compare anything itself.
+// Kinds: qwen2 (untied), llama (tied), qwen3 (q/k norms, head_dim != hidden/heads, tied),
+// llama3 (rope_scaling llama3, tied, sequences 3.75x past the original context). Does not
+// compare anything itself.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -60,7 +61,7 @@ torch::Tensor engine_logits(LlamaModel m, const torch::Tensor& tokens) {
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: %s <dir> <qwen2|llama|qwen3>\n", argv[0]);
+        std::fprintf(stderr, "usage: %s <dir> <qwen2|llama|qwen3|llama3>\n", argv[0]);
         return 2;
     }
     try {
@@ -79,6 +80,10 @@ int main(int argc, char** argv) {
             c = fx::qwen3_config();
             T = 40;
             seed = 31;
+        } else if (kind == "llama3") {
+            c = fx::llama3_config(true);
+            T = 120;  // 3.75 x original_max_position_embeddings (32)
+            seed = 57;
         } else {
             std::fprintf(stderr, "unknown kind '%s'\n", kind.c_str());
             return 2;
