@@ -303,7 +303,12 @@ void LlamaModelImpl::load_hf_state_dict(const std::map<std::string, torch::Tenso
         std::string missing;
         for (const auto& item : params)
             if (!loaded.count(item.key())) missing += (missing.empty() ? "" : ", ") + item.key();
-        if (!missing.empty()) throw Error("LlamaModel: checkpoint lacks " + missing);
+        if (!missing.empty()) {
+            // A tied checkpoint stores no lm_head.weight; say so when the config disagrees.
+            const bool head = params.find("lm_head.weight") != nullptr && !loaded.count("lm_head.weight");
+            throw Error("LlamaModel: checkpoint lacks " + missing +
+                        (head ? " (config.json has tie_word_embeddings=false; a tied checkpoint stores no lm_head)" : ""));
+        }
     }
 }
 

@@ -150,7 +150,8 @@ HfConfig check_pretrained(const std::string& dir_str, const std::string& option)
     }
     for (const auto& [name, shape] : want)
         if (!found.count(name))
-            throw ConfigError(who + "no tensor '" + name + "' " + shape_text(shape) + " in the safetensors of " + dir_str);
+            throw ConfigError(who + "no tensor '" + name + "' " + shape_text(shape) + " in the safetensors of " + dir_str +
+                              (name == "lm_head.weight" ? " (config.json has tie_word_embeddings=false)" : ""));
     return cfg;
 }
 

@@ -2,7 +2,7 @@
 // test_llama: safetensors round trip and every malformed-header rejection, config.json
 // parsing (qwen3 keys, llama3 rope_scaling, each refusal in one line) and its round trip, the
 // llama3 RoPE frequencies, HF parameter names (q/k norms), KV-cache and slot decoder vs full
-// forward, tied embeddings, sharded and bf16 checkpoint round trips. The cross-check against an independent Python forward
+// forward, tied embeddings in every family, sharded and bf16 checkpoint round trips. The cross-check against an independent Python forward
 // is reference_forward.py (see CMakeLists.txt).
 #include <cmath>
 #include <cstdint>
@@ -673,5 +673,56 @@ TEST(Llama, SlotDecoderMatchesFullForward) {
                 EXPECT_GT(d, 0.0);
             }
         }
+    }
+}
+
+TEST(Llama, TiedEmbeddingsInEveryFamily) {
+    HfConfig q2 = qwen2_config(), l3 = llama3_config(true);
+    q2.tie_word_embeddings = true;
+    for (const HfConfig& c : {q2, llama_tied_config(), qwen3_config(), l3}) {
+        LlamaModel m(c, 3);
+        EXPECT_TRUE(m->lm_head.is_empty()) << c.model_type;
+        const fs::path dir = scratch("tied_" + c.model_type);
+        m->save_pretrained(dir.string());
+        // What Hugging Face's save_pretrained writes for a tied model: no lm_head.weight, and
+        // tie_word_embeddings true in config.json.
+        st::Reader r((dir / "model.safetensors").string());
+        EXPECT_EQ(r.header().find("lm_head.weight"), nullptr) << c.model_type;
+        std::ifstream in(dir / "config.json");
+        const nlohmann::json j = nlohmann::json::parse(in);
+        EXPECT_EQ(j["tie_word_embeddings"], true);
+        const HfConfig back_cfg = load_hf_config((dir / "config.json").string());
+        EXPECT_EQ(back_cfg.model_type, c.model_type);
+        EXPECT_EQ(back_cfg.qk_norm, c.qk_norm);
+        EXPECT_EQ(back_cfg.rope_type, c.rope_type);
+        EXPECT_EQ(back_cfg.head_dim, c.head_dim);
+        auto back = LlamaModelImpl::from_pretrained(dir.string());
+        torch::NoGradGuard ng;
+        const torch::Tensor tok = some_tokens(c.vocab_size);
+        EXPECT_TRUE(torch::equal(back->forward(tok), m->forward(tok))) << c.model_type;
+        // A redundant lm_head.weight (some exporters write both) is ignored: the embedding is the head.
+        auto sd = m->hf_state_dict();
+        sd.emplace_back("lm_head.weight", torch::zeros({c.vocab_size, c.hidden_size}));
+        save_safetensors((dir / "model.safetensors").string(), sd);
+        auto again = LlamaModelImpl::from_pretrained(dir.string());
+        EXPECT_TRUE(torch::equal(again->forward(tok), m->forward(tok))) << c.model_type;
+        // The same weights under an untied config.json: lm_head.weight is missing, and the
+        // message says why.
+        HfConfig untied = c;
+        untied.tie_word_embeddings = false;
+        {
+            std::ofstream out(dir / "config.json", std::ios::trunc);
+            out << to_hf_json(untied);
+        }
+        save_safetensors((dir / "model.safetensors").string(), m->hf_state_dict());
+        try {
+            LlamaModelImpl::from_pretrained(dir.string());
+            ADD_FAILURE() << c.model_type << ": loaded an untied config without lm_head.weight";
+        } catch (const tagflow::Error& e) {
+            const std::string msg = e.what();
+            EXPECT_NE(msg.find("lm_head.weight"), std::string::npos) << msg;
+            EXPECT_NE(msg.find("tie_word_embeddings=false"), std::string::npos) << msg;
+        }
+        fs::remove_all(dir);
     }
 }

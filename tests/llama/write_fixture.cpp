@@ -6,9 +6,9 @@
 // rollout engine's LlamaSlotDecoder ("logits_engine": a prefill of two rows of different
 // lengths, an extend of one, then decode steps; NaN at the positions whose logits those calls
 // do not return), for reference_forward.py to check independently.
-// Kinds: qwen2 (untied), llama (tied), qwen3 (q/k norms, head_dim != hidden/heads, tied),
-// llama3 (rope_scaling llama3, tied, sequences 3.75x past the original context). Does not
-// compare anything itself.
+// Kinds: qwen2 (untied), qwen2_tied, llama (tied), qwen3 (q/k norms, head_dim != hidden/heads,
+// tied), llama3 and llama3_untied (rope_scaling llama3, sequences 3.75x past the original
+// context). Does not compare anything itself.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -61,7 +61,7 @@ torch::Tensor engine_logits(LlamaModel m, const torch::Tensor& tokens) {
 
 int main(int argc, char** argv) {
     if (argc != 3) {
-        std::fprintf(stderr, "usage: %s <dir> <qwen2|llama|qwen3|llama3>\n", argv[0]);
+        std::fprintf(stderr, "usage: %s <dir> <qwen2|qwen2_tied|llama|qwen3|llama3|llama3_untied>\n", argv[0]);
         return 2;
     }
     try {
@@ -70,9 +70,10 @@ int main(int argc, char** argv) {
         HfConfig c;
         int64_t shard_bytes = 0, T = 12;
         uint64_t seed = 99;
-        if (kind == "qwen2") {  // GQA 4:2, q/k/v biases, untied, sharded
+        if (kind == "qwen2" || kind == "qwen2_tied") {  // GQA 4:2, q/k/v biases; the untied one sharded
             c = fx::qwen2_config();
-            shard_bytes = 40000;
+            c.tie_word_embeddings = kind == "qwen2_tied";
+            shard_bytes = kind == "qwen2" ? 40000 : 0;
             seed = 1234;
         } else if (kind == "llama") {  // GQA 6:2, no biases, tied embeddings, single file
             c = fx::llama_tied_config();
@@ -80,8 +81,8 @@ int main(int argc, char** argv) {
             c = fx::qwen3_config();
             T = 40;
             seed = 31;
-        } else if (kind == "llama3") {
-            c = fx::llama3_config(true);
+        } else if (kind == "llama3" || kind == "llama3_untied") {
+            c = fx::llama3_config(kind == "llama3");
             T = 120;  // 3.75 x original_max_position_embeddings (32)
             seed = 57;
         } else {
