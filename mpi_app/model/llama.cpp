@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// llama: the Llama/Qwen2 decoder, its KV-cache path, and checkpoint-directory I/O
-// (config.json + safetensors, single or sharded). See llama.hpp.
+// llama: the Llama/Qwen2/Qwen3 decoder, its RoPE frequencies, its KV-cache path, and
+// checkpoint-directory I/O (config.json + safetensors, single or sharded). See llama.hpp.
 #include "model/llama.hpp"
 
 #include <cmath>
@@ -87,6 +87,24 @@ void save_safetensors(const std::string& path,
 
 // ---- modules ----
 
+torch::Tensor rope_inv_freq(const HfConfig& c) {
+    // transformers' _compute_default_rope_parameters, in fp32 like it.
+    const torch::Tensor i2 = torch::arange(0, c.head_dim, 2, torch::kLong).to(torch::kFloat);
+    const torch::Tensor inv_freq =
+        1.0 / torch::pow(static_cast<double>(c.rope_theta), i2 / static_cast<double>(c.head_dim));
+    if (c.rope_type != "llama3") return inv_freq;
+    // _compute_llama3_parameters, op for op (fp32 tensors, double scalars).
+    const double factor = c.rope_factor, low = c.rope_low_freq_factor, high = c.rope_high_freq_factor;
+    const auto old_len = static_cast<double>(c.rope_original_max_position_embeddings);
+    const double low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+    const torch::Tensor wavelen = 2 * M_PI / inv_freq;
+    torch::Tensor out = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
+    const torch::Tensor smooth = (old_len / wavelen - low) / (high - low);
+    const torch::Tensor smoothed = (1 - smooth) * out / factor + smooth * out;
+    const torch::Tensor medium = (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
+    return torch::where(medium, smoothed, out);
+}
+
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
     weight = register_parameter("weight", torch::ones({dim}));
 }
@@ -104,14 +122,24 @@ LlamaAttentionImpl::LlamaAttentionImpl(const HfConfig& c)
     k_proj = register_module("k_proj", torch::nn::Linear(O(c.hidden_size, kv_heads_ * head_dim_).bias(c.qkv_bias)));
     v_proj = register_module("v_proj", torch::nn::Linear(O(c.hidden_size, kv_heads_ * head_dim_).bias(c.qkv_bias)));
     o_proj = register_module("o_proj", torch::nn::Linear(O(heads_ * head_dim_, c.hidden_size).bias(c.o_bias)));
+    if (c.qk_norm) {
+        q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+        k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps));
+    }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                           const torch::Tensor& sin, torch::Tensor* k_cache,
                                           torch::Tensor* v_cache) {
     const int64_t B = x.size(0), T = x.size(1);
-    torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_}).transpose(1, 2);
-    torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
+    torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_});
+    torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_});
+    if (q_norm) {  // Qwen3: per-head RMSNorm of q and k, before RoPE
+        q = q_norm(q);
+        k = k_norm(k);
+    }
+    q = q.transpose(1, 2);
+    k = k.transpose(1, 2);
     torch::Tensor v = v_proj(x).view({B, T, kv_heads_, head_dim_}).transpose(1, 2);
     q = apply_rope(q, cos, sin);
     k = apply_rope(k, cos, sin);
@@ -190,10 +218,7 @@ LlamaModelImpl::LlamaModelImpl(const HfConfig& cfg, uint64_t seed) : cfg_(cfg) {
     if (!cfg_.tie_word_embeddings)
         lm_head = register_module(
             "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size, cfg_.vocab_size).bias(false)));
-    // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d), computed in fp32.
-    const torch::Tensor i2 = torch::arange(0, cfg_.head_dim, 2, torch::kLong).to(torch::kFloat);
-    inv_freq_ = register_buffer(
-        "inv_freq", 1.0 / torch::pow(static_cast<double>(cfg_.rope_theta), i2 / static_cast<double>(cfg_.head_dim)));
+    inv_freq_ = register_buffer("inv_freq", rope_inv_freq(cfg_));
     reset_parameters(seed);
 }
 
@@ -278,7 +303,12 @@ void LlamaModelImpl::load_hf_state_dict(const std::map<std::string, torch::Tenso
         std::string missing;
         for (const auto& item : params)
             if (!loaded.count(item.key())) missing += (missing.empty() ? "" : ", ") + item.key();
-        if (!missing.empty()) throw Error("LlamaModel: checkpoint lacks " + missing);
+        if (!missing.empty()) {
+            // A tied checkpoint stores no lm_head.weight; say so when the config disagrees.
+            const bool head = params.find("lm_head.weight") != nullptr && !loaded.count("lm_head.weight");
+            throw Error("LlamaModel: checkpoint lacks " + missing +
+                        (head ? " (config.json has tie_word_embeddings=false; a tied checkpoint stores no lm_head)" : ""));
+        }
     }
 }
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// llama: a Llama/Qwen2-family decoder (RMSNorm, rotate-half RoPE with rope_theta, grouped-
-// query attention, SwiGLU MLP, optional q/k/v biases and tied embeddings) following the
-// Hugging Face conventions, with HF parameter names (named_parameters() yields exactly
+// llama: a Llama/Qwen2/Qwen3-family decoder (RMSNorm, rotate-half RoPE with rope_theta and
+// optional llama3 frequency scaling, grouped-query attention, SwiGLU MLP, optional q/k/v/o
+// biases, Qwen3's per-head q/k RMSNorm, tied embeddings) following the Hugging Face
+// conventions, with HF parameter names (named_parameters() yields exactly
 // "model.layers.0.self_attn.q_proj.weight", ...), a KV-cache path, and safetensors
 // load/save of whole checkpoint directories (single file or sharded with an index).
 // Computes in fp32 on whatever device the parameters are on. Does not sample (rollout/),
-// and does not support rope_scaling or sliding-window attention.
+// and does not support other rope_scaling types or sliding-window attention.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -38,6 +39,14 @@ void save_safetensors(const std::string& path,
 
 // ---- model ----
 
+/// RoPE inverse frequencies [head_dim/2] fp32 of `c`, computed as transformers does in fp32:
+/// 1 / theta^(arange(0, d, 2) / d), then, for rope_type "llama3", _compute_llama3_parameters:
+/// wavelengths 2*pi/f longer than original_max_position_embeddings / low_freq_factor are
+/// divided by factor, shorter than original / high_freq_factor kept, and those in between
+/// interpolated smoothly. Every RoPE table of the model (training forward, value model, slot
+/// decoder) comes from here.
+torch::Tensor rope_inv_freq(const HfConfig& c);
+
 /// `x * rsqrt(mean(x^2) + eps) * weight`, computed in fp32.
 class RMSNormImpl : public torch::nn::Module {
 public:
@@ -63,6 +72,7 @@ public:
     torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                           torch::Tensor* k_cache, torch::Tensor* v_cache);
     torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+    RMSNorm q_norm{nullptr}, k_norm{nullptr};  ///< [head_dim] per-head norms; null unless HfConfig::qk_norm
 
 private:
     int64_t heads_, kv_heads_, head_dim_;
@@ -142,7 +152,7 @@ public:
 private:
     torch::Tensor run(const torch::Tensor& tokens, LlamaKVCache* cache);
     HfConfig cfg_;
-    torch::Tensor inv_freq_;  ///< [head_dim/2] fp32, 1 / theta^(2i/d); not a parameter
+    torch::Tensor inv_freq_;  ///< [head_dim/2] fp32, rope_inv_freq(cfg); not a parameter
 };
 TORCH_MODULE(LlamaModel);
 
@@ -151,7 +161,8 @@ TORCH_MODULE(LlamaModel);
 /// Inference-only decoding of many sequences at once, for the rollout engine (rollout/engine.hpp).
 /// Holds (1) a snapshot of the model's weights rearranged for decoding: q|k|v and gate|up
 /// concatenated into one matrix each, the RMSNorm weights folded into the matrix that follows
-/// them, 1/sqrt(head_dim) folded into q, optionally in bf16; and (2) a preallocated KV cache per
+/// them, 1/sqrt(head_dim) folded into q (into q_norm's weight when the model has per-head q/k
+/// norms), optionally in bf16; and (2) a preallocated KV cache per
 /// layer, [2, slots, kv_heads, capacity, head_dim], where every slot (row) holds one sequence at
 /// its own length. prefill, extend and decode are one row-based forward (a row = one token with
 /// its slot and position; no padding); its activations live in a grown-only workspace, so

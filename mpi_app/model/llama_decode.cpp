@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // llama_decode: LlamaSlotDecoder (see llama.hpp), the batched inference path of the
-// Llama/Qwen2 decoder: fused weight snapshot, slot-based preallocated KV cache, and one
+// Llama/Qwen2/Qwen3 decoder: fused weight snapshot, slot-based preallocated KV cache, and one
 // row-based forward used by prefill, extend and decode alike: every row is one token with its
 // own cache slot and position (a prefill is the concatenation of its prompts, no padding; a
 // decode step is one row per sequence), so causal masking is just "keys 0..pos".
 // Small models are overhead-bound, so a layer is ~10 tensor ops: one GEMM for q|k|v and one for
 // gate|up, RMSNorm weights folded into them, residual adds fused into addmm_, and every GEMM
 // output written into a preallocated workspace (no per-step allocation: fresh multi-100-KiB
-// temporaries cost page faults on every step). On CPU in fp32 the RMSNorm, the RoPE of q and k,
+// temporaries cost page faults on every step). On CPU in fp32 the RMSNorms (Qwen3's per-head
+// q/k norms too), the RoPE of q and k,
 // the k/v stores and the attention are plain loops over the rows (attention: one pass per
 // (row, kv head) over its cache row, scores + softmax + PV fused, AVX2/FMA when the CPU has
 // it); elsewhere (bf16, other devices) the same steps are tensor ops (index_put_, baddbmm, bmm).
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -40,6 +42,7 @@ struct LayerW {
     torch::Tensor o_t, o_b;      ///< [H*D, dm], bias or undefined
     torch::Tensor gu_t;          ///< [dm, 2F]
     torch::Tensor down_t;        ///< [F, dm]
+    torch::Tensor qn_w, kn_w;    ///< [D] per-head q/k norm weights (q's times 1/sqrt(D)); undefined unless qk_norm
 };
 
 // ---- fp32 CPU kernels (rows of the row-based forward) ----
@@ -64,6 +67,24 @@ void rms_rows(const float* x, float* y, int64_t R, int64_t dm, float deps) {
             const float k = 1.0f / std::sqrt(s + deps);
             float* o = y + r * dm;
             for (i = 0; i < dm; ++i) o[i] = a[i] * k;
+        }
+    });
+}
+
+/// Qwen3's per-head RMSNorm in place on the q heads (weight qw) and k heads (weight kw) of
+/// each row: x * rsqrt(mean(x^2) + eps) * w over each head's D floats.
+void head_norm_rows(float* qkv, int64_t R, const Geo& g, const float* qw, const float* kw, float eps) {
+    const int64_t ld = g.NH * g.D, heads = g.H + g.KV;
+    at::parallel_for(0, R, 64, [&](int64_t lo, int64_t hi) {
+        for (int64_t r = lo; r < hi; ++r) {
+            for (int64_t h = 0; h < heads; ++h) {
+                float* x = qkv + r * ld + h * g.D;
+                const float* w = h < g.H ? qw : kw;
+                float s = 0;
+                for (int64_t i = 0; i < g.D; ++i) s += x[i] * x[i];
+                const float k = 1.0f / std::sqrt(s / static_cast<float>(g.D) + eps);
+                for (int64_t i = 0; i < g.D; ++i) x[i] = x[i] * k * w[i];
+            }
         }
     });
 }
@@ -350,18 +371,25 @@ struct LlamaSlotDecoder::State {
             const double sdm = std::sqrt(static_cast<double>(dm));  // see rms()
             const torch::Tensor w1 = ly->input_layernorm->weight.detach().to(torch::kFloat) * sdm;
             const torch::Tensor w2 = ly->post_attention_layernorm->weight.detach().to(torch::kFloat) * sdm;
-            const torch::Tensor qkv = torch::cat({a->q_proj->weight.detach().to(torch::kFloat) * qscale,
+            // With per-head q/k norms the scale goes into q_norm's weight (a norm would undo it
+            // on q); RoPE is linear, so either place gives the same scores.
+            const double qs = c.qk_norm ? 1.0 : qscale;
+            const torch::Tensor qkv = torch::cat({a->q_proj->weight.detach().to(torch::kFloat) * qs,
                                                   a->k_proj->weight.detach().to(torch::kFloat),
                                                   a->v_proj->weight.detach().to(torch::kFloat)}) *
                                       w1.unsqueeze(0);
             LayerW& w = layers[static_cast<std::size_t>(l)];
             w.qkv_t = cvt(qkv.t());
             if (c.qkv_bias)
-                w.qkv_b = cvt(torch::cat({a->q_proj->bias.detach().to(torch::kFloat) * qscale,
+                w.qkv_b = cvt(torch::cat({a->q_proj->bias.detach().to(torch::kFloat) * qs,
                                           a->k_proj->bias.detach().to(torch::kFloat),
                                           a->v_proj->bias.detach().to(torch::kFloat)}));
             w.o_t = cvt(a->o_proj->weight.t());
             if (c.o_bias) w.o_b = cvt(a->o_proj->bias);
+            if (c.qk_norm) {  // kept in fp32: the generic path norms in fp32
+                w.qn_w = (a->q_norm->weight.detach().to(torch::kFloat) * qscale).to(opt.device()).contiguous();
+                w.kn_w = a->k_norm->weight.detach().to(torch::kFloat).to(opt.device()).contiguous();
+            }
             auto& m = ly->mlp;
             w.gu_t = cvt((torch::cat({m->gate_proj->weight.detach().to(torch::kFloat),
                                       m->up_proj->weight.detach().to(torch::kFloat)}) *
@@ -378,9 +406,8 @@ struct LlamaSlotDecoder::State {
     }
 
     void build_tables() {
-        // Same formula and op order as LlamaModelImpl (inv_freq in fp32, outer product).
-        const torch::Tensor i2 = torch::arange(0, D, 2, torch::kLong).to(torch::kFloat);
-        const torch::Tensor inv_freq = 1.0 / torch::pow(static_cast<double>(c.rope_theta), i2 / static_cast<double>(D));
+        // Same frequencies and op order as LlamaModelImpl (rope_inv_freq in fp32, outer product).
+        const torch::Tensor inv_freq = rope_inv_freq(c);
         const torch::Tensor pos = torch::arange(0, cap, torch::TensorOptions().dtype(torch::kFloat));
         const torch::Tensor freqs = torch::outer(pos, inv_freq);
         const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
@@ -464,6 +491,7 @@ struct LlamaSlotDecoder::State {
         const Geo g = geo();
         SgemmFn* sgemm = fast ? blas_sgemm() : nullptr;
         const float deps = static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps);
+        const auto qk_eps = static_cast<float>(c.rms_norm_eps);
         for (int64_t l = 0; l < L; ++l) {
             const LayerW& w = layers[static_cast<std::size_t>(l)];
             torch::Tensor& kv = cache[static_cast<std::size_t>(l)];
@@ -479,6 +507,7 @@ struct LlamaSlotDecoder::State {
                     beta = 1.0f;
                 }
                 gemm_rows(sgemm, xp, w.qkv_t.data_ptr<float>(), qp, R, dm, NH * D, beta);
+                if (w.qn_w.defined()) head_norm_rows(qp, R, g, w.qn_w.data_ptr<float>(), w.kn_w.data_ptr<float>(), qk_eps);
                 rope_rows(qp, pos, R, g, cos_tab.data_ptr<float>(), sin_tab.data_ptr<float>());
                 store_rows(qp, kvp, slot, pos, R, g);
                 attend_rows(qp, kvp, op, slot, pos, R, g);
@@ -497,6 +526,7 @@ struct LlamaSlotDecoder::State {
             torch::Tensor o;
             if (fast) {
                 float* qp = qkv.data_ptr<float>();
+                if (w.qn_w.defined()) head_norm_rows(qp, R, g, w.qn_w.data_ptr<float>(), w.kn_w.data_ptr<float>(), qk_eps);
                 rope_rows(qp, pos, R, g, cos_tab.data_ptr<float>(), sin_tab.data_ptr<float>());
                 float* kvp = kv.data_ptr<float>();
                 store_rows(qp, kvp, slot, pos, R, g);
@@ -504,6 +534,14 @@ struct LlamaSlotDecoder::State {
                 attend_rows(qp, kvp, o.data_ptr<float>(), slot, pos, R, g);
             } else {
                 torch::Tensor r3 = qkv.view({R, NH, D});
+                if (w.qn_w.defined()) {  // per-head q/k RMSNorm, in fp32
+                    for (const auto& [first, n, nw] : {std::make_tuple(int64_t{0}, H, &w.qn_w),
+                                                       std::make_tuple(H, KV, &w.kn_w)}) {
+                        torch::Tensor heads = r3.narrow(1, first, n);
+                        const torch::Tensor xf = heads.to(torch::kFloat);
+                        heads.copy_(xf * xf.pow(2).mean(-1, /*keepdim=*/true).add_(c.rms_norm_eps).rsqrt_() * *nw);
+                    }
+                }
                 const torch::Tensor flipped = r3.view({R, NH, 2, D / 2}).flip({2}).view({R, NH, D});
                 r3.copy_((r3 * cos).addcmul_(flipped, sin));
                 kv.index_put_(where_new, r3.narrow(1, H, 2 * KV).view({R, 2, KV, D}));

@@ -52,6 +52,10 @@ std::map<std::string, std::vector<int64_t>> llama_param_shapes(const HfConfig& c
             s[p + "self_attn.v_proj.bias"] = {kv};
         }
         if (c.o_bias) s[p + "self_attn.o_proj.bias"] = {H};
+        if (c.qk_norm) {
+            s[p + "self_attn.q_norm.weight"] = {c.head_dim};
+            s[p + "self_attn.k_norm.weight"] = {c.head_dim};
+        }
         s[p + "mlp.gate_proj.weight"] = {c.intermediate_size, H};
         s[p + "mlp.up_proj.weight"] = {c.intermediate_size, H};
         s[p + "mlp.down_proj.weight"] = {H, c.intermediate_size};
@@ -146,7 +150,8 @@ HfConfig check_pretrained(const std::string& dir_str, const std::string& option)
     }
     for (const auto& [name, shape] : want)
         if (!found.count(name))
-            throw ConfigError(who + "no tensor '" + name + "' " + shape_text(shape) + " in the safetensors of " + dir_str);
+            throw ConfigError(who + "no tensor '" + name + "' " + shape_text(shape) + " in the safetensors of " + dir_str +
+                              (name == "lm_head.weight" ? " (config.json has tie_word_embeddings=false)" : ""));
     return cfg;
 }
 

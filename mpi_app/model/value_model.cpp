@@ -16,10 +16,7 @@ ValueModelImpl::ValueModelImpl(const HfConfig& cfg, uint64_t seed) : cfg_(cfg) {
     cfg_.validate("ValueModel");
     model = register_module("model", LlamaBackbone(cfg_));
     score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size, 1).bias(true)));
-    // Same RoPE table as LlamaModelImpl: inv_freq = 1 / theta^(arange(0, d, 2) / d).
-    const torch::Tensor i2 = torch::arange(0, cfg_.head_dim, 2, torch::kLong).to(torch::kFloat);
-    inv_freq_ = register_buffer(
-        "inv_freq", 1.0 / torch::pow(static_cast<double>(cfg_.rope_theta), i2 / static_cast<double>(cfg_.head_dim)));
+    inv_freq_ = register_buffer("inv_freq", rope_inv_freq(cfg_));  // the same RoPE table as LlamaModelImpl
     // Draw the backbone exactly as a policy with this seed would, then zero the head.
     LlamaModelImpl donor(cfg_, seed);
     init_from_policy(donor);

@@ -56,6 +56,15 @@ std::vector<HfConfig> variants() {
     a.abs_positions = true;
     a.head_dim = 8;  // head_dim * heads != hidden_size
     v.push_back(a);
+    HfConfig q3 = base();  // per-head q/k norms, tied, llama3 rope_scaling (no extra tensors)
+    q3.model_type = "qwen3";
+    q3.qk_norm = true;
+    q3.head_dim = 6;
+    q3.tie_word_embeddings = true;
+    q3.rope_type = "llama3";
+    q3.rope_factor = 8.0;
+    q3.rope_original_max_position_embeddings = 16;
+    v.push_back(q3);
     return v;
 }
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_llama: safetensors round trip and every malformed-header rejection, config.json
-// parsing errors, HF parameter names, KV-cache vs full forward, tied embeddings, sharded
-// and bf16 checkpoint round trips. The cross-check against an independent Python forward
+// parsing (qwen3 keys, llama3 rope_scaling, each refusal in one line) and its round trip, the
+// llama3 RoPE frequencies, HF parameter names (q/k norms), KV-cache and slot decoder vs full
+// forward, tied embeddings in every family, sharded and bf16 checkpoint round trips. The cross-check against an independent Python forward
 // is reference_forward.py (see CMakeLists.txt).
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -56,8 +58,10 @@ void expect_reject(const std::string& tag, const std::string& header, std::size_
     fs::remove(p);
 }
 
+using fixtures::llama3_config;
 using fixtures::llama_tied_config;
 using fixtures::qwen2_config;
+using fixtures::qwen3_config;
 
 torch::Tensor some_tokens(int64_t vocab) {
     return torch::arange(0, 2 * 13, torch::kLong).mul(37).remainder(vocab).view({2, 13});
@@ -243,6 +247,179 @@ TEST(HfConfig, Errors) {
     EXPECT_THROW(load_hf_config("/nonexistent/config.json"), tagflow::ConfigError);
 }
 
+namespace {
+
+// A Qwen3-0.6B-style config.json (the keys Hugging Face writes), shrunk.
+const char* kQwen3Json = R"({"architectures":["Qwen3ForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
+  "bos_token_id":151643,"eos_token_id":151645,"head_dim":16,"hidden_act":"silu","hidden_size":48,
+  "initializer_range":0.02,"intermediate_size":96,"max_position_embeddings":40960,"max_window_layers":28,
+  "model_type":"qwen3","num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":2,"rms_norm_eps":1e-06,
+  "rope_scaling":null,"rope_theta":1000000,"sliding_window":null,"tie_word_embeddings":true,
+  "torch_dtype":"bfloat16","transformers_version":"4.51.0","use_cache":true,"use_sliding_window":false,
+  "vocab_size":151936,"layer_types":["full_attention","full_attention"]})";
+
+// A Llama-3.2-1B-style config.json, shrunk.
+const char* kLlama32Json = R"({"architectures":["LlamaForCausalLM"],"attention_bias":false,"attention_dropout":0.0,
+  "bos_token_id":128000,"eos_token_id":128001,"head_dim":16,"hidden_act":"silu","hidden_size":64,
+  "initializer_range":0.02,"intermediate_size":128,"max_position_embeddings":131072,"mlp_bias":false,
+  "model_type":"llama","num_attention_heads":4,"num_hidden_layers":2,"num_key_value_heads":2,
+  "pretraining_tp":1,"rms_norm_eps":1e-05,"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,
+  "low_freq_factor":1.0,"original_max_position_embeddings":8192,"rope_type":"llama3"},"rope_theta":500000.0,
+  "tie_word_embeddings":true,"torch_dtype":"bfloat16","use_cache":true,"vocab_size":128256})";
+
+/// Expects parse_hf_config(text) to fail with one line naming cfg.json and containing `needle`.
+void expect_config_error(const std::string& text, const std::string& needle) {
+    try {
+        parse_hf_config(text, "cfg.json");
+        ADD_FAILURE() << "accepted: " << text;
+    } catch (const tagflow::ConfigError& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(m.rfind("cfg.json: ", 0), 0u) << m;
+        EXPECT_NE(m.find(needle), std::string::npos) << "want '" << needle << "' in: " << m;
+        EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+}
+
+std::string edit(const char* base, const std::string& key, const nlohmann::json& v) {
+    nlohmann::json j = nlohmann::json::parse(base);
+    if (v.is_discarded()) j.erase(key);
+    else j[key] = v;
+    return j.dump();
+}
+
+}  // namespace
+
+TEST(HfConfig, ParsesQwen3) {
+    const HfConfig c = parse_hf_config(kQwen3Json);
+    EXPECT_EQ(c.model_type, "qwen3");
+    EXPECT_TRUE(c.qk_norm);
+    EXPECT_EQ(c.head_dim, 16);  // explicit, != hidden_size / num_attention_heads (12)
+    EXPECT_EQ(c.num_key_value_heads, 2);
+    EXPECT_FALSE(c.qkv_bias);
+    EXPECT_FALSE(c.o_bias);
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_EQ(c.rope_type, "default");
+    EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+    // attention_bias: biases on q, k, v and o (Qwen3Attention), unlike qwen2's q/k/v only.
+    const HfConfig b = parse_hf_config(edit(kQwen3Json, "attention_bias", true));
+    EXPECT_TRUE(b.qkv_bias);
+    EXPECT_TRUE(b.o_bias);
+    // No head_dim: Qwen3Config's default 128, not hidden_size / heads.
+    EXPECT_EQ(parse_hf_config(edit(kQwen3Json, "head_dim", nullptr)).head_dim, 128);
+    // Defaults: tie_word_embeddings false, no biases.
+    const HfConfig d = parse_hf_config(edit(edit(kQwen3Json, "tie_word_embeddings", nlohmann::json(
+                                                    nlohmann::json::value_t::discarded)).c_str(),
+                                            "attention_bias", nlohmann::json(nlohmann::json::value_t::discarded)));
+    EXPECT_FALSE(d.tie_word_embeddings);
+    EXPECT_FALSE(d.qkv_bias);
+    // Round trip through the config.json tagflow writes.
+    for (const HfConfig& x : {c, b}) {
+        const std::string text = to_hf_json(x);
+        const nlohmann::json j = nlohmann::json::parse(text);
+        EXPECT_EQ(j["architectures"][0], "Qwen3ForCausalLM");
+        EXPECT_EQ(j["head_dim"], 16);
+        EXPECT_EQ(j["attention_bias"], x.qkv_bias);
+        EXPECT_TRUE(j["rope_scaling"].is_null());
+        const HfConfig back = parse_hf_config(text);
+        EXPECT_EQ(back.model_type, "qwen3");
+        EXPECT_TRUE(back.qk_norm);
+        EXPECT_EQ(back.head_dim, x.head_dim);
+        EXPECT_EQ(back.qkv_bias, x.qkv_bias);
+        EXPECT_EQ(back.o_bias, x.o_bias);
+        EXPECT_EQ(back.tie_word_embeddings, x.tie_word_embeddings);
+    }
+}
+
+TEST(HfConfig, ParsesLlama3RopeScaling) {
+    const HfConfig c = parse_hf_config(kLlama32Json);
+    EXPECT_EQ(c.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(c.rope_factor, 32.0);
+    EXPECT_DOUBLE_EQ(c.rope_low_freq_factor, 1.0);
+    EXPECT_DOUBLE_EQ(c.rope_high_freq_factor, 4.0);
+    EXPECT_EQ(c.rope_original_max_position_embeddings, 8192);
+    EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+    EXPECT_TRUE(c.tie_word_embeddings);
+    EXPECT_FALSE(c.qk_norm);
+    // The older spelling "type", and transformers 5's "rope_parameters" (with rope_theta inside).
+    const nlohmann::json rs = nlohmann::json::parse(kLlama32Json)["rope_scaling"];
+    nlohmann::json old = rs;
+    old.erase("rope_type");
+    old["type"] = "llama3";
+    nlohmann::json v5 = rs;
+    v5["rope_theta"] = 250000.0;
+    const HfConfig a = parse_hf_config(edit(kLlama32Json, "rope_scaling", old));
+    const HfConfig b = parse_hf_config(edit(edit(kLlama32Json, "rope_scaling", nullptr).c_str(), "rope_parameters", v5));
+    EXPECT_EQ(a.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(a.rope_factor, 32.0);
+    EXPECT_EQ(b.rope_type, "llama3");
+    EXPECT_EQ(b.rope_original_max_position_embeddings, 8192);
+    EXPECT_DOUBLE_EQ(b.rope_theta, 250000.0);
+    // null and {"rope_type": "default"} mean no scaling, in every family.
+    for (const char* base : {kLlama32Json, kQwen3Json, kQwenJson}) {
+        EXPECT_EQ(parse_hf_config(edit(base, "rope_scaling", nullptr)).rope_type, "default");
+        EXPECT_EQ(parse_hf_config(edit(base, "rope_scaling", {{"rope_type", "default"}})).rope_type, "default");
+        EXPECT_EQ(parse_hf_config(edit(base, "rope_scaling", rs)).rope_type, "llama3") << base;
+    }
+    // Round trip: the rope_scaling object is written back in full.
+    const std::string text = to_hf_json(c);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    EXPECT_EQ(j["rope_scaling"]["rope_type"], "llama3");
+    EXPECT_EQ(j["rope_scaling"]["original_max_position_embeddings"], 8192);
+    const HfConfig back = parse_hf_config(text);
+    EXPECT_EQ(back.rope_type, "llama3");
+    EXPECT_DOUBLE_EQ(back.rope_factor, c.rope_factor);
+    EXPECT_DOUBLE_EQ(back.rope_low_freq_factor, c.rope_low_freq_factor);
+    EXPECT_DOUBLE_EQ(back.rope_high_freq_factor, c.rope_high_freq_factor);
+    EXPECT_EQ(back.rope_original_max_position_embeddings, c.rope_original_max_position_embeddings);
+    EXPECT_DOUBLE_EQ(back.rope_theta, c.rope_theta);
+    EXPECT_EQ(back.tie_word_embeddings, true);
+}
+
+TEST(HfConfig, RefusesUnsupportedInOneLine) {
+    const nlohmann::json erase = nlohmann::json(nlohmann::json::value_t::discarded);
+    const nlohmann::json rs = nlohmann::json::parse(kLlama32Json)["rope_scaling"];
+    auto rope = [&](const std::string& key, const nlohmann::json& v) {
+        nlohmann::json r = rs;
+        if (v.is_discarded()) r.erase(key);
+        else r[key] = v;
+        return edit(kLlama32Json, "rope_scaling", r);
+    };
+    for (const char* type : {"linear", "dynamic", "yarn", "longrope", "ntk", "mrope"}) {
+        expect_config_error(edit(kLlama32Json, "rope_scaling", {{"rope_type", type}, {"factor", 2.0}}),
+                            std::string("rope_scaling type '") + type + "' is not supported");
+        expect_config_error(edit(kQwen3Json, "rope_scaling", {{"type", type}, {"factor", 2.0}}),
+                            std::string("rope_scaling type '") + type + "' is not supported");
+        expect_config_error(edit(kQwen3Json, "rope_parameters", {{"rope_type", type}, {"rope_theta", 1e6}}),
+                            std::string("rope_parameters type '") + type + "' is not supported");
+    }
+    expect_config_error(rope("factor", erase), "missing required key 'factor'");
+    expect_config_error(rope("low_freq_factor", erase), "missing required key 'low_freq_factor'");
+    expect_config_error(rope("high_freq_factor", erase), "missing required key 'high_freq_factor'");
+    expect_config_error(rope("original_max_position_embeddings", erase),
+                        "missing required key 'original_max_position_embeddings'");
+    expect_config_error(rope("original_max_position_embeddings", 8192.5), "must be an integer");
+    expect_config_error(rope("factor", "8"), "'factor' must be a number");
+    expect_config_error(rope("factor", -8.0), "'factor' must be positive");
+    expect_config_error(rope("high_freq_factor", 1.0), "high_freq_factor (1.000000) must be greater than low_freq_factor");
+    expect_config_error(rope("rope_type", erase), "'rope_scaling' has no 'rope_type'");
+    expect_config_error(rope("rope_type", 3), "rope_type must be a string");
+    expect_config_error(edit(kLlama32Json, "rope_scaling", "llama3"), "'rope_scaling' must be an object or null");
+    expect_config_error(edit(kQwen3Json, "use_sliding_window", true), "use_sliding_window=true is not supported");
+    expect_config_error(edit(kQwen3Json, "layer_types", {"full_attention", "sliding_attention"}),
+                        "layer_types entry \"sliding_attention\" is not supported");
+    expect_config_error(edit(kQwen3Json, "layer_types", "full_attention"), "'layer_types' must be a list");
+    expect_config_error(edit(kQwen3Json, "attention_bias", "no"), "'attention_bias' must be true/false");
+    expect_config_error(edit(kQwen3Json, "head_dim", 15), "head_dim (15) must be even");
+    expect_config_error(edit(kQwen3Json, "model_type", "qwen3_moe"), "model_type 'qwen3_moe' is not supported");
+    // A config built in code must keep q/k norms and qwen3 together (to_hf_json could not say otherwise).
+    HfConfig bad = qwen2_config();
+    bad.qk_norm = true;
+    EXPECT_THROW(bad.validate(), tagflow::ConfigError);
+    HfConfig q3 = qwen3_config();
+    q3.qk_norm = false;
+    EXPECT_THROW(q3.validate(), tagflow::ConfigError);
+}
+
 // ---------------- model ----------------
 
 TEST(Llama, HuggingFaceParameterNames) {
@@ -263,7 +440,7 @@ TEST(Llama, HuggingFaceParameterNames) {
 }
 
 TEST(Llama, KVCacheMatchesFullForward) {
-    for (const HfConfig& c : {qwen2_config(), llama_tied_config()}) {
+    for (const HfConfig& c : {qwen2_config(), llama_tied_config(), qwen3_config(), llama3_config(false)}) {
         LlamaModel m(c, 0);
         m->reset_parameters(7, 0.1);
         torch::NoGradGuard ng;
@@ -391,4 +568,161 @@ TEST(Llama, LoadErrors) {
     fs::remove(dir / "model.safetensors");
     EXPECT_THROW(LlamaModelImpl::from_pretrained(dir.string()), tagflow::Error);
     fs::remove_all(dir);
+}
+
+TEST(Llama, Llama3RopeFrequencies) {
+    // Llama 3.1 8B's numbers: head_dim 128, theta 5e5, factor 8, low 1, high 4, original 8192.
+    HfConfig c = llama3_config(false);
+    c.head_dim = 128;
+    c.hidden_size = 512;
+    c.rope_theta = 500000.0;
+    c.rope_original_max_position_embeddings = 8192;
+    const torch::Tensor got = rope_inv_freq(c).to(torch::kDouble);
+    ASSERT_EQ(got.sizes(), torch::IntArrayRef({64}));
+    int kept = 0, divided = 0, blended = 0;
+    for (int64_t i = 0; i < 64; ++i) {
+        // Meta's apply_scaling (llama3 reference code), in double.
+        const double f = 1.0 / std::pow(500000.0, 2.0 * static_cast<double>(i) / 128.0);
+        const double wavelen = 2 * M_PI / f;
+        double want;
+        if (wavelen < 8192.0 / 4.0) {
+            want = f;
+            ++kept;
+        } else if (wavelen > 8192.0 / 1.0) {
+            want = f / 8.0;
+            ++divided;
+        } else {
+            const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+            want = (1 - smooth) * f / 8.0 + smooth * f;
+            ++blended;
+        }
+        EXPECT_NEAR(got[i].item<double>() / want, 1.0, 1e-6) << "frequency " << i;
+    }
+    EXPECT_GT(kept, 0);  // all three bands occur
+    EXPECT_GT(divided, 0);
+    EXPECT_GT(blended, 0);
+    // Without rope_scaling: the plain frequencies.
+    c.rope_type = "default";
+    const torch::Tensor plain = rope_inv_freq(c).to(torch::kDouble);
+    for (int64_t i = 0; i < 64; ++i)
+        EXPECT_NEAR(plain[i].item<double>() * std::pow(500000.0, 2.0 * static_cast<double>(i) / 128.0), 1.0, 1e-6);
+}
+
+TEST(Llama, Qwen3ParameterNamesAndShapes) {
+    for (bool bias : {false, true}) {
+        HfConfig c = qwen3_config();
+        c.qkv_bias = c.o_bias = bias;
+        LlamaModel m(c, 1);
+        std::map<std::string, std::vector<int64_t>> shapes;
+        for (const auto& [n, t] : m->hf_state_dict()) shapes[n] = t.sizes().vec();
+        const int64_t D = c.head_dim;
+        EXPECT_EQ(shapes.at("model.layers.1.self_attn.q_norm.weight"), std::vector<int64_t>({D}));
+        EXPECT_EQ(shapes.at("model.layers.1.self_attn.k_norm.weight"), std::vector<int64_t>({D}));
+        EXPECT_EQ(shapes.at("model.layers.0.self_attn.q_proj.weight"), std::vector<int64_t>({4 * D, 48}));
+        EXPECT_EQ(shapes.at("model.layers.0.self_attn.k_proj.weight"), std::vector<int64_t>({2 * D, 48}));
+        EXPECT_EQ(shapes.at("model.layers.0.self_attn.o_proj.weight"), std::vector<int64_t>({48, 4 * D}));
+        EXPECT_EQ(shapes.count("model.layers.0.self_attn.q_proj.bias"), bias ? 1u : 0u);
+        EXPECT_EQ(shapes.count("model.layers.0.self_attn.o_proj.bias"), bias ? 1u : 0u);
+        EXPECT_EQ(shapes.count("lm_head.weight"), 0u);  // tied
+        EXPECT_EQ(shapes.size(), 2u + 2u * (11u + (bias ? 4u : 0u)));
+        // The q/k norms take part: changing one changes the logits.
+        torch::NoGradGuard ng;
+        const torch::Tensor tok = some_tokens(c.vocab_size);
+        const torch::Tensor before = m->forward(tok);
+        m->model->layers[0]->as<LlamaDecoderLayerImpl>()->self_attn->k_norm->weight.mul_(3.0);
+        EXPECT_GT(max_diff(m->forward(tok), before), 1e-3);
+    }
+}
+
+TEST(Llama, SlotDecoderMatchesFullForward) {
+    // fp32 on CPU runs the loop kernels, bf16 the tensor-op path (as on a GPU).
+    for (const HfConfig& c : {qwen3_config(), llama3_config(true), llama3_config(false)}) {
+        LlamaModel m(c, 0);
+        m->reset_parameters(13, 0.1);
+        const int64_t T = c.max_position_embeddings;
+        const torch::Tensor tok = torch::arange(0, 2 * T, torch::kLong).mul(29).add(5).remainder(c.vocab_size).view({2, T});
+        torch::Tensor full;
+        {
+            torch::NoGradGuard ng;
+            full = m->forward(tok);
+        }
+        for (bool bf16 : {false, true}) {
+            LlamaSlotDecoder dec(m, 2, T, bf16);
+            auto ids = [&](int64_t row, int64_t n) {
+                std::vector<int32_t> v;
+                for (int64_t t = 0; t < n; ++t) v.push_back(static_cast<int32_t>(tok[row][t].item<int64_t>()));
+                return v;
+            };
+            const int64_t p = T / 2 - 1;
+            const torch::Tensor pre = dec.prefill({0, 1}, {ids(0, p), ids(1, p + 1)});
+            double d = std::max(max_diff(pre[0], full[0][p - 1]), max_diff(pre[1], full[1][p]));
+            for (int64_t pos = p; pos < T; ++pos) {  // row 1 one position ahead of row 0
+                std::vector<int64_t> t{tok[0][pos].item<int64_t>()}, ps{pos};
+                if (pos + 1 < T) {
+                    t.push_back(tok[1][pos + 1].item<int64_t>());
+                    ps.push_back(pos + 1);
+                }
+                const torch::Tensor l = dec.decode(t, ps);
+                d = std::max(d, max_diff(l[0], full[0][pos]));
+                if (pos + 1 < T) d = std::max(d, max_diff(l[1], full[1][pos + 1]));
+            }
+            // bf16: ~1% of the logits' scale; a missing q/k norm or scaling costs O(1) (see reference_forward.py).
+            const double tol = bf16 ? 0.05 * full.abs().max().item<double>() : 1e-4;
+            EXPECT_LT(d, tol) << c.model_type << " tied " << c.tie_word_embeddings << " bf16 " << bf16;
+            if (bf16) {
+                EXPECT_GT(d, 0.0);
+            }
+        }
+    }
+}
+
+TEST(Llama, TiedEmbeddingsInEveryFamily) {
+    HfConfig q2 = qwen2_config(), l3 = llama3_config(true);
+    q2.tie_word_embeddings = true;
+    for (const HfConfig& c : {q2, llama_tied_config(), qwen3_config(), l3}) {
+        LlamaModel m(c, 3);
+        EXPECT_TRUE(m->lm_head.is_empty()) << c.model_type;
+        const fs::path dir = scratch("tied_" + c.model_type);
+        m->save_pretrained(dir.string());
+        // What Hugging Face's save_pretrained writes for a tied model: no lm_head.weight, and
+        // tie_word_embeddings true in config.json.
+        st::Reader r((dir / "model.safetensors").string());
+        EXPECT_EQ(r.header().find("lm_head.weight"), nullptr) << c.model_type;
+        std::ifstream in(dir / "config.json");
+        const nlohmann::json j = nlohmann::json::parse(in);
+        EXPECT_EQ(j["tie_word_embeddings"], true);
+        const HfConfig back_cfg = load_hf_config((dir / "config.json").string());
+        EXPECT_EQ(back_cfg.model_type, c.model_type);
+        EXPECT_EQ(back_cfg.qk_norm, c.qk_norm);
+        EXPECT_EQ(back_cfg.rope_type, c.rope_type);
+        EXPECT_EQ(back_cfg.head_dim, c.head_dim);
+        auto back = LlamaModelImpl::from_pretrained(dir.string());
+        torch::NoGradGuard ng;
+        const torch::Tensor tok = some_tokens(c.vocab_size);
+        EXPECT_TRUE(torch::equal(back->forward(tok), m->forward(tok))) << c.model_type;
+        // A redundant lm_head.weight (some exporters write both) is ignored: the embedding is the head.
+        auto sd = m->hf_state_dict();
+        sd.emplace_back("lm_head.weight", torch::zeros({c.vocab_size, c.hidden_size}));
+        save_safetensors((dir / "model.safetensors").string(), sd);
+        auto again = LlamaModelImpl::from_pretrained(dir.string());
+        EXPECT_TRUE(torch::equal(again->forward(tok), m->forward(tok))) << c.model_type;
+        // The same weights under an untied config.json: lm_head.weight is missing, and the
+        // message says why.
+        HfConfig untied = c;
+        untied.tie_word_embeddings = false;
+        {
+            std::ofstream out(dir / "config.json", std::ios::trunc);
+            out << to_hf_json(untied);
+        }
+        save_safetensors((dir / "model.safetensors").string(), m->hf_state_dict());
+        try {
+            LlamaModelImpl::from_pretrained(dir.string());
+            ADD_FAILURE() << c.model_type << ": loaded an untied config without lm_head.weight";
+        } catch (const tagflow::Error& e) {
+            const std::string msg = e.what();
+            EXPECT_NE(msg.find("lm_head.weight"), std::string::npos) << msg;
+            EXPECT_NE(msg.find("tie_word_embeddings=false"), std::string::npos) << msg;
+        }
+        fs::remove_all(dir);
+    }
 }

@@ -2,11 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """App.generate_cli: `tagflow generate` end to end.
 
-    generate_cli.py --tagflow BIN --model CHECKPOINT_DIR
+    generate_cli.py --tagflow BIN --model CHECKPOINT_DIR [--prompt-len N]
 
 Greedy ids (and --logprobs) of the binary against an independent float64 greedy loop
 (tests/llama/reference_forward.py's forward, full sequence each step); same seed => same
 sampled ids; --help; bad usage exits 2 with one line; under mpirun -n 2 one line only.
+Runs on any checkpoint the reference reads (llama, qwen2, qwen3, llama3 rope_scaling);
+--prompt-len makes a longer prompt (e.g. past rope_scaling's original context).
 Exits non-zero on failure.
 """
 import argparse
@@ -40,12 +42,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--model", required=True)
+    ap.add_argument("--prompt-len", type=int, default=5)
     a = ap.parse_args()
     with open(os.path.join(a.model, "config.json")) as f:
         cfg = json.load(f)
     w = ref.load_weights(a.model)
 
     prompt, n = [5, 17, 3, 42, 8], 12
+    if a.prompt_len != len(prompt):
+        prompt = [(7 * i + 5) % cfg["vocab_size"] for i in range(a.prompt_len)]
     seq, want, want_lp = list(prompt), [], []
     for _ in range(n):
         logits = ref.forward(cfg, w, torch.tensor([seq]))[0, -1]
@@ -96,7 +101,8 @@ def main():
         (["--model", a.model, "--prompt-ids", "1,x"], "'x'"),
         (["--model", a.model, "--prompt-ids", "1,2", "--top-p", "0"], "--top-p"),
         (["--model", a.model, "--prompt-ids", "1,200"], "vocabulary"),
-        (["--model", a.model, "--prompt-ids", "1,2", "--max-tokens", "100"], "max_position_embeddings"),
+        (["--model", a.model, "--prompt-ids", "1,2", "--max-tokens", str(cfg["max_position_embeddings"])],
+         "max_position_embeddings"),
         (["--model", a.model, "--prompt-ids", "1,2", "--frobnicate"], "frobnicate"),
         (["--model", "/nonexistent/ckpt", "--prompt-ids", "1,2"], "/nonexistent/ckpt"),
     ]
