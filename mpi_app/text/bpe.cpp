@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <queue>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -140,47 +139,58 @@ void merge_linear(std::vector<int32_t>& ids, const MergeTable& merges) {
 }
 
 // Word::merge_all of Hugging Face: symbols in a linked list, a min-heap of (rank, position);
-// stale heap entries are recognised by the pair no longer producing the same token.
+// stale heap entries are recognised by the pair no longer producing the same token. Buffers are
+// per thread and reused, so a huge word costs no fresh page faults the second time.
 void merge_heap(std::vector<int32_t>& ids, const MergeTable& merges) {
     const std::size_t n = ids.size();
-    std::vector<int64_t> prev(n), next(n);
-    std::vector<char> alive(n, 1);
-    for (std::size_t i = 0; i < n; ++i) {
-        prev[i] = static_cast<int64_t>(i) - 1;
-        next[i] = i + 1 < n ? static_cast<int64_t>(i + 1) : -1;
-    }
     struct Entry {
         uint32_t rank;
-        std::size_t pos;
+        uint32_t pos;
         int32_t new_id;
         bool operator>(const Entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
     };
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+    thread_local std::vector<Entry> heap;
+    heap.clear();
     for (std::size_t i = 0; i + 1 < n; ++i)
-        if (const BpeMerge* m = merges.find(ids[i], ids[i + 1])) heap.push({m->rank, i, m->new_id});
+        if (const BpeMerge* m = merges.find(ids[i], ids[i + 1])) heap.push_back({m->rank, static_cast<uint32_t>(i), m->new_id});
+    if (heap.empty()) return;
+    const auto cmp = std::greater<Entry>();
+    std::make_heap(heap.begin(), heap.end(), cmp);
+    thread_local std::vector<int32_t> prev, next;  // -1: none; next == -2 marks a removed symbol
+    prev.resize(n);
+    next.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        prev[i] = static_cast<int32_t>(i) - 1;
+        next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+    }
+    const auto push = [&](uint32_t rank, std::size_t pos, int32_t new_id) {
+        heap.push_back({rank, static_cast<uint32_t>(pos), new_id});
+        std::push_heap(heap.begin(), heap.end(), cmp);
+    };
     while (!heap.empty()) {
-        const Entry top = heap.top();
-        heap.pop();
-        if (!alive[top.pos] || next[top.pos] < 0) continue;
-        const std::size_t right = static_cast<std::size_t>(next[top.pos]);
+        std::pop_heap(heap.begin(), heap.end(), cmp);
+        const Entry top = heap.back();
+        heap.pop_back();
+        if (next[top.pos] < 0) continue;  // removed, or the last symbol
+        const auto right = static_cast<std::size_t>(next[top.pos]);
         const BpeMerge* cur = merges.find(ids[top.pos], ids[right]);
         if (!cur || cur->new_id != top.new_id) continue;
         ids[top.pos] = top.new_id;
-        alive[right] = 0;
         next[top.pos] = next[right];
-        if (next[right] >= 0) prev[static_cast<std::size_t>(next[right])] = static_cast<int64_t>(top.pos);
+        next[right] = -2;
+        if (next[top.pos] >= 0) prev[static_cast<std::size_t>(next[top.pos])] = static_cast<int32_t>(top.pos);
         if (prev[top.pos] >= 0) {
-            const std::size_t p = static_cast<std::size_t>(prev[top.pos]);
-            if (const BpeMerge* m = merges.find(ids[p], ids[top.pos])) heap.push({m->rank, p, m->new_id});
+            const auto p = static_cast<std::size_t>(prev[top.pos]);
+            if (const BpeMerge* m = merges.find(ids[p], ids[top.pos])) push(m->rank, p, m->new_id);
         }
         if (next[top.pos] >= 0) {
-            const std::size_t q = static_cast<std::size_t>(next[top.pos]);
-            if (const BpeMerge* m = merges.find(ids[top.pos], ids[q])) heap.push({m->rank, top.pos, m->new_id});
+            const auto q = static_cast<std::size_t>(next[top.pos]);
+            if (const BpeMerge* m = merges.find(ids[top.pos], ids[q])) push(m->rank, top.pos, m->new_id);
         }
     }
     std::size_t w = 0;
     for (std::size_t i = 0; i < n; ++i)
-        if (alive[i]) ids[w++] = ids[i];
+        if (next[i] != -2) ids[w++] = ids[i];
     ids.resize(w);
 }
 

@@ -71,11 +71,13 @@ void HfTokenizer::Impl::split_added(std::string_view s, const AddedTrie& trie, s
         const std::string_view piece = s.substr(a, b - a);
         if (normalized_pass) {
             pre_tokenize(0, piece, out);
-        } else if (normalizer.empty()) {
-            split_added(piece, norm_trie, out, true);
         } else {
-            const std::string normalized = normalizer.apply(piece);
-            split_added(normalized, norm_trie, out, true);
+            std::string normalized;
+            if (!normalizer.empty() && normalizer.apply_if_changed(piece, normalized)) {
+                split_added(normalized, norm_trie, out, true);
+            } else {
+                split_added(piece, norm_trie, out, true);
+            }
         }
     };
     if (trie.empty()) {
@@ -125,10 +127,9 @@ void HfTokenizer::Impl::pre_tokenize(std::size_t k, std::string_view s, std::vec
     if (s.empty()) return;
     const PreTokStage& st = stages[k];
     if (st.kind == PreTokStage::kSplit) {
-        std::vector<std::pair<std::size_t, std::size_t>> pieces;
-        split_pieces(s, *st.pattern, st.behavior, st.invert, pieces);
-        for (const auto& [a, b] : pieces)
+        for_each_split(s, *st.pattern, st.behavior, st.invert, [&](std::size_t a, std::size_t b) {
             if (b > a) pre_tokenize(k + 1, s.substr(a, b - a), out);
+        });
         return;
     }
     // ByteLevel (always the last stage): optional prefix space, optional GPT-2 regex, then BPE.
@@ -144,10 +145,9 @@ void HfTokenizer::Impl::pre_tokenize(std::size_t k, std::string_view s, std::vec
         model->encode_word(v, out);
         return;
     }
-    std::vector<Pattern::Piece> m;
-    gpt2->find_matches(v, m);
-    for (const auto& p : m)
+    gpt2->for_each_piece(v, [&](Pattern::Piece p) {
         if (p.end > p.start) model->encode_word(v.substr(p.start, p.end - p.start), out);
+    });
 }
 
 void HfTokenizer::Impl::encode_into(std::string_view text, std::vector<int32_t>& out) const {

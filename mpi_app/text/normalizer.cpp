@@ -27,11 +27,19 @@ Normalizer::Normalizer(std::vector<NormalForm> forms) : forms_(std::move(forms))
 }
 
 std::string Normalizer::apply(std::string_view s) const {
-    std::string cur(s);
+    std::string out;
+    if (!apply_if_changed(s, out)) out.assign(s);
+    return out;
+}
+
+bool Normalizer::apply_if_changed(std::string_view s, std::string& result) const {
+    std::string cur;
+    bool changed = false;
     for (std::size_t k = 0; k < forms_.size(); ++k) {
+        const std::string_view in = changed ? std::string_view(cur) : s;
         if (forms_[k] == NormalForm::NFC) {
             bool low = true;  // every code point < U+0300 (lead bytes < 0xCC): already NFC
-            for (unsigned char c : cur)
+            for (unsigned char c : in)
                 if (c >= 0xCC) {
                     low = false;
                     break;
@@ -39,17 +47,20 @@ std::string Normalizer::apply(std::string_view s) const {
             if (low) continue;
         }
         const auto* n = static_cast<const icu::Normalizer2*>(icu_[k]);
+        const icu::StringPiece piece(in.data(), static_cast<int32_t>(in.size()));
         UErrorCode st = U_ZERO_ERROR;
-        if (n->isNormalizedUTF8(icu::StringPiece(cur.data(), static_cast<int32_t>(cur.size())), st) && U_SUCCESS(st)) continue;
+        if (n->isNormalizedUTF8(piece, st) && U_SUCCESS(st)) continue;
         st = U_ZERO_ERROR;
         std::string out;
-        out.reserve(cur.size() + cur.size() / 4);
+        out.reserve(in.size() + in.size() / 4);
         icu::StringByteSink<std::string> sink(&out);
-        n->normalizeUTF8(0, icu::StringPiece(cur.data(), static_cast<int32_t>(cur.size())), sink, nullptr, st);
+        n->normalizeUTF8(0, piece, sink, nullptr, st);
         if (U_FAILURE(st)) throw std::runtime_error(std::string("ICU normalization failed: ") + u_errorName(st));
         cur = std::move(out);
+        changed = true;
     }
-    return cur;
+    if (changed) result = std::move(cur);
+    return changed;
 }
 
 bool is_word_char(char32_t c) {

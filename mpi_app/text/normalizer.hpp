@@ -20,6 +20,8 @@ public:
     bool empty() const { return forms_.empty(); }
     /// `s` normalized (valid UTF-8 in, valid UTF-8 out).
     std::string apply(std::string_view s) const;
+    /// Like apply(), but false (and `out` untouched) when `s` is already normalized.
+    bool apply_if_changed(std::string_view s, std::string& out) const;
 
 private:
     std::vector<NormalForm> forms_;

@@ -94,6 +94,10 @@ struct ThreadMatch {
         stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
         if (!md || !mc || !stack) throw std::runtime_error("PCRE2: out of memory for match data");
         pcre2_jit_stack_assign(mc, nullptr, stack);
+        // Long runs of one class (10 MB of '!') count one step per character: no step limit,
+        // the input length bounds the work (the patterns of tokenizers do not backtrack badly).
+        pcre2_set_match_limit(mc, 0xFFFFFFFFu);
+        pcre2_set_depth_limit(mc, 0xFFFFFFFFu);
     }
     ~ThreadMatch() {
         pcre2_jit_stack_free(stack);
@@ -144,14 +148,18 @@ std::unique_ptr<Pattern> Pattern::literal(const std::string& text) {
 
 void Pattern::find_matches(std::string_view s, std::vector<Piece>& out) const {
     out.clear();
+    for_each_piece(s, [&](Piece p) { out.push_back(p); });
+}
+
+void Pattern::scan(std::string_view s, void (*emit)(void*, Piece), void* ctx) const {
     if (s.empty()) {
-        out.push_back({0, 0, false});
+        emit(ctx, {0, 0, false});
         return;
     }
     std::size_t prev = 0;
     const auto add = [&](std::size_t a, std::size_t b) {
-        if (prev != a) out.push_back({prev, a, false});
-        out.push_back({a, b, true});
+        if (prev != a) emit(ctx, {prev, a, false});
+        emit(ctx, {a, b, true});
         prev = b;
     };
     if (!impl_->is_regex) {
@@ -185,62 +193,13 @@ void Pattern::find_matches(std::string_view s, std::vector<Piece>& out) const {
             if (a == b && b >= s.size()) break;
         }
     }
-    if (prev != s.size()) out.push_back({prev, s.size(), false});
+    if (prev != s.size()) emit(ctx, {prev, s.size(), false});
 }
 
 void split_pieces(std::string_view s, const Pattern& pattern, SplitBehavior behavior, bool invert,
                   std::vector<std::pair<std::size_t, std::size_t>>& out) {
-    std::vector<Pattern::Piece> m;
-    pattern.find_matches(s, m);
-    if (invert)
-        for (auto& p : m) p.match = !p.match;
     out.clear();
-    switch (behavior) {
-        case SplitBehavior::Isolated:
-            for (const auto& p : m) out.emplace_back(p.start, p.end);
-            break;
-        case SplitBehavior::Removed:
-            for (const auto& p : m)
-                if (!p.match) out.emplace_back(p.start, p.end);
-            break;
-        case SplitBehavior::Contiguous: {
-            bool previous = false;
-            for (const auto& p : m) {
-                if (p.match == previous && !out.empty()) {
-                    out.back().second = p.end;
-                } else {
-                    out.emplace_back(p.start, p.end);
-                }
-                previous = p.match;
-            }
-            break;
-        }
-        case SplitBehavior::MergedWithPrevious: {
-            bool previous = false;
-            for (const auto& p : m) {
-                if (p.match && !previous && !out.empty()) {
-                    out.back().second = p.end;
-                } else {
-                    out.emplace_back(p.start, p.end);
-                }
-                previous = p.match;
-            }
-            break;
-        }
-        case SplitBehavior::MergedWithNext: {
-            bool previous = false;
-            for (auto it = m.rbegin(); it != m.rend(); ++it) {
-                if (it->match && !previous && !out.empty()) {
-                    out.back().first = it->start;
-                } else {
-                    out.emplace_back(it->start, it->end);
-                }
-                previous = it->match;
-            }
-            std::reverse(out.begin(), out.end());
-            break;
-        }
-    }
+    for_each_split(s, pattern, behavior, invert, [&](std::size_t a, std::size_t b) { out.emplace_back(a, b); });
 }
 
 }  // namespace tagflow::text

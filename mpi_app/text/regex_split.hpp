@@ -39,15 +39,73 @@ public:
         bool match;
     };
     void find_matches(std::string_view s, std::vector<Piece>& out) const;
+    /// The same pieces, streamed to `fn(Piece)` in order (no buffer: 10 MB inputs with
+    /// millions of pieces stay cheap).
+    template <class Fn>
+    void for_each_piece(std::string_view s, Fn&& fn) const {
+        scan(s, [](void* ctx, Piece p) { (*static_cast<Fn*>(ctx))(p); }, &fn);
+    }
 
 private:
     Pattern() = default;
+    void scan(std::string_view s, void (*emit)(void*, Piece), void* ctx) const;
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
 
-/// NormalizedString::split: the kept (start, end) ranges of `s` in order (empty ones included;
-/// callers drop them as PreTokenizedString::split does).
+/// NormalizedString::split, streamed: `fn(start, end)` for each kept range of `s` in order (empty
+/// ones included; callers drop them as PreTokenizedString::split does).
+template <class Fn>
+void for_each_split(std::string_view s, const Pattern& pattern, SplitBehavior behavior, bool invert, Fn&& fn) {
+    // One pending range is enough for every behaviour (MergedWithNext is Hugging Face's reversed
+    // fold read forwards: a match followed by a non-match joins it).
+    bool have = false, pending_match = false, previous = false;
+    std::size_t ps = 0, pe = 0;
+    const auto flush = [&] {
+        if (have) fn(ps, pe);
+        have = false;
+    };
+    pattern.for_each_piece(s, [&](Pattern::Piece p) {
+        if (invert) p.match = !p.match;
+        switch (behavior) {
+            case SplitBehavior::Isolated:
+                fn(p.start, p.end);
+                break;
+            case SplitBehavior::Removed:
+                if (!p.match) fn(p.start, p.end);
+                break;
+            case SplitBehavior::Contiguous:
+                if (have && p.match == previous) {
+                    pe = p.end;
+                } else {
+                    flush();
+                    have = true, ps = p.start, pe = p.end;
+                }
+                break;
+            case SplitBehavior::MergedWithPrevious:
+                if (have && p.match && !previous) {
+                    pe = p.end;
+                } else {
+                    flush();
+                    have = true, ps = p.start, pe = p.end;
+                }
+                break;
+            case SplitBehavior::MergedWithNext:
+                if (have && pending_match && !p.match) {
+                    fn(ps, p.end);
+                    have = false;
+                } else {
+                    flush();
+                    have = true, ps = p.start, pe = p.end, pending_match = p.match;
+                }
+                break;
+        }
+        previous = p.match;
+    });
+    flush();
+}
+
+/// for_each_split collected into `out` (tests).
 void split_pieces(std::string_view s, const Pattern& pattern, SplitBehavior behavior, bool invert,
                   std::vector<std::pair<std::size_t, std::size_t>>& out);
 
