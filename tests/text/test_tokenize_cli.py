@@ -7,6 +7,7 @@ CASE parity: 400 corpus strings through `tagflow tokenize` (a model directory pa
   decodes; --add-special-tokens; --help.
 CASE badinput: not JSON, wrong type, invalid UTF-8, an id out of range, a bad flag: exit 2, one
   stderr line naming the line, the good lines before it written and nothing of the bad one.
+CASE big: one 10 MB line of mixed text encodes, and decodes back to itself (Llama 3: no normalizer).
 CASE badfile: hostile tokenizer files (not JSON, truncated, unknown merge token, duplicate ids, a
   regex that does not compile, Unigram, a SentencePiece .model): exit 2, one line naming the file."""
 import argparse
@@ -136,9 +137,24 @@ def case_badfile(a, qwen_dir):
           f"directory with only tokenizer.model: {lines}")
 
 
+def case_big(a, qwen_dir):
+    corpus = subprocess.run([sys.executable, os.path.join(HERE, "gen_corpus.py"), "--seed", "29", "--mb", "10"],
+                            capture_output=True, check=True).stdout
+    text = "\n".join(json.loads(l) for l in corpus.decode("utf-8").split("\n") if l)
+    line = (json.dumps(text, ensure_ascii=False) + "\n").encode("utf-8")
+    llama = qwen_dir.replace("tokenizer-qwen3", "tokenizer-llama3")
+    p = run([a.tagflow, "tokenize", "--tokenizer", llama], line)
+    ok = p.returncode == 0 and p.stdout.count(b"\n") == 1
+    check(ok, f"a {len(text.encode('utf-8')) / 1e6:.1f} MB line encodes ({error_lines(p)[-1:]})")
+    if ok:
+        ids = json.loads(p.stdout.decode())
+        d = run([a.tagflow, "tokenize", "--tokenizer", llama, "--decode", "--keep-special"], p.stdout)
+        check(d.returncode == 0 and json.loads(d.stdout.decode()) == text, f"its {len(ids)} ids decode back to it")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("case", choices=["parity", "badinput", "badfile"])
+    ap.add_argument("case", choices=["parity", "badinput", "badfile", "big"])
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--npm", required=True)
     ap.add_argument("--work", required=True)
@@ -148,7 +164,7 @@ def main():
             os.path.join(a.npm, "node_modules/@anush008/tokenizers")):
         print(f"FAIL: npm test references missing in {a.npm}: run `bash share/setup.sh --tests`")
         return 1
-    {"parity": case_parity, "badinput": case_badinput, "badfile": case_badfile}[a.case](a, qwen_dir)
+    {"parity": case_parity, "badinput": case_badinput, "badfile": case_badfile, "big": case_big}[a.case](a, qwen_dir)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
