@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -180,4 +181,30 @@ TEST(HfTokenizer, PrefixSpaceWithoutRegex) {
         "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"use_regex\": false}")));
     // one word " hi hi": ' ' h i ' ' h i -> 32, 256, 32, 256
     EXPECT_EQ(tok.encode("hi hi"), (std::vector<int32_t>{32, 256, 32, 256}));
+}
+
+TEST(HfTokenizer, ConcurrentEncodeEqualsSerial) {
+    // encode is const and shared by gateway threads: 4 threads over the same strings (sharing the
+    // word cache) must give what one thread gives
+    const auto tok = HfTokenizer::load(write_tmp("tiny3.json", tiny_json(
+        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}")));
+    std::mt19937 rng(3);
+    const char* parts[] = {"hi", " hi", "<s>", " ", "h", "i", "ih", "\xC3\xA9", "\n", "x"};
+    std::vector<std::string> texts(400);
+    for (auto& t : texts)
+        for (int k = 0, n = 1 + static_cast<int>(rng() % 60); k < n; ++k) t += parts[rng() % 10];
+    std::vector<std::vector<int32_t>> serial;
+    for (const auto& t : texts) serial.push_back(tok.encode(t));
+    std::vector<int> bad(4, 0);
+    std::vector<std::thread> th;
+    for (int w = 0; w < 4; ++w)
+        th.emplace_back([&, w] {
+            for (int rep = 0; rep < 5; ++rep)
+                for (std::size_t i = 0; i < texts.size(); ++i)
+                    if (tok.encode(texts[(i + static_cast<std::size_t>(w) * 97) % texts.size()]) !=
+                        serial[(i + static_cast<std::size_t>(w) * 97) % texts.size()])
+                        ++bad[static_cast<std::size_t>(w)];
+        });
+    for (auto& t : th) t.join();
+    EXPECT_EQ(bad, (std::vector<int>{0, 0, 0, 0}));
 }
