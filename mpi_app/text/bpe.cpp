@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <queue>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -194,13 +195,71 @@ void merge_heap(std::vector<int32_t>& ids, const MergeTable& merges) {
     ids.resize(w);
 }
 
+// The heap's order when merges are monotone: the lowest pending rank never decreases, so the
+// pending pairs wait in one bucket per rank; a bucket is complete when its turn comes (new pairs
+// only go to higher ranks) and is then taken in position order, as the heap would pop it.
+void merge_buckets(std::vector<int32_t>& ids, const MergeTable& merges) {
+    const std::size_t n = ids.size();
+    std::unordered_map<uint32_t, std::vector<uint32_t>> buckets;
+    std::priority_queue<uint32_t, std::vector<uint32_t>, std::greater<uint32_t>> ranks;
+    const auto add = [&](uint32_t rank, std::size_t pos) {
+        auto& v = buckets[rank];
+        if (v.empty()) ranks.push(rank);
+        v.push_back(static_cast<uint32_t>(pos));
+    };
+    for (std::size_t i = 0; i + 1 < n; ++i)
+        if (const BpeMerge* m = merges.find(ids[i], ids[i + 1])) add(m->rank, i);
+    if (ranks.empty()) return;
+    thread_local std::vector<int32_t> prev, next;  // -1: none; next == -2 marks a removed symbol
+    prev.resize(n);
+    next.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        prev[i] = static_cast<int32_t>(i) - 1;
+        next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
+    }
+    std::vector<uint32_t> todo;
+    while (!ranks.empty()) {
+        const uint32_t rank = ranks.top();
+        ranks.pop();
+        const auto it = buckets.find(rank);
+        todo.swap(it->second);
+        buckets.erase(it);
+        if (!std::is_sorted(todo.begin(), todo.end())) std::sort(todo.begin(), todo.end());
+        for (const uint32_t pos : todo) {
+            if (next[pos] < 0) continue;  // removed, or the last symbol
+            const auto right = static_cast<std::size_t>(next[pos]);
+            const BpeMerge* cur = merges.find(ids[pos], ids[right]);
+            if (!cur || cur->rank != rank) continue;  // stale: this pair changed since
+            ids[pos] = cur->new_id;
+            next[pos] = next[right];
+            next[right] = -2;
+            if (next[pos] >= 0) prev[static_cast<std::size_t>(next[pos])] = static_cast<int32_t>(pos);
+            if (prev[pos] >= 0) {
+                const auto p = static_cast<std::size_t>(prev[pos]);
+                if (const BpeMerge* m = merges.find(ids[p], ids[pos])) add(m->rank, p);
+            }
+            if (next[pos] >= 0) {
+                if (const BpeMerge* m = merges.find(ids[pos], ids[static_cast<std::size_t>(next[pos])])) add(m->rank, pos);
+            }
+        }
+        todo.clear();
+    }
+    std::size_t w = 0;
+    for (std::size_t i = 0; i < n; ++i)
+        if (next[i] != -2) ids[w++] = ids[i];
+    ids.resize(w);
+}
+
 }  // namespace
 
-void bpe_merge(std::vector<int32_t>& ids, const MergeTable& merges, std::size_t heap_from) {
-    if (ids.size() >= heap_from) {
+void bpe_merge(std::vector<int32_t>& ids, const MergeTable& merges, std::size_t heap_from, int kind) {
+    if (kind == 0) kind = ids.size() < heap_from ? 1 : merges.monotone() ? 3 : 2;
+    if (kind == 1) {
+        merge_linear(ids, merges);
+    } else if (kind == 2) {
         merge_heap(ids, merges);
     } else {
-        merge_linear(ids, merges);
+        merge_buckets(ids, merges);
     }
 }
 
@@ -297,6 +356,22 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
                                      "\" is not in the vocabulary");
         merges_.put(ia->second, ib->second, BpeMerge{static_cast<uint32_t>(r), im->second});
     }
+    // monotone: every merge ranks after the last merge that can produce either of its tokens
+    std::unordered_map<int32_t, int64_t> last_producer;
+    for (std::size_t r = 0; r < merges.size(); ++r) {
+        const int32_t c = by_string.at(merges[r].first + merges[r].second);
+        int64_t& lp = last_producer[c];
+        lp = std::max<int64_t>(lp, static_cast<int64_t>(r) + 1);  // stored +1: 0 means "none"
+    }
+    bool monotone = true;
+    for (std::size_t r = 0; r < merges.size() && monotone; ++r) {
+        const int32_t a = by_string.at(merges[r].first), b = by_string.at(merges[r].second);
+        const auto pa = last_producer.find(a), pb = last_producer.find(b);
+        if ((pa != last_producer.end() && pa->second - 1 >= static_cast<int64_t>(r)) ||
+            (pb != last_producer.end() && pb->second - 1 >= static_cast<int64_t>(r)))
+            monotone = false;
+    }
+    merges_.set_monotone(monotone);
 }
 
 BpeModel::~BpeModel() = default;

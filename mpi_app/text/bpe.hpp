@@ -45,6 +45,11 @@ public:
         }
     }
     std::size_t size() const { return size_; }
+    /// True when every merge ranks after every merge that can produce one of its two tokens (as
+    /// a trained BPE does). Then the lowest pending rank never decreases while a word is merged,
+    /// and long words use a bucket queue instead of a heap (same order, linear in practice).
+    bool monotone() const { return monotone_; }
+    void set_monotone(bool m) { monotone_ = m; }
 
 private:
     static constexpr uint64_t kEmpty = ~0ULL;
@@ -63,12 +68,15 @@ private:
     }
     std::vector<Slot> slots_;
     std::size_t mask_ = 0, size_ = 0;
+    bool monotone_ = false;
 };
 
 /// Applies the merges to `ids` in place: repeatedly the pair of lowest rank, leftmost first.
 /// This is the order of Hugging Face's Word::merge_all (a heap of (rank, position)); words
-/// longer than `heap_from` symbols use a heap too, shorter ones a linear scan.
-void bpe_merge(std::vector<int32_t>& ids, const MergeTable& merges, std::size_t heap_from = 96);
+/// of `heap_from` symbols or more use that heap (or, with monotone() merges, rank buckets),
+/// shorter ones a linear scan. `kind` forces one algorithm (tests): 0 auto, 1 linear, 2 heap,
+/// 3 buckets.
+void bpe_merge(std::vector<int32_t>& ids, const MergeTable& merges, std::size_t heap_from = 96, int kind = 0);
 
 /// The model: vocabulary keyed by raw bytes, merges, the byte -> id table and the word cache.
 class BpeModel {

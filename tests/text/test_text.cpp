@@ -48,7 +48,7 @@ TEST(ByteLevel, Alphabet) {
 }
 
 TEST(Bpe, LinearOrderEqualsHeapOrder) {
-    // random merges over a 6-symbol alphabet; both algorithms must agree on every word
+    // random merges over a 6-symbol alphabet; the three algorithms must agree on every word
     std::mt19937 rng(7);
     MergeTable merges;
     int32_t next = 6;
@@ -58,13 +58,16 @@ TEST(Bpe, LinearOrderEqualsHeapOrder) {
         merges.put(a, b, BpeMerge{r, next});
         alive.push_back(next++);
     }
-    for (int w = 0; w < 2000; ++w) {
-        std::vector<int32_t> word(1 + rng() % 40);
+    merges.set_monotone(true);  // each merge makes a new token that only later merges use
+    for (int w = 0; w < 3000; ++w) {
+        std::vector<int32_t> word(1 + rng() % (w < 2000 ? 40 : 400));
         for (auto& x : word) x = static_cast<int32_t>(rng() % 6);
-        auto a = word, b = word;
-        bpe_merge(a, merges, 1000000);  // linear
-        bpe_merge(b, merges, 0);        // heap
+        auto a = word, b = word, c = word;
+        bpe_merge(a, merges, 0, 1);  // linear scan
+        bpe_merge(b, merges, 0, 2);  // Hugging Face's heap
+        bpe_merge(c, merges, 0, 3);  // rank buckets
         ASSERT_EQ(a, b) << "word " << w;
+        ASSERT_EQ(a, c) << "word " << w;
     }
 }
 
