@@ -4,16 +4,26 @@
 // N timed ones, one call per chunk.
 // Run with RAYON_NUM_THREADS=1. Prints: hf <MB> <seconds> <MB/s> <ids per pass>
 //   node tokenizer_bench.js NPM_DIR TOKENIZER_JSON CHUNKS_JSONL [REPEAT]
+//   node tokenizer_bench.js NPM_DIR TOKENIZER_JSON --word C BYTES     (one BYTES-long run of C)
 'use strict';
 const fs = require('fs');
 const path = require('path');
 
 const [npmDir, tokPath, chunksPath, repeatArg] = process.argv.slice(2);
 const { Tokenizer } = require(path.resolve(npmDir, 'node_modules', '@anush008', 'tokenizers'));
-const repeat = Number(repeatArg || 3);
+const repeat = chunksPath === '--word' ? 1 : Number(repeatArg || 3);
 
 (async () => {
   const tok = Tokenizer.fromFile(tokPath);
+  if (chunksPath === '--word') {
+    const bytes = Number(process.argv[6]);
+    const s = repeatArg.repeat(bytes);
+    const t0 = process.hrtime.bigint();
+    const n = (await tok.encode(s, null, { addSpecialTokens: false })).getIds().length;
+    const sec = Number(process.hrtime.bigint() - t0) / 1e9;
+    process.stdout.write(`hf-word ${(bytes / 1e6).toFixed(3)} ${sec.toFixed(4)} ${(bytes / 1e6 / sec).toFixed(2)} ${n}\n`);
+    return;
+  }
   const chunks = fs.readFileSync(chunksPath, 'utf8').split('\n').filter((l) => l.length).map((l) => JSON.parse(l));
   const bytes = chunks.reduce((a, c) => a + Buffer.byteLength(c, 'utf8'), 0);
   let ids = 0;
