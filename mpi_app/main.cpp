@@ -22,6 +22,7 @@
 #include "sched/train_command.hpp"
 #include "sim/sim_command.hpp"
 #include "tagflow/config.hpp"
+#include "text/tokenize_command.hpp"
 
 namespace {
 
@@ -34,6 +35,7 @@ const char kUsage[] =
     "  generate  generate token ids from a checkpoint directory (see `tagflow generate --help`)\n"
     "  trace     write a run file's timeline as Chrome trace JSON (see `tagflow trace --help`)\n"
     "  sim       simulate the scheduling modes at scale in virtual time (see `tagflow sim --help`)\n"
+    "  tokenize  JSON Lines of text <-> token ids with a tokenizer.json (see `tagflow tokenize --help`)\n"
     "  version   print the version and build features\n"
     "\n"
     "options:\n"
@@ -57,6 +59,11 @@ int dispatch(int argc, char** argv) {
     if (cmd == "sft") return tagflow::sched::sft_command(argc - 1, argv + 1);
     if (cmd == "generate") return tagflow::rollout::generate_command(argc - 1, argv + 1);
     if (cmd == "trace") return tagflow::profile::trace_command(argc - 1, argv + 1);
+    if (cmd == "tokenize") {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        return tagflow::text::tokenize_command(argc - 1, argv + 1, rank == 0);
+    }
     if (cmd == "sim") {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
