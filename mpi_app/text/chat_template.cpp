@@ -68,6 +68,17 @@ std::shared_ptr<JinjaTemplate> compile(const std::string& source, const std::str
 
 }  // namespace
 
+void check_json_depth(const nlohmann::ordered_json& j, std::size_t max_depth, const std::string& what) {
+    std::vector<std::pair<const nlohmann::ordered_json*, std::size_t>> stack{{&j, 0}};
+    while (!stack.empty()) {
+        auto [v, depth] = stack.back();
+        stack.pop_back();
+        if (!v->is_structured()) continue;
+        if (depth >= max_depth) throw TemplateError(what + " nested more than " + std::to_string(max_depth) + " levels");
+        for (const auto& x : *v) stack.emplace_back(&x, depth + 1);
+    }
+}
+
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path_in) {
     std::string path = config_path_of(path_in);
     nlohmann::ordered_json cfg = parse_config(path);
@@ -118,6 +129,9 @@ std::vector<std::string> ChatTemplate::names() const {
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                  const nlohmann::ordered_json& tools, const nlohmann::ordered_json& extra) const {
+    check_json_depth(messages, 256, "chat template: messages");
+    check_json_depth(tools, 256, "chat template: tools");
+    check_json_depth(extra, 256, "chat template: extra variables");
     if (!messages.is_array()) throw TemplateError("chat template: messages must be a list, got " + std::string(messages.type_name()));
     for (std::size_t k = 0; k < messages.size(); ++k)
         if (!messages[k].is_object())

@@ -19,6 +19,10 @@
 
 namespace tagflow::text {
 
+/// Throws TemplateError("<what> nested more than <max_depth> levels") for deeper arrays/objects;
+/// iterative, so it is safe on any input (copying or converting a deeper value would recurse).
+void check_json_depth(const nlohmann::ordered_json& j, std::size_t max_depth, const std::string& what);
+
 class ChatTemplate {
   public:
     /// `chat_template` and the special tokens of a tokenizer_config.json (a file or a model directory).

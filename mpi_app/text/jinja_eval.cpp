@@ -5,7 +5,8 @@
 // `set ns.x` inside a loop is seen after it. Globals are transformers': range (at most 100000
 // items, like the sandbox), dict, namespace, raise_exception, strftime_now.
 // Does NOT support recursive loops, call blocks, loop.changed, or macros with *args/**kwargs;
-// expression evaluation stops at 1000 nested levels and macro calls at 100 (one-line errors).
+// expression evaluation stops at 1000 nested levels, macro calls at 100, strings and output at
+// 256 MiB (one-line errors).
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -36,7 +37,7 @@ namespace {
 constexpr int kMaxEvalDepth = 1000;
 constexpr int kMaxMacroDepth = 100;
 constexpr std::int64_t kMaxRange = 100000;
-constexpr std::size_t kMaxString = std::size_t{1} << 30;
+constexpr std::size_t kMaxString = std::size_t{256} << 20;  // 256 MiB: no prompt is near it
 
 Value from_json(const nlohmann::ordered_json& j, int depth) {
     if (depth > 512) throw TemplateError("chat template: input value nested more than 512 levels");
@@ -113,7 +114,7 @@ class Interp {
             case Stmt::Output: {
                 Value v = eval(*s.expr);
                 out += to_str(v);
-                if (out.size() > kMaxString) fail(s.line, s.col, "rendered output larger than 1 GiB");
+                if (out.size() > kMaxString) fail(s.line, s.col, "rendered output larger than 256 MiB");
                 break;
             }
             case Stmt::If:
@@ -443,7 +444,7 @@ class Interp {
         }
         if (op == "+") {
             if (a.kind == Value::Str && b.kind == Value::Str) {
-                if (a.s.size() + b.s.size() > kMaxString) fail(line, col, "string larger than 1 GiB");
+                if (a.s.size() + b.s.size() > kMaxString) fail(line, col, "string larger than 256 MiB");
                 return Value::str(a.s + b.s);
             }
             if (a.kind == Value::List && b.kind == Value::List && a.is_tuple == b.is_tuple) {
@@ -460,7 +461,7 @@ class Interp {
                 return bad();
             std::int64_t n = std::max<std::int64_t>(0, cnt->kind == Value::Bool ? cnt->b : cnt->i);
             std::size_t unit = seq->kind == Value::Str ? seq->s.size() : seq->list->size();
-            if (unit && static_cast<std::uint64_t>(n) > kMaxString / unit) fail(line, col, "repetition larger than 1 GiB");
+            if (unit && static_cast<std::uint64_t>(n) > kMaxString / unit) fail(line, col, "repetition larger than 256 MiB");
             if (seq->kind == Value::Str) {
                 std::string s;
                 for (std::int64_t k = 0; k < n; ++k) s += seq->s;

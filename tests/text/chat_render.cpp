@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
             } catch (const nlohmann::json::exception& e) {
                 throw tagflow::ConfigError(std::string("not valid JSON: ") + e.what());
             }
+            tagflow::text::check_json_depth(in, 512, "JSON value");
             if (!in.is_object() || !in.contains("messages"))
                 throw tagflow::ConfigError("expected an object with \"messages\"");
             bool gen = false;
