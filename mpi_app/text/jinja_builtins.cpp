@@ -416,6 +416,7 @@ Value get_attr(const Value& obj, const std::string& name, int line, int col) {
 
 Value get_item(const Value& obj, const Value& key, int line, int col) {
     if (obj.is_undefined()) fail(line, col, obj.s.empty() ? "undefined value is not subscriptable" : obj.s);
+    if (obj.is_iter) return Value::undefined("'generator object' has no element " + repr(key));
     if ((obj.kind == Value::List || obj.kind == Value::Str) && (key.kind == Value::Int || key.kind == Value::Bool)) {
         std::int64_t idx = key.kind == Value::Bool ? key.b : key.i;
         if (obj.kind == Value::List) {

@@ -2,6 +2,10 @@
 // jinja_filters: the filters (`x | name(args)`) and tests (`x is name args`) of the supported
 // subset, with Jinja 3.1's argument names and defaults, and transformers' own tojson
 // (json.dumps with ensure_ascii=False, indent, separators, sort_keys; no HTML escaping).
+// map/select/reject/selectattr/rejectattr/unique/items and reverse of a list return Python
+// generators in Jinja: here lists flagged is_iter, with a generator's truth (always true), no
+// len() and no indexing, so `{% if x | select(...) %}` behaves as in Jinja. Not modelled: a
+// generator being empty once iterated, and its printed form (<generator object ... at 0x...>).
 // The list of names accepted at parse time is in jinja_builtins.cpp; a name missing there is
 // refused when the template is compiled.
 #include <algorithm>
@@ -188,7 +192,7 @@ Value select_items(const Value& v, CallArgs& a, bool want, bool by_attr) {
         bool ok = test.empty() ? truthy(subject) : apply_test(test, subject, targs);
         if (ok == want) out.push_back(item);
     }
-    return Value::new_list(std::move(out));
+    return Value::new_iter(std::move(out));
 }
 
 }  // namespace
@@ -231,6 +235,7 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
     }
     if (name == "first" || name == "last") {
         a.check(name.c_str(), {});
+        if (name == "last" && v.is_iter) arg_fail(a, "'generator' object is not reversible");
         ValueList items = seq(v, a);
         if (items.empty()) return Value::undefined("No " + name + " item, sequence was empty.");
         return name == "first" ? items.front() : items.back();
@@ -250,7 +255,7 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
         if (v.kind != Value::DictK || v.is_namespace) arg_fail(a, "items: can only get item pairs from a mapping");
         ValueList out;
         for (const auto& kv : v.dict->items) out.push_back(Value::new_list({Value::str(kv.first), kv.second}, true));
-        return Value::new_list(std::move(out));
+        return Value::new_iter(std::move(out));
     }
     if (name == "map") {
         ValueList out;
@@ -265,7 +270,7 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
                 Value r = attr_path(x, to_str(*attr), a);
                 out.push_back(r.is_undefined() && def ? *def : r);
             }
-            return Value::new_list(std::move(out));
+            return Value::new_iter(std::move(out));
         }
         if (a.pos.empty()) arg_fail(a, "map: needs a filter name or attribute=");
         std::string f = to_str(a.pos[0]);
@@ -276,7 +281,7 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
         fa.pos.assign(a.pos.begin() + 1, a.pos.end());
         fa.kw = a.kw;
         for (const auto& x : seq(v, a)) out.push_back(apply_filter(f, x, fa));
-        return Value::new_list(std::move(out));
+        return Value::new_iter(std::move(out));
     }
     if (name == "select" || name == "reject") return select_items(v, a, name == "select", false);
     if (name == "selectattr" || name == "rejectattr") return select_items(v, a, name == "selectattr", true);
@@ -306,6 +311,7 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
         }
         ValueList items = seq(v, a);
         std::reverse(items.begin(), items.end());
+        if (v.kind == Value::List && !v.is_iter) return Value::new_iter(std::move(items));  // reversed(list)
         return Value::new_list(std::move(items));
     }
     if (name == "sort") {
@@ -328,7 +334,7 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
                 out.push_back(x);
             }
         }
-        return Value::new_list(std::move(out));
+        return Value::new_iter(std::move(out));
     }
     if (name == "min" || name == "max") {
         a.check(name.c_str(), {"case_sensitive", "attribute"});
@@ -392,7 +398,7 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
     if (name == "false") return v.kind == Value::Bool && !v.b;
     if (name == "mapping") return v.kind == Value::DictK && !v.is_namespace;
     if (name == "sequence")
-        return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::DictK && !v.is_namespace) ||
+        return v.kind == Value::Str || (v.kind == Value::List && !v.is_iter) || (v.kind == Value::DictK && !v.is_namespace) ||
                v.is_undefined();
     if (name == "iterable")
         return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::DictK && !v.is_namespace) ||

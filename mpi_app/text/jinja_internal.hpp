@@ -33,6 +33,8 @@ struct Value {
     Kind kind = Undefined;
     bool is_tuple = false;      // a List made by a tuple literal or items(): prints as (a, b)
     bool is_namespace = false;  // a DictK made by namespace(): `set ns.x = ...` allowed
+    bool is_iter = false;       // a List standing for a Python generator (map, select, ...):
+                                // always true, no len(), no [i], not JSON (see jinja_filters.cpp)
     bool b = false;
     std::int64_t i = 0;
     double f = 0.0;
@@ -71,6 +73,11 @@ struct Value {
         Value v = make(List);
         v.list = std::make_shared<ValueList>(std::move(items));
         v.is_tuple = tuple;
+        return v;
+    }
+    static Value new_iter(ValueList items) {
+        Value v = new_list(std::move(items));
+        v.is_iter = true;
         return v;
     }
     static Value new_dict();

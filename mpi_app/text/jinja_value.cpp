@@ -26,7 +26,7 @@ bool truthy(const Value& v) {
         case Value::Int: return v.i != 0;
         case Value::Float: return v.f != 0.0;
         case Value::Str: return !v.s.empty();
-        case Value::List: return !v.list->empty();
+        case Value::List: return v.is_iter || !v.list->empty();
         case Value::DictK: return v.is_namespace || !v.dict->items.empty();
         case Value::Func: return true;
     }
@@ -206,6 +206,7 @@ std::string repr(const Value& v) {
         case Value::Undefined: return "Undefined";
         case Value::Str: return str_repr(v.s);
         case Value::List: {
+            if (v.is_iter) return "<generator object>";
             std::string out = v.is_tuple ? "(" : "[";
             for (std::size_t k = 0; k < v.list->size(); ++k) {
                 if (k) out += ", ";
@@ -250,7 +251,7 @@ std::string type_name(const Value& v) {
         case Value::Int: return "int";
         case Value::Float: return "float";
         case Value::Str: return "str";
-        case Value::List: return v.is_tuple ? "tuple" : "list";
+        case Value::List: return v.is_iter ? "generator" : v.is_tuple ? "tuple" : "list";
         case Value::DictK: return v.is_namespace ? "Namespace" : "dict";
         case Value::Func: return "function";
     }
@@ -273,6 +274,7 @@ bool equal(const Value& a, const Value& b) {
         case Value::None: return true;
         case Value::Str: return a.s == b.s;
         case Value::List:
+            if (a.is_iter || b.is_iter) return a.list == b.list;
             if (a.list->size() != b.list->size() || a.is_tuple != b.is_tuple) return false;
             for (std::size_t k = 0; k < a.list->size(); ++k)
                 if (!equal((*a.list)[k], (*b.list)[k])) return false;
@@ -358,6 +360,7 @@ struct JsonWriter {
                 break;
             case Value::Str: json_string(out, v.s); break;
             case Value::List: {
+                if (v.is_iter) fail(line, col, "tojson: Object of type generator is not JSON serializable");
                 if (v.list->empty()) {
                     out += "[]";
                     break;
@@ -430,7 +433,9 @@ ValueList iterate(const Value& v, int line, int col) {
 std::int64_t length(const Value& v, int line, int col) {
     switch (v.kind) {
         case Value::Undefined: return 0;
-        case Value::List: return static_cast<std::int64_t>(v.list->size());
+        case Value::List:
+            if (v.is_iter) break;
+            return static_cast<std::int64_t>(v.list->size());
         case Value::DictK:
             if (!v.is_namespace) return static_cast<std::int64_t>(v.dict->items.size());
             break;

@@ -86,6 +86,9 @@ TEST(Jinja, FiltersAndMethods) {
     EXPECT_EQ(render("{{ [{'n': 'a', 'k': 1}, {'n': 'b', 'k': 0}] | selectattr('k') | map(attribute='n') | list }}"),
               "['a']");
     EXPECT_EQ(render("{{ undefined_thing | default('d') }} {{ '' | default('e', true) }} {{ 'x' if false }}|"), "d e |");
+    // select/map/... give generators in Jinja: always true, no length
+    EXPECT_EQ(render("{{ 'yes' if [] | select else 'no' }} {{ [0, 1] | select | list | length }}"), "yes 1");
+    EXPECT_NE(error_of("{{ [1] | select | length }}").find("object of type 'generator' has no len()"), std::string::npos);
     EXPECT_EQ(render("{{ 'a\\nb' | indent(2) }}|{{ 'hello world' | title }}|{{ 3.14159 | round(2) }}"),
               "a\n  b|Hello World|3.14");
 }
