@@ -195,7 +195,16 @@ def group_nesting(args):
     ]
     for label, tmpl, want in cases:
         template_case(args, label, tmpl, want, timeout=120)
-    # a 5 MB template with 200k tags renders
+    # a real-world-style bug: the Hermes-style template recurses for ever on a "null" schema type;
+    # Jinja2 dies with RecursionError, tagflow stops at 100 macro levels
+    hermes = os.path.join(args.fixtures, "hermes_style.jinja")
+    req = json.dumps({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {
+        "name": "f", "description": "d", "parameters": {"type": "object", "properties": {
+            "x": {"type": ["string", "null"], "description": "x"}}}}}]}) + "\n"
+    expect_refused("hermes_null_type", [args.render, "--template", hermes], req, "macro calls nested more than 100 levels",
+                   reference=[sys.executable, os.path.join(HERE, "chat_reference.py"), "--template", hermes],
+                   same_message="RecursionError")
+    # a 1.5 MB template with 40k tags renders
     big = ("text {{ messages[0].content }} {% if add_generation_prompt %}g{% endif %}\n" * 20000)
     path = write(args.workdir, "nesting_big.jinja", big)
     rc, out, err = run([args.render, "--template", path], ONE_MSG, timeout=120)

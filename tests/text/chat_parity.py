@@ -9,6 +9,7 @@ requires byte-identical prompts for every template:
   chatml     plain ChatML (fixtures/chatml.jinja)
   mistral    Mistral-7B-Instruct-v0.1's template, with raise_exception (fixtures/mistral_v01.jinja)
   llama31    a Llama 3.1-Instruct-style template with tools (fixtures/llama31_style.jinja)
+  hermes     a Hermes-2-Pro-style tool template: recursive macro over JSON schemas (fixtures/hermes_style.jinja)
   sink       a template that exercises the interpreter's filters, tests, methods and loops
              (fixtures/kitchen_sink.jinja), with the Qwen3 config's special tokens
 
@@ -61,13 +62,29 @@ def rand_value(rng, depth=0):
             for i in range(rng.randint(0, 3))}
 
 
+def rand_schema(rng, depth=0):
+    r = rng.random()
+    if depth < 2 and r < 0.15:
+        return {"type": "array", "items": rand_schema(rng, depth + 1)}
+    if depth < 2 and r < 0.25:
+        s = {"type": "object"}
+        if rng.random() < 0.5:
+            s["additionalProperties"] = rand_schema(rng, depth + 1)
+        return s
+    if r < 0.32:
+        # a non-basic type name ("null") recurses for ever in this template, in Jinja2 too
+        return {"type": ["string", "boolean"] if rng.random() < 0.5 else ["integer", "number", "boolean"]}
+    if r < 0.36:
+        return {}
+    return {"type": rng.choice(["string", "number", "integer", "boolean"])}
+
+
 def rand_tool(rng, name):
     props = {}
     for i in range(rng.randint(0, 3)):
-        props[rng.choice(["location", "query", "x", "lang", "units"]) + str(i)] = {
-            "type": rng.choice(["string", "number", "integer", "boolean"]),
-            "description": rng.choice(["The place", "Search text", "Ein Wert", "値", ""]),
-        }
+        p = rand_schema(rng)
+        p["description"] = rng.choice(["The place", "Search text", "Ein Wert", "値", "", "  padded  "])
+        props[rng.choice(["location", "query", "x", "lang", "units"]) + str(i)] = p
     fn = {"name": name, "description": rng.choice(["Get things.", "Searches the web 🔎", "  padded  ", ""]),
           "parameters": {"type": "object", "properties": props}}
     if props and rng.random() < 0.7:
@@ -99,10 +116,11 @@ def conversation(rng, family):
         last_turn = t == turns - 1
         if last_turn and rng.random() < 0.5:
             break
-        if family in ("qwen3", "llama31", "sink", "llama3") and rng.random() < 0.35:
+        if family in ("qwen3", "llama31", "sink", "llama3", "hermes") and rng.random() < 0.35:
             ncalls = 1 if family == "llama31" else rng.randint(1, 3)
             builtin = family == "llama31" and rng.random() < 0.3
-            calls = [rand_call(rng, "brave_search" if builtin else None, builtin, family == "qwen3") for _ in range(ncalls)]
+            calls = [rand_call(rng, "brave_search" if builtin else None, builtin, family in ("qwen3", "hermes"))
+                     for _ in range(ncalls)]
             a = {"role": "assistant", "content": rng.choice(["", "Let me check.", "<think>\nplan\n</think>\n\ncalling"]),
                  "tool_calls": calls}
             if family == "qwen3" and rng.random() < 0.3:
@@ -137,7 +155,7 @@ def conversation(rng, family):
                 want = "assistant" if want == "user" else "user"
         msgs = fixed
     req = {"messages": msgs, "add_generation_prompt": rng.random() < 0.6}
-    if family in ("qwen3", "llama31", "sink") and rng.random() < 0.35:
+    if family == "hermes" or (family in ("qwen3", "llama31", "sink") and rng.random() < 0.35):
         req["tools"] = [rand_tool(rng, n) for n in rng.sample(TOOL_NAMES, rng.randint(1, 3))]
     if family in ("qwen3", "sink") and rng.random() < 0.3:
         req["enable_thinking"] = rng.random() < 0.3
@@ -190,6 +208,7 @@ def main():
         ("mistral", "mistral", ["--template", os.path.join(fx, "mistral_v01.jinja"), "--config", llama3]),
         ("llama31", "llama31", ["--template", os.path.join(fx, "llama31_style.jinja"), "--config", llama3]),
         ("sink", "sink", ["--template", os.path.join(fx, "kitchen_sink.jinja"), "--config", qwen3]),
+        ("hermes", "hermes", ["--template", os.path.join(fx, "hermes_style.jinja"), "--config", qwen3]),
     ]
     reference = [sys.executable, os.path.join(HERE, "chat_reference.py")]
     failed = 0
