@@ -13,6 +13,10 @@ requires byte-identical prompts for every template:
   sink       a template that exercises the interpreter's filters, tests, methods and loops
              (fixtures/kitchen_sink.jinja), with the Qwen3 config's special tokens
 
+With --cases DIR, every file there is also rendered as a template by both (one conversation):
+the outputs must be equal, or both must refuse the template (tests/text/fuzz_corpus: lines of
+expressions, filters, tests, methods, and whitespace-control forms).
+
 Each template gets --count conversations (system/user/assistant/tool turns, multi-turn, unicode,
 empty contents, tool calls, reasoning, tools, enable_thinking false, with and without
 add_generation_prompt). A missing reference (npm folder, python3-jinja2) is a failure."""
@@ -186,6 +190,7 @@ def main():
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--count", type=int, default=120)
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--cases")
     args = ap.parse_args()
 
     try:
@@ -247,6 +252,23 @@ def main():
         nbytes = sum(len(x.encode()) for x in ref)
         print(f"ok   {name}: {len(reqs)} conversations, {nbytes} bytes of prompt, byte-identical")
         total += len(reqs)
+    if args.cases:
+        req = json.dumps({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True, "x": 1}) + "\n"
+        names = sorted(n for n in os.listdir(args.cases) if not n.startswith("."))
+        same = refused = 0
+        for n in names:
+            path = os.path.join(args.cases, n)
+            rc_r, out_r, err_r = run(reference + ["--template", path], req)
+            rc_t, out_t, err_t = run([args.render, "--template", path], req)
+            if rc_r == 0 and rc_t == 0 and out_r == out_t:
+                same += 1
+            elif rc_r != 0 and rc_t != 0:
+                refused += 1
+            else:
+                print(f"FAIL case {n}:\n  jinja2:  {(out_r if rc_r == 0 else err_r).strip()[:500]}\n"
+                      f"  tagflow: {(out_t if rc_t == 0 else err_t).strip()[:500]}")
+                failed += 1
+        print(f"{'ok  ' if not failed else '    '} cases: {same} identical, {refused} refused by both, of {len(names)}")
     if failed:
         print(f"{failed} template(s) differ")
         return 1
