@@ -45,7 +45,8 @@ nlohmann::ordered_json special_tokens(const nlohmann::ordered_json& cfg, const s
         throw TemplateError(path + ": " + key + " must be a string or {\"content\": string}");
     };
     nlohmann::ordered_json out = nlohmann::ordered_json::object();
-    for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+    for (const char* key :
+         {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
         auto it = cfg.find(key);
         if (it != cfg.end() && !it->is_null()) out[key] = token(*it, key);
     }
@@ -74,7 +75,8 @@ void check_json_depth(const nlohmann::ordered_json& j, std::size_t max_depth, co
         auto [v, depth] = stack.back();
         stack.pop_back();
         if (!v->is_structured()) continue;
-        if (depth >= max_depth) throw TemplateError(what + " nested more than " + std::to_string(max_depth) + " levels");
+        if (depth >= max_depth)
+            throw TemplateError(what + " nested more than " + std::to_string(max_depth) + " levels");
         for (const auto& x : *v) stack.emplace_back(&x, depth + 1);
     }
 }
@@ -86,16 +88,19 @@ ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path_in) {
     t.origin_ = path;
     t.special_ = special_tokens(cfg, path);
     auto it = cfg.find("chat_template");
-    if (it == cfg.end() || it->is_null()) throw TemplateError(path + ": no chat_template (give one with --chat-template FILE)");
+    if (it == cfg.end() || it->is_null())
+        throw TemplateError(path + ": no chat_template (give one with --chat-template FILE)");
     if (it->is_string()) {
         t.templates_.emplace_back("default", compile(it->get<std::string>(), path));
     } else if (it->is_array()) {
         for (const auto& e : *it) {
             if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("template") ||
                 !e["template"].is_string())
-                throw TemplateError(path + ": chat_template list entries must be {\"name\": string, \"template\": string}");
+                throw TemplateError(path +
+                                    ": chat_template list entries must be {\"name\": string, \"template\": string}");
             std::string name = e["name"].get<std::string>();
-            t.templates_.emplace_back(name, compile(e["template"].get<std::string>(), path + " (template '" + name + "')"));
+            t.templates_.emplace_back(name,
+                                      compile(e["template"].get<std::string>(), path + " (template '" + name + "')"));
         }
     } else {
         throw TemplateError(path + ": chat_template must be a string or a list of {name, template}");
@@ -132,7 +137,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool ad
     check_json_depth(messages, 256, "chat template: messages");
     check_json_depth(tools, 256, "chat template: tools");
     check_json_depth(extra, 256, "chat template: extra variables");
-    if (!messages.is_array()) throw TemplateError("chat template: messages must be a list, got " + std::string(messages.type_name()));
+    if (!messages.is_array())
+        throw TemplateError("chat template: messages must be a list, got " + std::string(messages.type_name()));
     for (std::size_t k = 0; k < messages.size(); ++k)
         if (!messages[k].is_object())
             throw TemplateError("chat template: messages[" + std::to_string(k) + "] must be an object, got " +
@@ -174,8 +180,8 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, bool ad
     }
 }
 
-std::string ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt, const nlohmann::json& tools,
-                                 const nlohmann::json& extra) const {
+std::string ChatTemplate::render(const nlohmann::json& messages, bool add_generation_prompt,
+                                 const nlohmann::json& tools, const nlohmann::json& extra) const {
     return render(nlohmann::ordered_json::parse(messages.dump()), add_generation_prompt,
                   nlohmann::ordered_json::parse(tools.dump()), nlohmann::ordered_json::parse(extra.dump()));
 }

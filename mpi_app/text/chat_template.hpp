@@ -39,7 +39,8 @@ class ChatTemplate {
                        const nlohmann::ordered_json& tools = nullptr,
                        const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const;
     /// Same, with a plain nlohmann::json (object keys lose their order: tojson output sorts them).
-    std::string render(const nlohmann::json& messages, bool add_generation_prompt, const nlohmann::json& tools = nullptr,
+    std::string render(const nlohmann::json& messages, bool add_generation_prompt,
+                       const nlohmann::json& tools = nullptr,
                        const nlohmann::json& extra = nlohmann::json::object()) const;
 
     /// Template names ("default" for a single template).

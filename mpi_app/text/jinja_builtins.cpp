@@ -3,7 +3,7 @@
 // with the methods of str, list and dict that Jinja's ImmutableSandboxedEnvironment lets a
 // template call (mutating methods such as list.append or dict.update are refused, as the
 // sandbox refuses them). Semantics follow Jinja 3.1's filters.py/tests.py and Python's str.
-// Does NOT implement HTML escaping, i18n, random, urlize, xmlattr, groupby, batch, dictsort,
+// Does NOT implement HTML escaping, i18n, random, urlize, xmlattr, groupby, batch,
 // format strings (%/str.format) or Unicode case mapping beyond ASCII (upper/lower/title
 // change ASCII letters only).
 #include <algorithm>
@@ -18,17 +18,21 @@ namespace tagflow::text::jinja {
 namespace {
 
 const std::set<std::string> kFilters = {
-    "abs", "capitalize", "count", "d", "default", "first", "float", "indent", "int", "items", "join", "last",
-    "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round", "safe",
-    "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique", "upper", "wordcount"};
+    "abs",  "capitalize", "count",      "d",       "default", "dictsort", "first",  "float",  "indent",
+    "int",  "items",      "join",       "last",    "length",  "list",     "lower",  "map",    "max",
+    "min",  "reject",     "rejectattr", "replace", "reverse", "round",    "safe",   "select", "selectattr",
+    "sort", "string",     "sum",        "title",   "tojson",  "trim",     "unique", "upper",  "wordcount"};
 const std::set<std::string> kTests = {
-    "!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "even",
-    "false", "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le", "lessthan", "lower", "lt",
-    "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper"};
+    "!=",          "<",       "<=",       "==",     ">",        ">=",     "boolean", "callable",    "defined",
+    "divisibleby", "eq",      "equalto",  "even",   "false",    "float",  "ge",      "greaterthan", "gt",
+    "in",          "integer", "iterable", "le",     "lessthan", "lower",  "lt",      "mapping",     "ne",
+    "none",        "number",  "odd",      "sameas", "sequence", "string", "true",    "undefined",   "upper"};
 
 }  // namespace
 
-[[noreturn]] void arg_fail(const CallArgs& a, const std::string& what) { fail(a.line, a.col, what); }
+[[noreturn]] void arg_fail(const CallArgs& a, const std::string& what) {
+    fail(a.line, a.col, what);
+}
 
 std::string ascii_upper(std::string s) {
     for (char& c : s)
@@ -40,7 +44,9 @@ std::string ascii_lower(std::string s) {
         if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
     return s;
 }
-static bool is_alpha_byte(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }
+static bool is_alpha_byte(char c) {
+    return std::isalpha(static_cast<unsigned char>(c)) != 0;
+}
 
 std::string capitalize_str(const std::string& s) {
     std::string out = ascii_lower(s);
@@ -115,7 +121,8 @@ std::vector<std::string> py_split(const CallArgs& a, const std::string& s, const
         }
         auto m = static_cast<std::size_t>(maxsplit);
         if (!from_right) {
-            for (std::size_t j = 0; j < m; ++j) out.push_back(s.substr(words[j].first, words[j].second - words[j].first));
+            for (std::size_t j = 0; j < m; ++j)
+                out.push_back(s.substr(words[j].first, words[j].second - words[j].first));
             out.push_back(py_strip(s.substr(words[m].first), nullptr, false, true));
         } else {
             std::size_t first = words.size() - m;
@@ -145,7 +152,8 @@ std::vector<std::string> py_split(const CallArgs& a, const std::string& s, const
     std::size_t end = s.size();
     std::int64_t n = 0;
     for (;;) {
-        std::size_t f = (maxsplit >= 0 && n >= maxsplit) || end < d.size() ? std::string::npos : s.rfind(d, end - d.size());
+        std::size_t f =
+            (maxsplit >= 0 && n >= maxsplit) || end < d.size() ? std::string::npos : s.rfind(d, end - d.size());
         if (f == std::string::npos) {
             out.insert(out.begin(), s.substr(0, end));
             return out;
@@ -217,7 +225,9 @@ const std::string& str_arg(const CallArgs& a, const Value* v, const char* what) 
     return v->s;
 }
 
-Value bound(const std::string& name, std::function<Value(CallArgs&)> fn) { return Value::function(name, std::move(fn)); }
+Value bound(const std::string& name, std::function<Value(CallArgs&)> fn) {
+    return Value::function(name, std::move(fn));
+}
 
 Value unsafe_method(const std::string& type, const std::string& name) {
     return bound(name, [type, name](CallArgs& a) -> Value {
@@ -234,8 +244,8 @@ Value str_method(const Value& self, const std::string& name) {
             const Value* p = a.get(0, "prefix");
             if (!p) arg_fail(a, name + "() takes at least 1 argument");
             auto one = [&](const std::string& x) {
-                return x.size() <= s.size() && (starts ? s.compare(0, x.size(), x) == 0
-                                                       : s.compare(s.size() - x.size(), x.size(), x) == 0);
+                return x.size() <= s.size() &&
+                       (starts ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0);
             };
             if (p->kind == Value::List && p->is_tuple) {
                 for (const auto& x : *p->list)
@@ -267,7 +277,8 @@ Value str_method(const Value& self, const std::string& name) {
     if (name == "replace") {
         return bound(name, [s](CallArgs& a) {
             a.check("replace", {"old", "new", "count"});
-            return Value::str(py_replace(s, str_arg(a, a.get(0, "old"), "replace"), str_arg(a, a.get(1, "new"), "replace"),
+            return Value::str(py_replace(s, str_arg(a, a.get(0, "old"), "replace"),
+                                         str_arg(a, a.get(1, "new"), "replace"),
                                          int_arg(a, a.get(2, "count"), "count", -1)));
         });
     }
@@ -288,12 +299,12 @@ Value str_method(const Value& self, const std::string& name) {
             bool any = false, all = !s.empty(), cased = false;
             for (char ch : s) {
                 auto c = static_cast<unsigned char>(ch);
-                bool ok = name == "isdigit" ? std::isdigit(c) != 0
-                        : name == "isalpha" ? std::isalpha(c) != 0
-                        : name == "isalnum" ? std::isalnum(c) != 0
-                        : name == "isspace" ? is_py_space(c)
-                        : name == "islower" ? !std::isupper(c)
-                                            : !std::islower(c);
+                bool ok = name == "isdigit"   ? std::isdigit(c) != 0
+                          : name == "isalpha" ? std::isalpha(c) != 0
+                          : name == "isalnum" ? std::isalnum(c) != 0
+                          : name == "isspace" ? is_py_space(c)
+                          : name == "islower" ? !std::isupper(c)
+                                              : !std::islower(c);
                 cased = cased || std::isalpha(c);
                 all = all && ok;
                 any = true;
@@ -370,12 +381,17 @@ Value dict_method(const Value& self, const std::string& name) {
 
 }  // namespace
 
-bool is_known_filter(const std::string& name) { return kFilters.count(name) != 0; }
-bool is_known_test(const std::string& name) { return kTests.count(name) != 0; }
+bool is_known_filter(const std::string& name) {
+    return kFilters.count(name) != 0;
+}
+bool is_known_test(const std::string& name) {
+    return kTests.count(name) != 0;
+}
 
 Value get_attr(const Value& obj, const std::string& name, int line, int col) {
     switch (obj.kind) {
-        case Value::Undefined: fail(line, col, obj.s.empty() ? "undefined value has no attribute '" + name + "'" : obj.s);
+        case Value::Undefined:
+            fail(line, col, obj.s.empty() ? "undefined value has no attribute '" + name + "'" : obj.s);
         case Value::DictK: {
             if (obj.is_namespace) {
                 const Value* v = obj.dict->find(name);
@@ -388,8 +404,8 @@ Value get_attr(const Value& obj, const std::string& name, int line, int col) {
         }
         case Value::Str: return str_method(obj, name);
         case Value::List: {
-            static const std::set<std::string> mutating = {"append", "pop", "extend", "insert", "remove",
-                                                           "sort", "reverse", "clear"};
+            static const std::set<std::string> mutating = {"append", "pop",  "extend",  "insert",
+                                                           "remove", "sort", "reverse", "clear"};
             if (mutating.count(name)) return unsafe_method(type_name(obj), name);
             if (name == "index" || name == "count") {
                 auto l = obj.list;
@@ -446,7 +462,8 @@ Value get_item(const Value& obj, const Value& key, int line, int col) {
 
 Value call_value(const Value& callee, CallArgs& args) {
     if (callee.kind == Value::Func) return callee.fn->call(args);
-    if (callee.is_undefined()) fail(args.line, args.col, callee.s.empty() ? "undefined value is not callable" : callee.s);
+    if (callee.is_undefined())
+        fail(args.line, args.col, callee.s.empty() ? "undefined value is not callable" : callee.s);
     fail(args.line, args.col, "'" + type_name(callee) + "' object is not callable");
 }
 

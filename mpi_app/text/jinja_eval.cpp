@@ -162,9 +162,10 @@ class Interp {
         }
         ValueList items = v.kind == Value::List ? *v.list : iterate(v, line, col);
         if (items.size() != targets.size())
-            fail(line, col, std::string(items.size() > targets.size() ? "too many" : "not enough") +
-                                " values to unpack (expected " + std::to_string(targets.size()) + ", got " +
-                                std::to_string(items.size()) + ")");
+            fail(line, col,
+                 std::string(items.size() > targets.size() ? "too many" : "not enough") +
+                     " values to unpack (expected " + std::to_string(targets.size()) + ", got " +
+                     std::to_string(items.size()) + ")");
         for (std::size_t k = 0; k < targets.size(); ++k) frames.back()[targets[k]] = items[k];
     }
 
@@ -202,10 +203,10 @@ class Interp {
             d.set("length", Value::integer(n));
             d.set("depth", Value::integer(1));
             d.set("depth0", Value::integer(0));
-            d.set("previtem", k > 0 ? items[static_cast<std::size_t>(k - 1)]
-                                    : Value::undefined("there is no previous item"));
-            d.set("nextitem", k + 1 < n ? items[static_cast<std::size_t>(k + 1)]
-                                        : Value::undefined("there is no next item"));
+            d.set("previtem",
+                  k > 0 ? items[static_cast<std::size_t>(k - 1)] : Value::undefined("there is no previous item"));
+            d.set("nextitem",
+                  k + 1 < n ? items[static_cast<std::size_t>(k + 1)] : Value::undefined("there is no next item"));
             d.set("cycle", Value::function("cycle", [k](CallArgs& a) {
                       if (a.pos.empty()) arg_fail(a, "no items for cycling given");
                       return a.pos[static_cast<std::size_t>(k) % a.pos.size()];
@@ -224,8 +225,9 @@ class Interp {
         return Value::function(s.text, [m](CallArgs& a) {
             Interp& in = *a.interp;
             if (++in.macro_depth > kMaxMacroDepth) arg_fail(a, "macro calls nested more than 100 levels");
-            if (a.pos.size() > m->params.size()) arg_fail(a, "macro '" + m->text + "' takes not more than " +
-                                                                 std::to_string(m->params.size()) + " argument(s)");
+            if (a.pos.size() > m->params.size())
+                arg_fail(a, "macro '" + m->text + "' takes not more than " + std::to_string(m->params.size()) +
+                                " argument(s)");
             std::vector<Frame> saved = std::move(in.frames);
             in.frames.clear();
             in.frames.push_back(saved.front());
@@ -239,8 +241,9 @@ class Interp {
                 const auto& p = m->params[k];
                 const Value* given = a.get(k, p.first.c_str());
                 in.frames.back()[p.first] = given ? *given
-                                            : p.second ? in.eval(*p.second)
-                                                       : Value::undefined("parameter '" + p.first + "' was not provided");
+                                            : p.second
+                                                ? in.eval(*p.second)
+                                                : Value::undefined("parameter '" + p.first + "' was not provided");
             }
             std::string saved_out = std::move(in.out);
             in.out.clear();
@@ -287,7 +290,8 @@ class Interp {
                 Value d = Value::new_dict();
                 for (std::size_t k = 0; k + 1 < e.args.size(); k += 2) {
                     Value key = eval(*e.args[k]);
-                    if (key.kind != Value::Str) fail(e.args[k]->line, e.args[k]->col, "unsupported: non-string dict key");
+                    if (key.kind != Value::Str)
+                        fail(e.args[k]->line, e.args[k]->col, "unsupported: non-string dict key");
                     d.dict->set(key.s, eval(*e.args[k + 1]));
                 }
                 return d;
@@ -315,7 +319,10 @@ class Interp {
             case Expr::Pos: {
                 Value v = eval(*e.args[0]);
                 if (v.is_undefined()) fail(e.line, e.col, v.s);
-                if (!v.is_number()) fail(e.line, e.col, "bad operand type for unary " + std::string(e.kind == Expr::Neg ? "-" : "+") + ": '" + type_name(v) + "'");
+                if (!v.is_number())
+                    fail(e.line, e.col,
+                         "bad operand type for unary " + std::string(e.kind == Expr::Neg ? "-" : "+") + ": '" +
+                             type_name(v) + "'");
                 if (v.kind == Value::Bool) v = Value::integer(v.b);
                 if (e.kind == Expr::Pos) return v;
                 if (v.kind == Value::Float) return Value::real(-v.f);
@@ -332,7 +339,9 @@ class Interp {
             }
             case Expr::Cond:
                 if (truthy(eval(*e.args[0]))) return eval(*e.args[1]);
-                return e.args[2] ? eval(*e.args[2]) : Value::undefined("the inline if-expression evaluated to false and no else section was defined.");
+                return e.args[2] ? eval(*e.args[2])
+                                 : Value::undefined(
+                                       "the inline if-expression evaluated to false and no else section was defined.");
             case Expr::Concat: {
                 std::string s;
                 for (const auto& x : e.args) s += to_str(eval(*x));
@@ -395,11 +404,14 @@ class Interp {
         if (a.is_undefined()) fail(line, col, a.s.empty() ? "undefined value in '" + op + "'" : a.s);
         if (b.is_undefined()) fail(line, col, b.s.empty() ? "undefined value in '" + op + "'" : b.s);
         auto bad = [&]() -> Value {
-            fail(line, col, "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+            fail(line, col,
+                 "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
         };
         if (a.is_number() && b.is_number()) {
             auto iv = [](const Value& v) { return v.kind == Value::Bool ? std::int64_t{v.b} : v.i; };
-            auto dv = [](const Value& v) { return v.kind == Value::Float ? v.f : v.kind == Value::Bool ? double(v.b) : double(v.i); };
+            auto dv = [](const Value& v) {
+                return v.kind == Value::Float ? v.f : v.kind == Value::Bool ? double(v.b) : double(v.i);
+            };
             bool ints = a.kind != Value::Float && b.kind != Value::Float;
             if (op == "/") {
                 if (dv(b) == 0.0) fail(line, col, "division by zero");
@@ -417,9 +429,12 @@ class Interp {
             if (ints) {
                 std::int64_t x = iv(a), y = iv(b), r = 0;
                 bool of = false;
-                if (op == "+") of = __builtin_add_overflow(x, y, &r);
-                else if (op == "-") of = __builtin_sub_overflow(x, y, &r);
-                else if (op == "*") of = __builtin_mul_overflow(x, y, &r);
+                if (op == "+")
+                    of = __builtin_add_overflow(x, y, &r);
+                else if (op == "-")
+                    of = __builtin_sub_overflow(x, y, &r);
+                else if (op == "*")
+                    of = __builtin_mul_overflow(x, y, &r);
                 else {
                     if (y == 0) fail(line, col, "integer division or modulo by zero");
                     std::int64_t q = x / y, m = x % y;
@@ -457,11 +472,13 @@ class Interp {
         if (op == "*") {
             const Value* seq = (a.kind == Value::Str || a.kind == Value::List) ? &a : &b;
             const Value* cnt = seq == &a ? &b : &a;
-            if ((seq->kind != Value::Str && seq->kind != Value::List) || (cnt->kind != Value::Int && cnt->kind != Value::Bool))
+            if ((seq->kind != Value::Str && seq->kind != Value::List) ||
+                (cnt->kind != Value::Int && cnt->kind != Value::Bool))
                 return bad();
             std::int64_t n = std::max<std::int64_t>(0, cnt->kind == Value::Bool ? cnt->b : cnt->i);
             std::size_t unit = seq->kind == Value::Str ? seq->s.size() : seq->list->size();
-            if (unit && static_cast<std::uint64_t>(n) > kMaxString / unit) fail(line, col, "repetition larger than 256 MiB");
+            if (unit && static_cast<std::uint64_t>(n) > kMaxString / unit)
+                fail(line, col, "repetition larger than 256 MiB");
             if (seq->kind == Value::Str) {
                 std::string s;
                 for (std::int64_t k = 0; k < n; ++k) s += seq->s;
@@ -483,7 +500,8 @@ class Interp {
             if (!x) return 0;
             Value v = eval(*x);
             if (v.kind == Value::None) return 0;
-            if (v.kind != Value::Int && v.kind != Value::Bool) fail(x->line, x->col, "slice indices must be integers or None");
+            if (v.kind != Value::Int && v.kind != Value::Bool)
+                fail(x->line, x->col, "slice indices must be integers or None");
             given = true;
             return v.kind == Value::Bool ? v.b : v.i;
         };
@@ -529,7 +547,8 @@ Interp::Frame globals() {
         if (a.pos.empty() || a.pos.size() > 3 || !a.kw.empty()) arg_fail(a, "range expects 1 to 3 integer arguments");
         std::int64_t v[3] = {0, 0, 1};
         for (std::size_t k = 0; k < a.pos.size(); ++k) {
-            if (a.pos[k].kind != Value::Int && a.pos[k].kind != Value::Bool) arg_fail(a, "range: arguments must be integers");
+            if (a.pos[k].kind != Value::Int && a.pos[k].kind != Value::Bool)
+                arg_fail(a, "range: arguments must be integers");
             v[k] = a.pos[k].kind == Value::Bool ? a.pos[k].b : a.pos[k].i;
         }
         std::int64_t start = a.pos.size() == 1 ? 0 : v[0], stop = a.pos.size() == 1 ? v[0] : v[1],

@@ -18,7 +18,9 @@
 namespace tagflow::text::jinja {
 namespace {
 
-bool bool_arg(const Value* v, bool def) { return v ? truthy(*v) : def; }
+bool bool_arg(const Value* v, bool def) {
+    return v ? truthy(*v) : def;
+}
 
 // `attribute="a.b"` as Jinja's make_attrgetter resolves it (item access per dotted part).
 Value attr_path(const Value& item, const std::string& path, const CallArgs& a) {
@@ -34,7 +36,9 @@ Value attr_path(const Value& item, const std::string& path, const CallArgs& a) {
     }
 }
 
-ValueList seq(const Value& v, const CallArgs& a) { return iterate(v, a.line, a.col); }
+ValueList seq(const Value& v, const CallArgs& a) {
+    return iterate(v, a.line, a.col);
+}
 
 std::string ensure_ascii(const std::string& json) {
     std::string out;
@@ -77,8 +81,8 @@ Value tojson(const Value& x, CallArgs& a) {
         item_sep = (*sep->list)[0].s;
         key_sep = (*sep->list)[1].s;
     }
-    std::string out = to_json(x, 0, unit, use_indent, item_sep, key_sep, bool_arg(a.get(3, "sort_keys"), false), a.line,
-                              a.col);
+    std::string out =
+        to_json(x, 0, unit, use_indent, item_sep, key_sep, bool_arg(a.get(3, "sort_keys"), false), a.line, a.col);
     return Value::str(ascii ? ensure_ascii(out) : out);
 }
 
@@ -288,10 +292,11 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
     if (name == "indent") {
         a.check("indent", {"width", "first", "blank"});
         const Value* w = a.get(0, "width");
-        std::string ind = w && w->kind == Value::Str ? w->s
-                                                     : std::string(static_cast<std::size_t>(std::max<std::int64_t>(
-                                                                       0, w && w->kind == Value::Int ? w->i : 4)),
-                                                                   ' ');
+        std::string ind =
+            w && w->kind == Value::Str
+                ? w->s
+                : std::string(
+                      static_cast<std::size_t>(std::max<std::int64_t>(0, w && w->kind == Value::Int ? w->i : 4)), ' ');
         bool first = bool_arg(a.get(1, "first"), false), blank = bool_arg(a.get(2, "blank"), false);
         std::vector<std::string> lines = splitlines(to_str(v) + "\n");
         std::string out;
@@ -318,6 +323,18 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
         a.check("sort", {"reverse", "case_sensitive", "attribute"});
         return Value::new_list(sorted(seq(v, a), bool_arg(a.get(0, "reverse"), false),
                                       bool_arg(a.get(1, "case_sensitive"), false), a.get(2, "attribute"), a));
+    }
+    if (name == "dictsort") {
+        a.check("dictsort", {"case_sensitive", "by", "reverse"});
+        if (v.kind != Value::DictK || v.is_namespace) arg_fail(a, "dictsort: expected a mapping, got " + type_name(v));
+        const Value* by = a.get(1, "by");
+        std::string by_s = by ? to_str(*by) : "key";
+        if (by_s != "key" && by_s != "value") arg_fail(a, "dictsort: you can only sort by either \"key\" or \"value\"");
+        ValueList pairs;
+        for (const auto& kv : v.dict->items) pairs.push_back(Value::new_list({Value::str(kv.first), kv.second}, true));
+        Value attr = Value::str(by_s == "key" ? "0" : "1");
+        return Value::new_list(sorted(std::move(pairs), bool_arg(a.get(2, "reverse"), false),
+                                      bool_arg(a.get(0, "case_sensitive"), false), &attr, a));
     }
     if (name == "unique") {
         a.check("unique", {"case_sensitive", "attribute"});
@@ -351,10 +368,13 @@ Value apply_filter(const std::string& name, Value v, CallArgs& a) {
             Value y = attr && attr->kind != Value::None ? attr_path(x, to_str(*attr), a) : x;
             if (!total.is_number() || !y.is_number()) arg_fail(a, "sum: can only add numbers");
             if (total.kind == Value::Float || y.kind == Value::Float) {
-                auto d = [](const Value& q) { return q.kind == Value::Float ? q.f : q.kind == Value::Bool ? q.b : double(q.i); };
+                auto d = [](const Value& q) {
+                    return q.kind == Value::Float ? q.f : q.kind == Value::Bool ? q.b : double(q.i);
+                };
                 total = Value::real(d(total) + d(y));
             } else {
-                total = Value::integer((total.kind == Value::Bool ? total.b : total.i) + (y.kind == Value::Bool ? y.b : y.i));
+                total = Value::integer((total.kind == Value::Bool ? total.b : total.i) +
+                                       (y.kind == Value::Bool ? y.b : y.i));
             }
         }
         return total;
@@ -398,8 +418,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
     if (name == "false") return v.kind == Value::Bool && !v.b;
     if (name == "mapping") return v.kind == Value::DictK && !v.is_namespace;
     if (name == "sequence")
-        return v.kind == Value::Str || (v.kind == Value::List && !v.is_iter) || (v.kind == Value::DictK && !v.is_namespace) ||
-               v.is_undefined();
+        return v.kind == Value::Str || (v.kind == Value::List && !v.is_iter) ||
+               (v.kind == Value::DictK && !v.is_namespace) || v.is_undefined();
     if (name == "iterable")
         return v.kind == Value::Str || v.kind == Value::List || (v.kind == Value::DictK && !v.is_namespace) ||
                v.is_undefined();
@@ -411,7 +431,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& a) {
     }
     if (name == "divisibleby") {
         const Value& d = other();
-        if (v.kind != Value::Int || d.kind != Value::Int || d.i == 0) arg_fail(a, "divisibleby needs non-zero integers");
+        if (v.kind != Value::Int || d.kind != Value::Int || d.i == 0)
+            arg_fail(a, "divisibleby needs non-zero integers");
         return v.i % d.i == 0;
     }
     if (name == "==" || name == "eq" || name == "equalto") return equal(v, other());

@@ -145,8 +145,8 @@ inline Value Value::function(std::string name, std::function<Value(CallArgs&)> c
 // ---- value operations (jinja_value.cpp) ----
 [[noreturn]] void fail(int line, int col, const std::string& what);
 bool truthy(const Value& v);
-std::string to_str(const Value& v);   // Python str()
-std::string repr(const Value& v);     // Python repr()
+std::string to_str(const Value& v);     // Python str()
+std::string repr(const Value& v);       // Python repr()
 std::string type_name(const Value& v);  // Python type name, for messages
 std::string float_repr(double x);
 bool equal(const Value& a, const Value& b);
@@ -197,25 +197,25 @@ struct Expr {
     };
     Kind kind = Const;
     int line = 0, col = 0;
-    Value value;             // Const
-    std::string name;        // Name, Attr, Filter/Test name, Binary operator
-    std::vector<ExprP> args; // operands / elements / positional call args (Filter/Test: args[0] is the subject)
+    Value value;              // Const
+    std::string name;         // Name, Attr, Filter/Test name, Binary operator
+    std::vector<ExprP> args;  // operands / elements / positional call args (Filter/Test: args[0] is the subject)
     std::vector<std::pair<std::string, ExprP>> kwargs;  // call keyword arguments; DictLit: key exprs in args
-    std::vector<std::string> ops;  // Compare: the operators between args
-    bool negated = false;    // Test: `is not`
+    std::vector<std::string> ops;                       // Compare: the operators between args
+    bool negated = false;                               // Test: `is not`
 };
 
 struct Stmt {
     enum Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue, Scope };
     Kind kind = Text;
     int line = 0, col = 0;
-    std::string text;                // Text: the data; Macro / Set / SetBlock: the name
-    ExprP expr;                      // Output / Set value / For iterable
-    ExprP cond;                      // For: the `if` filter
-    std::vector<std::string> targets;  // For / Set names; Set on an attribute: {object, attribute}
-    bool attr_target = false;        // Set: `ns.attr = ...`
-    std::vector<std::pair<ExprP, Body>> branches;  // If: (condition, body), else has null condition
-    Body body, else_body;            // For / Macro / SetBlock / Scope
+    std::string text;                                   // Text: the data; Macro / Set / SetBlock: the name
+    ExprP expr;                                         // Output / Set value / For iterable
+    ExprP cond;                                         // For: the `if` filter
+    std::vector<std::string> targets;                   // For / Set names; Set on an attribute: {object, attribute}
+    bool attr_target = false;                           // Set: `ns.attr = ...`
+    std::vector<std::pair<ExprP, Body>> branches;       // If: (condition, body), else has null condition
+    Body body, else_body;                               // For / Macro / SetBlock / Scope
     std::vector<std::pair<std::string, ExprP>> params;  // Macro parameters (default or null)
 };
 

@@ -261,8 +261,8 @@ class Lexer {
             for (int j = 0; j < count; ++j) {
                 char h = at + static_cast<std::size_t>(j) < n ? src_[at + static_cast<std::size_t>(j)] : 'g';
                 if (!std::isxdigit(static_cast<unsigned char>(h))) error(p, "truncated \\x/\\u escape in string");
-                v = v * 16 + static_cast<std::uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
-                                                                                                    : (std::tolower(h) - 'a' + 10));
+                v = v * 16 + static_cast<std::uint32_t>(
+                                 std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
             }
             return v;
         };
@@ -290,9 +290,18 @@ class Lexer {
                 case 'f': out += '\f'; break;
                 case 'v': out += '\v'; break;
                 case '\n': break;
-                case 'x': out += encode_utf8({hex(k, 2)}); k += 2; break;
-                case 'u': out += encode_utf8({hex(k, 4)}); k += 4; break;
-                case 'U': out += encode_utf8({hex(k, 8)}); k += 8; break;
+                case 'x':
+                    out += encode_utf8({hex(k, 2)});
+                    k += 2;
+                    break;
+                case 'u':
+                    out += encode_utf8({hex(k, 4)});
+                    k += 4;
+                    break;
+                case 'U':
+                    out += encode_utf8({hex(k, 8)});
+                    k += 8;
+                    break;
                 default:
                     if (e >= '0' && e <= '7') {
                         std::uint32_t v = static_cast<std::uint32_t>(e - '0');
@@ -312,6 +321,8 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex_template(const std::string& source) { return Lexer(source).run(); }
+std::vector<Token> lex_template(const std::string& source) {
+    return Lexer(source).run();
+}
 
 }  // namespace tagflow::text::jinja

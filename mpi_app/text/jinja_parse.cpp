@@ -15,8 +15,8 @@ namespace {
 
 constexpr int kMaxDepth = 200;  // nesting of expressions and of blocks
 
-const std::set<std::string> kUnsupportedTags = {
-    "extends", "block", "include", "import", "from", "call", "filter", "with", "do", "autoescape", "trans"};
+const std::set<std::string> kUnsupportedTags = {"extends", "block", "include", "import",     "from", "call",
+                                                "filter",  "with",  "do",      "autoescape", "trans"};
 
 class Parser {
   public:

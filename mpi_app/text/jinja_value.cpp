@@ -61,7 +61,8 @@ std::string float_repr(double x) {
         } else if (static_cast<std::size_t>(decpt) >= digits.size()) {
             out += digits + std::string(static_cast<std::size_t>(decpt) - digits.size(), '0') + ".0";
         } else {
-            out += digits.substr(0, static_cast<std::size_t>(decpt)) + "." + digits.substr(static_cast<std::size_t>(decpt));
+            out += digits.substr(0, static_cast<std::size_t>(decpt)) + "." +
+                   digits.substr(static_cast<std::size_t>(decpt));
         }
     } else {
         out += digits.substr(0, 1);
@@ -82,7 +83,8 @@ std::vector<std::uint32_t> decode_utf8(const std::string& s) {
         int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
         std::uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
         if (k + static_cast<std::size_t>(n) > s.size()) n = 1, cp = c;
-        for (int j = 1; j < n; ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[k + static_cast<std::size_t>(j)]) & 0x3f);
+        for (int j = 1; j < n; ++j)
+            cp = (cp << 6) | (static_cast<unsigned char>(s[k + static_cast<std::size_t>(j)]) & 0x3f);
         out.push_back(cp);
         k += static_cast<std::size_t>(n);
     }
@@ -125,7 +127,8 @@ std::size_t space_len_at(const std::string& s, std::size_t k) {
     int n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
     if (n == 1 || k + static_cast<std::size_t>(n) > s.size()) return 0;
     std::uint32_t cp = n == 2 ? (c & 0x1f) : n == 3 ? (c & 0x0f) : (c & 0x07);
-    for (int j = 1; j < n; ++j) cp = (cp << 6) | (static_cast<unsigned char>(s[k + static_cast<std::size_t>(j)]) & 0x3f);
+    for (int j = 1; j < n; ++j)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[k + static_cast<std::size_t>(j)]) & 0x3f);
     return is_py_space(cp) ? static_cast<std::size_t>(n) : 0;
 }
 
@@ -306,8 +309,7 @@ bool less(const Value& a, const Value& b, int line, int col) {
         }
         return a.list->size() < b.list->size();
     }
-    if (a.is_undefined() || b.is_undefined())
-        fail(line, col, "'" + (a.is_undefined() ? a.s : b.s) + "' is undefined");
+    if (a.is_undefined() || b.is_undefined()) fail(line, col, "'" + (a.is_undefined() ? a.s : b.s) + "' is undefined");
     fail(line, col, "'<' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
 }
 
@@ -356,7 +358,9 @@ struct JsonWriter {
             case Value::Bool: out += v.b ? "true" : "false"; break;
             case Value::Int: out += std::to_string(v.i); break;
             case Value::Float:
-                out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f);
+                out += std::isnan(v.f)   ? "NaN"
+                       : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity")
+                                         : float_repr(v.f);
                 break;
             case Value::Str: json_string(out, v.s); break;
             case Value::List: {
@@ -458,8 +462,9 @@ const Value* CallArgs::get(std::size_t index, const char* name) const {
 
 void CallArgs::check(const char* what, std::initializer_list<const char*> names) const {
     if (pos.size() > names.size())
-        fail(line, col, std::string(what) + "() takes at most " + std::to_string(names.size()) + " arguments (" +
-                            std::to_string(pos.size()) + " given)");
+        fail(line, col,
+             std::string(what) + "() takes at most " + std::to_string(names.size()) + " arguments (" +
+                 std::to_string(pos.size()) + " given)");
     for (const auto& kv : kw) {
         bool ok = false;
         for (const char* n : names) ok = ok || kv.first == n;

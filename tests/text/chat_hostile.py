@@ -106,7 +106,7 @@ def group_syntax(args):
 def group_unsupported(args):
     cases = [
         ("filter_xmlattr", "{{ messages[0] | xmlattr }}", "line 1:18: unsupported filter 'xmlattr'"),
-        ("filter_dictsort", "x\n{{ messages | dictsort }}", "line 2:15: unsupported filter 'dictsort'"),
+        ("filter_groupby", "x\n{{ messages | groupby('role') }}", "line 2:15: unsupported filter 'groupby'"),
         ("tag_include", "{% include 'other.jinja' %}", "line 1:4: unsupported tag 'include'"),
         ("tag_extends", "{% extends 'base' %}", "line 1:4: unsupported tag 'extends'"),
         ("tag_call", "{% call m() %}x{% endcall %}", "line 1:4: unsupported tag 'call'"),

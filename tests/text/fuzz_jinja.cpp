@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const nlohmann::ordered_json vars = nlohmann::ordered_json::parse(R"({
       "messages": [{"role": "system", "content": "sys é"}, {"role": "user", "content": "hi\n there"},
                    {"role": "assistant", "content": "<think>\nr\n</think>\n\nok", "reasoning_content": "r",
-                    "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"b": 1.5, "a": [1, null]}}}]},
+                    "tool_calls": [{"type": "function",
+                                    "function": {"name": "f", "arguments": {"b": 1.5, "a": [1, null]}}}]},
                    {"role": "tool", "content": "42"}],
       "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}],
       "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "n": 3, "f": 0.5})");

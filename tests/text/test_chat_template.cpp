@@ -88,7 +88,8 @@ TEST(ChatTemplate, ErrorsNameTheFileInOneLine) {
               std::string::npos);
     ChatTemplate t = ChatTemplate::from_string(kChatml);
     EXPECT_EQ(error_of([&] { t.render(json("hello"), true); }), "chat template: messages must be a list, got string");
-    EXPECT_EQ(error_of([&] { t.render(json::array({1}), true); }), "chat template: messages[0] must be an object, got number");
+    EXPECT_EQ(error_of([&] { t.render(json::array({1}), true); }),
+              "chat template: messages[0] must be an object, got number");
     ChatTemplate r = ChatTemplate::from_string("{{ raise_exception('Only user and assistant roles are supported!') }}",
                                                {}, "mistral.jinja");
     EXPECT_EQ(error_of([&] { r.render(json::array(), false); }),

@@ -33,9 +33,9 @@ std::string error_of(const std::string& src, const json& vars = json::object()) 
 TEST(Jinja, TextAndPrint) {
     EXPECT_EQ(render("hello {{ name }}!", {{"name", "world"}}), "hello world!");
     EXPECT_EQ(render("{{ missing }}|"), "|");
-    EXPECT_EQ(render("a\n"), "a");            // keep_trailing_newline=False drops one newline
+    EXPECT_EQ(render("a\n"), "a");  // keep_trailing_newline=False drops one newline
     EXPECT_EQ(render("a\n\n"), "a\n");
-    EXPECT_EQ(render("a\r\nb"), "a\nb");      // newlines normalised
+    EXPECT_EQ(render("a\r\nb"), "a\nb");  // newlines normalised
     EXPECT_EQ(render("{# note #}x"), "x");
 }
 
@@ -43,7 +43,7 @@ TEST(Jinja, WhitespaceControl) {
     // trim_blocks: the newline after a block tag goes; lstrip_blocks: indentation before it goes
     EXPECT_EQ(render("  {% if true %}\n    yes\n  {% endif %}\nend"), "    yes\nend");
     EXPECT_EQ(render("a  {%- if true -%}  b  {%- endif %}"), "ab");
-    EXPECT_EQ(render("x\n  {{ 1 }}\n"), "x\n  1");   // {{ }} is not lstripped, no trim after }}
+    EXPECT_EQ(render("x\n  {{ 1 }}\n"), "x\n  1");  // {{ }} is not lstripped, no trim after }}
     EXPECT_EQ(render("a {%+ if true %}b{% endif +%}\nc"), "a b\nc");
     EXPECT_EQ(render("{% raw %}{{ not evaluated }}{% endraw %}"), "{{ not evaluated }}");
 }
@@ -81,14 +81,17 @@ TEST(Jinja, FiltersAndMethods) {
     EXPECT_EQ(render("{{ {'b': 1, 'a': 2} | tojson(indent=2, sort_keys=true) }}"), "{\n  \"a\": 2,\n  \"b\": 1\n}");
     EXPECT_EQ(render("{{ 'a,b,,c'.split(',') }} {{ 'x y  z'.split() }} {{ 'a.b.c'.rsplit('.', 1) }}"),
               "['a', 'b', '', 'c'] ['x', 'y', 'z'] ['a.b', 'c']");
-    EXPECT_EQ(render("{{ '\\n\\nhi\\n'.strip('\\n') }}|{{ 'abc'[::-1] }}|{{ [1,2,3][1:] }}|{{ 'hello'.startswith('he') }}"),
-              "hi|cba|[2, 3]|True");
+    EXPECT_EQ(
+        render("{{ '\\n\\nhi\\n'.strip('\\n') }}|{{ 'abc'[::-1] }}|{{ [1,2,3][1:] }}|{{ 'hello'.startswith('he') }}"),
+        "hi|cba|[2, 3]|True");
     EXPECT_EQ(render("{{ [{'n': 'a', 'k': 1}, {'n': 'b', 'k': 0}] | selectattr('k') | map(attribute='n') | list }}"),
               "['a']");
-    EXPECT_EQ(render("{{ undefined_thing | default('d') }} {{ '' | default('e', true) }} {{ 'x' if false }}|"), "d e |");
+    EXPECT_EQ(render("{{ undefined_thing | default('d') }} {{ '' | default('e', true) }} {{ 'x' if false }}|"),
+              "d e |");
     // select/map/... give generators in Jinja: always true, no length
     EXPECT_EQ(render("{{ 'yes' if [] | select else 'no' }} {{ [0, 1] | select | list | length }}"), "yes 1");
-    EXPECT_NE(error_of("{{ [1] | select | length }}").find("object of type 'generator' has no len()"), std::string::npos);
+    EXPECT_NE(error_of("{{ [1] | select | length }}").find("object of type 'generator' has no len()"),
+              std::string::npos);
     EXPECT_EQ(render("{{ 'a\\nb' | indent(2) }}|{{ 'hello world' | title }}|{{ 3.14159 | round(2) }}"),
               "a\n  b|Hello World|3.14");
 }
@@ -104,12 +107,14 @@ TEST(Jinja, Tests) {
 TEST(Jinja, ErrorsAreOneLineWithPosition) {
     EXPECT_EQ(error_of("a\n{{ x | xmlattr }}"), "chat template: line 2:8: unsupported filter 'xmlattr'");
     EXPECT_EQ(error_of("{% include 'x' %}"), "chat template: line 1:4: unsupported tag 'include'");
-    EXPECT_EQ(error_of("{% if x %}"), "chat template: line 1:11: unexpected end of template, expected 'elif' or 'else' or 'endif'");
+    EXPECT_EQ(error_of("{% if x %}"),
+              "chat template: line 1:11: unexpected end of template, expected 'elif' or 'else' or 'endif'");
     EXPECT_EQ(error_of("{{ raise_exception('Bad\\nrole') }}"), "chat template: line 1:19: raise_exception: Bad\\nrole");
     EXPECT_EQ(error_of("{{ a.b.c }}"), "chat template: line 1:5: 'a' is undefined");
     EXPECT_EQ(error_of("{{ 1 + 'a' }}"), "chat template: line 1:6: unsupported operand type(s) for +: 'int' and 'str'");
     // deep nesting: refused, not a crash
-    EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"), std::string::npos);
+    EXPECT_NE(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").find("nested too deeply"),
+              std::string::npos);
     std::string chain = "{{ 1";
     for (int k = 0; k < 200000; ++k) chain += "+1";
     EXPECT_NE(error_of(chain + " }}").find("nested more than 1000"), std::string::npos);
