@@ -7,6 +7,7 @@
 // `{%+`/`+%}` turn those two off; {% raw %} text is data.
 // Does NOT parse (jinja_parse.cpp): it only splits text and tags into tokens with line:column.
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstdlib>
 
@@ -240,7 +241,7 @@ class Lexer {
             if (src_[k] != '_') text += src_[k];
         Token t = tok(is_float ? Tok::Float : Tok::Int, text, p);
         if (is_float) {
-            t.fval = std::strtod(text.c_str(), nullptr);
+            std::from_chars(text.data(), text.data() + text.size(), t.fval);  // locale-independent
         } else {
             errno = 0;
             t.ival = std::strtoll(text.c_str(), nullptr, 10);

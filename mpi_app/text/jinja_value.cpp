@@ -6,6 +6,7 @@
 // Python's str.isprintable() is approximated for repr(): controls, format characters and
 // non-ASCII spaces common in text are escaped; rarer unprintable code points are not.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,14 +38,10 @@ std::string float_repr(double x) {
     if (std::isnan(x)) return "nan";
     if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
     if (x == 0.0) return std::signbit(x) ? "-0.0" : "0.0";
+    // shortest round-trip digits, locale-independent: [-]d[.ddd]e[+-]XX
     char buf[64];
-    int prec = 1;
-    for (; prec <= 17; ++prec) {
-        std::snprintf(buf, sizeof buf, "%.*e", prec - 1, x);
-        if (std::strtod(buf, nullptr) == x) break;
-    }
-    // buf = [-]d.ddde[+-]XX: digits and decimal exponent
-    std::string s(buf);
+    auto res = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+    std::string s(buf, res.ptr);
     bool neg = s[0] == '-';
     if (neg) s.erase(0, 1);
     std::size_t e = s.find('e');

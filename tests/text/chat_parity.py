@@ -10,6 +10,8 @@ requires byte-identical prompts for every template:
   mistral    Mistral-7B-Instruct-v0.1's template, with raise_exception (fixtures/mistral_v01.jinja)
   llama31    a Llama 3.1-Instruct-style template with tools (fixtures/llama31_style.jinja)
   hermes     a Hermes-2-Pro-style tool template: recursive macro over JSON schemas (fixtures/hermes_style.jinja)
+  floats     Python's float printing, json.dumps, arithmetic and round over random doubles
+             (fixtures/floats.jinja; one conversation carrying 20000 values)
   sink       a template that exercises the interpreter's filters, tests, methods and loops
              (fixtures/kitchen_sink.jinja), with the Qwen3 config's special tokens
 
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -109,8 +112,25 @@ def rand_call(rng, single_name=None, string_args=False, bare_ok=False):
     return fn if bare_ok and rng.random() < 0.1 else {"type": "function", "function": fn}
 
 
+def random_floats(rng, n):
+    out = []
+    while len(out) < n:
+        r = rng.random()
+        if r < 0.4:
+            x = struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0]  # any bit pattern
+        elif r < 0.7:
+            x = rng.uniform(-1e6, 1e6)
+        else:
+            x = round(rng.uniform(-1000, 1000), rng.randint(0, 6)) * 10 ** rng.randint(-20, 20)
+        if x == x and abs(x) != float("inf"):
+            out.append(x)
+    return out
+
+
 def conversation(rng, family):
     """One request for a template family; families restrict what their templates accept."""
+    if family == "floats":
+        return {"messages": [{"role": "user", "content": "", "f": random_floats(rng, 20000)}]}
     msgs = []
     if family != "mistral" and rng.random() < 0.5:
         msgs.append({"role": "system", "content": rand_text(rng)})
@@ -214,13 +234,14 @@ def main():
         ("llama31", "llama31", ["--template", os.path.join(fx, "llama31_style.jinja"), "--config", llama3]),
         ("sink", "sink", ["--template", os.path.join(fx, "kitchen_sink.jinja"), "--config", qwen3]),
         ("hermes", "hermes", ["--template", os.path.join(fx, "hermes_style.jinja"), "--config", qwen3]),
+        ("floats", "floats", ["--template", os.path.join(fx, "floats.jinja")]),
     ]
     reference = [sys.executable, os.path.join(HERE, "chat_reference.py")]
     failed = 0
     total = 0
     for name, family, opts in cases:
         rng = random.Random(f"{args.seed}-{family}")
-        reqs = [conversation(rng, family) for _ in range(args.count)]
+        reqs = [conversation(rng, family) for _ in range(1 if family == "floats" else args.count)]
         lines = "".join(json.dumps(r, ensure_ascii=rng.random() < 0.5) + "\n" for r in reqs)
         rc_r, out_r, err_r = run(reference + opts, lines)
         rc_t, out_t, err_t = run([args.render] + opts, lines)
