@@ -6,7 +6,7 @@
 // items, like the sandbox), dict, namespace, raise_exception, strftime_now.
 // Does NOT support recursive loops, call blocks, loop.changed, or macros with *args/**kwargs;
 // expression evaluation stops at 1000 nested levels, macro calls at 100, strings and output at
-// 256 MiB (one-line errors).
+// 256 MiB, a render at 5 million steps (one-line errors).
 #include <algorithm>
 #include <cmath>
 #include <ctime>
@@ -36,6 +36,11 @@ namespace {
 
 constexpr int kMaxEvalDepth = 1000;
 constexpr int kMaxMacroDepth = 100;
+// Work budget of one render: one step per expression evaluated or loop item, plus one per 64
+// bytes of every string produced. Conversations stay well inside it (a 10 MB message through
+// ChatML renders, Hostile.chat.messages); a loop nest or a quadratic string build that would run
+// for hours (also in Jinja2) stops after a few seconds (Hostile.chat.nesting).
+constexpr std::uint64_t kMaxSteps = 5'000'000;
 constexpr std::int64_t kMaxRange = 100000;
 constexpr std::size_t kMaxString = std::size_t{256} << 20;  // 256 MiB: no prompt is near it
 
@@ -91,6 +96,13 @@ class Interp {
     std::string out;
     int depth = 0;
     int macro_depth = 0;
+    std::uint64_t steps = 0;
+
+    void charge(std::uint64_t n, int line, int col) {
+        steps += n;
+        if (steps > kMaxSteps)
+            fail(line, col, "render stopped after 5000000 steps (a loop that does not end in reasonable time)");
+    }
 
     Value lookup(const std::string& name) const {
         for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
@@ -190,33 +202,41 @@ class Interp {
             return Flow::Normal;
         }
         auto n = static_cast<std::int64_t>(items.size());
+        charge(static_cast<std::uint64_t>(n), s.line, s.col);
+        // One loop object, updated in place each iteration (Jinja's LoopContext is one object too).
+        Value loop = Value::new_dict();
+        auto pos = std::make_shared<std::int64_t>(0);
+        for (const char* key : {"index", "index0", "revindex", "revindex0", "first", "last", "length", "depth",
+                                "depth0", "previtem", "nextitem"})
+            loop.dict->items.emplace_back(key, Value());
+        loop.dict->items.emplace_back("cycle", Value::function("cycle", [pos](CallArgs& a) {
+                                          if (a.pos.empty()) arg_fail(a, "no items for cycling given");
+                                          return a.pos[static_cast<std::size_t>(*pos) % a.pos.size()];
+                                      }));
+        auto& slot = loop.dict->items;
+        frames.emplace_back();
         for (std::int64_t k = 0; k < n; ++k) {
-            frames.emplace_back();
-            Value loop = Value::new_dict();
-            Dict& d = *loop.dict;
-            d.set("index", Value::integer(k + 1));
-            d.set("index0", Value::integer(k));
-            d.set("revindex", Value::integer(n - k));
-            d.set("revindex0", Value::integer(n - k - 1));
-            d.set("first", Value::boolean(k == 0));
-            d.set("last", Value::boolean(k == n - 1));
-            d.set("length", Value::integer(n));
-            d.set("depth", Value::integer(1));
-            d.set("depth0", Value::integer(0));
-            d.set("previtem",
-                  k > 0 ? items[static_cast<std::size_t>(k - 1)] : Value::undefined("there is no previous item"));
-            d.set("nextitem",
-                  k + 1 < n ? items[static_cast<std::size_t>(k + 1)] : Value::undefined("there is no next item"));
-            d.set("cycle", Value::function("cycle", [k](CallArgs& a) {
-                      if (a.pos.empty()) arg_fail(a, "no items for cycling given");
-                      return a.pos[static_cast<std::size_t>(k) % a.pos.size()];
-                  }));
-            frames.back()["loop"] = loop;
+            *pos = k;
+            slot[0].second = Value::integer(k + 1);
+            slot[1].second = Value::integer(k);
+            slot[2].second = Value::integer(n - k);
+            slot[3].second = Value::integer(n - k - 1);
+            slot[4].second = Value::boolean(k == 0);
+            slot[5].second = Value::boolean(k == n - 1);
+            slot[6].second = Value::integer(n);
+            slot[7].second = Value::integer(1);
+            slot[8].second = Value::integer(0);
+            slot[9].second =
+                k > 0 ? items[static_cast<std::size_t>(k - 1)] : Value::undefined("there is no previous item");
+            slot[10].second =
+                k + 1 < n ? items[static_cast<std::size_t>(k + 1)] : Value::undefined("there is no next item");
+            Frame& frame = frames.back();
+            frame.clear();  // each iteration starts from the enclosing scope
+            frame["loop"] = loop;
             assign(s.targets, items[static_cast<std::size_t>(k)], s.line, s.col);
-            Flow f = exec(s.body);
-            frames.pop_back();
-            if (f == Flow::Break) break;
+            if (exec(s.body) == Flow::Break) break;
         }
+        frames.pop_back();
         return Flow::Normal;
     }
 
@@ -277,6 +297,13 @@ class Interp {
 
     Value eval(const Expr& e) {
         DepthGuard g(*this, e);
+        charge(1, e.line, e.col);
+        Value v = eval_node(e);
+        if (v.kind == Value::Str && v.s.size() >= 64) charge(v.s.size() / 64, e.line, e.col);
+        return v;
+    }
+
+    Value eval_node(const Expr& e) {
         switch (e.kind) {
             case Expr::Const: return e.value;
             case Expr::Name: return lookup(e.name);

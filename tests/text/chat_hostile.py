@@ -190,8 +190,14 @@ def group_nesting(args):
         ("macro_recursion", "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "macro calls nested more than 100 levels"),
         ("range", "{% for i in range(1000000000) %}{% endfor %}", "range too big"),
         ("repeat", "{{ 'abc' * 1000000000 }}", "repetition larger than 256 MiB"),
+        ("endless_loops", "{% for a in range(100000) %}{% for b in range(100000) %}{{ a }}{% endfor %}{% endfor %}",
+         "render stopped after 5000000 steps"),
+        ("quadratic_concat", "{% set ns = namespace(s='') %}{% for i in range(100000) %}"
+                             "{% set ns.s = ns.s + 'x' * 1000 %}{% endfor %}{{ ns.s | length }}",
+         "render stopped after 5000000 steps"),
         ("doubling", "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
-                     "{% endfor %}{{ ns.s | length }}", "string larger than 256 MiB"),
+                     "{% endfor %}{{ ns.s | length }}", "render stopped after 5000000 steps"),
+        ("concat_cap", "{{ ('x' * 150000000 + 'y' * 150000000) | length }}", "string larger than 256 MiB"),
     ]
     for label, tmpl, want in cases:
         template_case(args, label, tmpl, want, timeout=120)
