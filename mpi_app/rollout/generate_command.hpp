@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// generate_command: `tagflow generate --model DIR --prompt-ids 1,2,3 ...` — loads a Hugging
-// Face checkpoint directory, generates one completion with the rollout engine and prints the
-// token ids on one line (rank 0 only). Bad usage throws tagflow::ConfigError (exit 2).
-// Does not tokenize text (ids in, ids out).
+// generate_command: `tagflow generate --model DIR (--prompt-ids 1,2,3 | --prompt TEXT | --chat
+// TEXT) ...` — loads a Hugging Face checkpoint directory, generates one completion with the
+// rollout engine and prints the token ids on one line (--prompt-ids) or the text (--prompt,
+// --chat: the directory's tokenizer.json and chat template through text::Tokenizer, the byte-level
+// tokenizer for a model without one), rank 0 only. Bad usage throws tagflow::ConfigError (exit 2).
 #pragma once
 
 namespace tagflow::rollout {

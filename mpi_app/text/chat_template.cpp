@@ -20,9 +20,14 @@ std::string read_file(const std::string& path) {
     return ss.str();
 }
 
+// A model directory or a tokenizer.json name the tokenizer_config.json beside them.
 std::string config_path_of(const std::string& path) {
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return path + "/tokenizer_config.json";
+    const std::string tj = "tokenizer.json";
+    if (path.size() >= tj.size() && path.compare(path.size() - tj.size(), tj.size(), tj) == 0 &&
+        (path.size() == tj.size() || path[path.size() - tj.size() - 1] == '/'))
+        return path.substr(0, path.size() - tj.size()) + "tokenizer_config.json";
     return path;
 }
 
@@ -79,6 +84,25 @@ void check_json_depth(const nlohmann::ordered_json& j, std::size_t max_depth, co
             throw TemplateError(what + " nested more than " + std::to_string(max_depth) + " levels");
         for (const auto& x : *v) stack.emplace_back(&x, depth + 1);
     }
+}
+
+ChatRequest parse_chat_request(const nlohmann::ordered_json& in) {
+    check_json_depth(in, 512, "JSON value");
+    if (!in.is_object() || !in.contains("messages")) throw ConfigError("expected an object with \"messages\"");
+    ChatRequest r;
+    for (auto it = in.begin(); it != in.end(); ++it) {
+        if (it.key() == "messages") {
+            r.messages = *it;
+        } else if (it.key() == "add_generation_prompt") {
+            if (!it->is_boolean()) throw ConfigError("add_generation_prompt must be true or false");
+            r.add_generation_prompt = it->get<bool>();
+        } else if (it.key() == "tools") {
+            r.tools = *it;
+        } else {
+            r.extra[it.key()] = *it;
+        }
+    }
+    return r;
 }
 
 ChatTemplate ChatTemplate::from_tokenizer_config(const std::string& path_in) {

@@ -23,9 +23,21 @@ namespace tagflow::text {
 /// iterative, so it is safe on any input (copying or converting a deeper value would recurse).
 void check_json_depth(const nlohmann::ordered_json& j, std::size_t max_depth, const std::string& what);
 
+/// One conversation to render, as `tagflow tokenize --chat` and chat_render read it: a JSON object
+/// {"messages": [...], "add_generation_prompt": bool (default false), "tools": [...]?}; any other
+/// member is an extra template variable (e.g. enable_thinking). Throws ConfigError on a bad shape.
+struct ChatRequest {
+    nlohmann::ordered_json messages;
+    bool add_generation_prompt = false;
+    nlohmann::ordered_json tools = nullptr;
+    nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+};
+ChatRequest parse_chat_request(const nlohmann::ordered_json& line);
+
 class ChatTemplate {
   public:
-    /// `chat_template` and the special tokens of a tokenizer_config.json (a file or a model directory).
+    /// `chat_template` and the special tokens of a tokenizer_config.json (the file, a model
+    /// directory, or a tokenizer.json beside it).
     static ChatTemplate from_tokenizer_config(const std::string& path);
     /// The template text of `template_path`; special tokens from `config_path` when not empty.
     static ChatTemplate from_file(const std::string& template_path, const std::string& config_path = "");

@@ -205,6 +205,14 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
     return utf8_lossy(bytes);
 }
 
+std::string HfTokenizer::token_bytes(int32_t id) const {
+    const Impl& m = *impl_;
+    if (id < 0 || id >= vocab_size() || !m.exists[static_cast<std::size_t>(id)])
+        throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+    const auto i = static_cast<std::size_t>(id);
+    return m.byte_level_decoder ? m.bytes[i] : m.token[i];
+}
+
 int32_t HfTokenizer::vocab_size() const { return static_cast<int32_t>(impl_->token.size()); }
 
 std::optional<int32_t> HfTokenizer::token_to_id(std::string_view token) const {

@@ -36,6 +36,10 @@ public:
     /// An id outside the vocabulary throws tagflow::Error.
     std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = true) const;
 
+    /// The bytes one token stands for (byte-level: possibly part of a UTF-8 character; a streamed
+    /// text holds such a tail back). An id outside the vocabulary throws tagflow::Error.
+    std::string token_bytes(int32_t id) const;
+
     /// Largest id + 1, added tokens included.
     int32_t vocab_size() const;
     std::optional<int32_t> token_to_id(std::string_view token) const;

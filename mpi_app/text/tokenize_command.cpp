@@ -9,12 +9,14 @@
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "text/chat_template.hpp"
 #include "text/hf_tokenizer.hpp"
 #include "text/utf8.hpp"
 
@@ -24,7 +26,7 @@ using nlohmann::json;
 namespace tagflow::text {
 namespace {
 
-enum class Mode { kEncode, kDecode };  // a kChat mode (messages -> rendered prompt) goes here
+enum class Mode { kEncode, kDecode, kChat };
 
 class Output {
 public:
@@ -44,13 +46,13 @@ private:
     std::string buf_;
 };
 
-const char* json_type(const json& j) {
+const char* json_type(const nlohmann::ordered_json& j) {
     switch (j.type()) {
-        case json::value_t::null: return "null";
-        case json::value_t::boolean: return "a boolean";
-        case json::value_t::string: return "a string";
-        case json::value_t::array: return "an array";
-        case json::value_t::object: return "an object";
+        case nlohmann::ordered_json::value_t::null: return "null";
+        case nlohmann::ordered_json::value_t::boolean: return "a boolean";
+        case nlohmann::ordered_json::value_t::string: return "a string";
+        case nlohmann::ordered_json::value_t::array: return "an array";
+        case nlohmann::ordered_json::value_t::object: return "an object";
         default: return "a number";
     }
 }
@@ -68,13 +70,19 @@ std::string ids_to_json(const std::vector<int32_t>& ids) {
 }  // namespace
 
 int tokenize_command(int argc, char** argv, bool root) {
-    std::string path;
-    bool decode = false, add_special = false, keep_special = false;
+    std::string path, chat_template;
+    bool decode = false, chat = false, add_special = false, keep_special = false;
     po::options_description desc("tagflow tokenize options");
     desc.add_options()
         ("help,h", "print this help and exit")
         ("tokenizer", po::value<std::string>(&path), "tokenizer.json file, or a model directory holding one; required")
         ("decode", po::bool_switch(&decode), "input lines are JSON arrays of ids; output lines are JSON strings")
+        ("chat", po::bool_switch(&chat),
+         "input lines are {\"messages\": [...], \"add_generation_prompt\": bool, \"tools\"?: [...], ...} "
+         "(other members are template variables, e.g. enable_thinking); output lines are the rendered prompts "
+         "as JSON strings (the chat_template of tokenizer_config.json beside the tokenizer)")
+        ("chat-template", po::value<std::string>(&chat_template),
+         "--chat: render with this Jinja template file instead of tokenizer_config.json's")
         ("add-special-tokens", po::bool_switch(&add_special),
          "encode: apply the tokenizer's post-processor template (e.g. a leading BOS)")
         ("keep-special", po::bool_switch(&keep_special), "decode: keep special tokens (default: skip them)");
@@ -91,20 +99,30 @@ int tokenize_command(int argc, char** argv, bool root) {
     }
     if (vm.count("help")) {
         std::ostringstream h;
-        h << "usage: tagflow tokenize --tokenizer PATH [--decode] [options] < in.jsonl > out.jsonl\n"
+        h << "usage: tagflow tokenize --tokenizer PATH [--decode | --chat] [options] < in.jsonl > out.jsonl\n"
           << "JSON Lines in, JSON Lines out. Default: each line a JSON string -> the JSON array of its\n"
           << "token ids (no special tokens added). --decode: each line a JSON array of ids -> the text.\n"
+          << "--chat: each line {\"messages\": [...], \"add_generation_prompt\": true} -> the rendered prompt.\n"
           << "Bad input names the line and exits 2; the lines before it are written.\n\n"
           << desc;
         print0("%s", h.str().c_str());
         return 0;
     }
     if (path.empty()) throw ConfigError("tokenize: --tokenizer PATH is required (a tokenizer.json or a model directory)");
-    if (decode && add_special) throw ConfigError("tokenize: --add-special-tokens applies to encoding, not to --decode");
+    if (decode && chat) throw ConfigError("tokenize: --decode and --chat exclude each other");
+    if ((decode || chat) && add_special)
+        throw ConfigError("tokenize: --add-special-tokens applies to encoding, not to --decode or --chat");
     if (!decode && keep_special) throw ConfigError("tokenize: --keep-special applies to --decode only");
-    const HfTokenizer tok = HfTokenizer::load(path);  // ConfigError naming the file
+    if (!chat && vm.count("chat-template")) throw ConfigError("tokenize: --chat-template applies to --chat only");
+    const Mode mode = chat ? Mode::kChat : decode ? Mode::kDecode : Mode::kEncode;
+    // Errors name the file (ConfigError). --chat needs only the template, not the vocabulary.
+    std::optional<HfTokenizer> tok;
+    std::optional<ChatTemplate> tmpl;
+    if (mode == Mode::kChat)
+        tmpl = chat_template.empty() ? ChatTemplate::from_tokenizer_config(path) : ChatTemplate::from_file(chat_template, path);
+    else
+        tok = HfTokenizer::load(path);
     if (!root) return 0;
-    const Mode mode = decode ? Mode::kDecode : Mode::kEncode;
 
     Output out;
     std::string line;
@@ -118,34 +136,43 @@ int tokenize_command(int argc, char** argv, bool root) {
         ++n;
         std::size_t off = 0;
         if (!utf8_valid(line, &off)) throw bad("not valid UTF-8 (byte offset " + std::to_string(off) + ")");
-        json j;
+        nlohmann::ordered_json j;
         try {
-            j = json::parse(line);
+            j = nlohmann::ordered_json::parse(line);
         } catch (const json::parse_error& e) {
             std::string msg = e.what();
             const auto p = msg.find("] ");
             throw bad("not JSON (" + (p == std::string::npos ? msg : msg.substr(p + 2)) + ")");
         }
-        if (mode == Mode::kEncode) {
+        if (mode == Mode::kChat) {
+            std::string text;
+            try {
+                const ChatRequest r = parse_chat_request(j);
+                text = tmpl->render(r.messages, r.add_generation_prompt, r.tools, r.extra);
+            } catch (const Error& e) {  // a bad conversation, or the template's raise_exception
+                throw bad(e.what());
+            }
+            out.line(json(text).dump(-1, ' ', false, json::error_handler_t::replace));
+        } else if (mode == Mode::kEncode) {
             if (!j.is_string()) throw bad(std::string("expected a JSON string, got ") + json_type(j));
-            out.line(ids_to_json(tok.encode(j.get_ref<const std::string&>(), add_special)));
+            out.line(ids_to_json(tok->encode(j.get_ref<const std::string&>(), add_special)));
         } else {
             if (!j.is_array()) throw bad(std::string("expected a JSON array of token ids, got ") + json_type(j));
             std::vector<int32_t> ids;
             ids.reserve(j.size());
             for (std::size_t i = 0; i < j.size(); ++i) {
-                const json& v = j[i];
+                const auto& v = j[i];
                 if (!v.is_number_integer())
                     throw bad("element " + std::to_string(i) + " is " + json_type(v) + ", not a token id");
                 const int64_t id = v.get<int64_t>();
-                if (id < 0 || id >= tok.vocab_size())
+                if (id < 0 || id >= tok->vocab_size())
                     throw bad("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                              std::to_string(tok.vocab_size()) + ")");
+                              std::to_string(tok->vocab_size()) + ")");
                 ids.push_back(static_cast<int32_t>(id));
             }
             std::string text;
             try {
-                text = tok.decode(ids, !keep_special);
+                text = tok->decode(ids, !keep_special);
             } catch (const Error& e) {  // an id inside the range that no token has
                 throw bad(e.what());
             }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // chat_render: renders conversations with a chat template, for the parity and hostile tests
-// (the coordinator folds it into `tagflow tokenize --chat` later).
+// without MPI or the tagflow program (`tagflow tokenize --chat` reads the same lines).
 //   chat_render --config tokenizer_config.json|MODEL_DIR [--template FILE] < in.jsonl > out.jsonl
 //   chat_render --template FILE < in.jsonl
 // Each input line: {"messages": [...], "add_generation_prompt": bool, "tools"?: [...], ...};
@@ -50,23 +50,8 @@ int main(int argc, char** argv) {
             } catch (const nlohmann::json::exception& e) {
                 throw tagflow::ConfigError(std::string("not valid JSON: ") + e.what());
             }
-            tagflow::text::check_json_depth(in, 512, "JSON value");
-            if (!in.is_object() || !in.contains("messages"))
-                throw tagflow::ConfigError("expected an object with \"messages\"");
-            bool gen = false;
-            nlohmann::ordered_json tools = nullptr, extra = nlohmann::ordered_json::object();
-            for (auto it = in.begin(); it != in.end(); ++it) {
-                if (it.key() == "messages") continue;
-                if (it.key() == "add_generation_prompt") {
-                    if (!it->is_boolean()) throw tagflow::ConfigError("add_generation_prompt must be true or false");
-                    gen = it->get<bool>();
-                } else if (it.key() == "tools") {
-                    tools = *it;
-                } else {
-                    extra[it.key()] = *it;
-                }
-            }
-            std::string text = chat->render(in["messages"], gen, tools, extra);
+            const tagflow::text::ChatRequest r = tagflow::text::parse_chat_request(in);
+            std::string text = chat->render(r.messages, r.add_generation_prompt, r.tools, r.extra);
             out += nlohmann::ordered_json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
             out += '\n';
         } catch (const tagflow::Error& e) {

@@ -8,6 +8,10 @@ CASE parity: 400 corpus strings through `tagflow tokenize` (a model directory pa
 CASE badinput: not JSON, wrong type, invalid UTF-8, an id out of range, a bad flag: exit 2, one
   stderr line naming the line, the good lines before it written and nothing of the bad one.
 CASE big: one 10 MB line of mixed text encodes, and decodes back to itself (Llama 3: no normalizer).
+CASE chat: --chat renders 60 seeded Qwen3 conversations (a model directory, then its tokenizer.json)
+  and --chat-template renders ChatML, byte-identical to Jinja2 set up as transformers does it
+  (chat_reference.py); a bad conversation and the template's raise_exception name the line, exit 2,
+  the good lines before it written.
 CASE badfile: hostile tokenizer files (not JSON, truncated, unknown merge token, duplicate ids, a
   regex that does not compile, Unigram, a SentencePiece .model): exit 2, one line naming the file."""
 import argparse
@@ -152,9 +156,55 @@ def case_big(a, qwen_dir):
         check(d.returncode == 0 and json.loads(d.stdout.decode()) == text, f"its {len(ids)} ids decode back to it")
 
 
+def case_chat(a, qwen_dir):
+    sys.path.insert(0, HERE)
+    import random
+    from chat_parity import conversation
+    reference = [sys.executable, os.path.join(HERE, "chat_reference.py")]
+    chatml = os.path.join(HERE, "fixtures", "chatml.jinja")
+    for family, ref_opts, paths, extra in (
+            ("qwen3", ["--config", os.path.join(qwen_dir, "tokenizer_config.json")],
+             [qwen_dir, os.path.join(qwen_dir, "tokenizer.json")], []),
+            ("chatml", ["--template", chatml], [qwen_dir], ["--chat-template", chatml])):
+        rng = random.Random(f"tokenize-chat-{family}")
+        lines = "".join(json.dumps(conversation(rng, family)) + "\n" for _ in range(60)).encode()
+        ref = subprocess.run(reference + ref_opts, input=lines, capture_output=True)
+        check(ref.returncode == 0, f"{family}: the Jinja2 reference rendered ({ref.stderr.decode(errors='replace')[-300:]})")
+        want = [json.loads(l) for l in ref.stdout.decode("utf-8").split("\n") if l]
+        for path in paths:
+            p = run([a.tagflow, "tokenize", "--tokenizer", path, "--chat"] + extra, lines)
+            got = [json.loads(l) for l in p.stdout.decode("utf-8").split("\n") if l]
+            check(p.returncode == 0 and len(got) == 60, f"{family}: --chat rendered 60 conversations with --tokenizer {path}"
+                  f" ({error_lines(p)[-1:] if p.returncode else ''})")
+            bad = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), None)
+            check(bad is None and len(got) == len(want),
+                  f"{family}: byte-identical to Jinja2{'' if bad is None else f' (first difference: line {bad + 1})'}")
+    good = json.dumps({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": True})
+    for bad_line, what in (('{"messages": "hi"}', "messages not a list"),
+                           ('{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 1}',
+                            "add_generation_prompt"),
+                           ('["not", "an", "object"]', "messages")):
+        p = run([a.tagflow, "tokenize", "--tokenizer", qwen_dir, "--chat"], (good + "\n" + bad_line + "\n").encode())
+        err = error_lines(p)
+        out = [l for l in p.stdout.decode().split("\n") if l]
+        check(p.returncode == 2 and len(err) == 1 and "line 2" in err[0] and len(out) == 1,
+              f"--chat, {what}: exit 2, one line naming line 2, line 1 written ({p.returncode}, {err})")
+    # The template's own raise_exception reaches the user as one line (Mistral: roles must alternate).
+    mistral = os.path.join(HERE, "fixtures", "mistral_v01.jinja")
+    two_users = json.dumps({"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]})
+    p = run([a.tagflow, "tokenize", "--tokenizer", qwen_dir, "--chat", "--chat-template", mistral], (two_users + "\n").encode())
+    err = error_lines(p)
+    check(p.returncode == 2 and len(err) == 1 and "line 1" in err[0] and "alternate" in err[0],
+          f"--chat: the template's raise_exception is one line naming the input line ({err})")
+    for flags, what in ((["--chat", "--decode"], "--decode and --chat"), (["--chat-template", chatml], "--chat only")):
+        p = run([a.tagflow, "tokenize", "--tokenizer", qwen_dir] + flags, b"")
+        err = error_lines(p)
+        check(p.returncode == 2 and len(err) == 1 and what in err[0], f"{' '.join(flags)}: refused in one line ({err})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("case", choices=["parity", "badinput", "badfile", "big"])
+    ap.add_argument("case", choices=["parity", "badinput", "badfile", "big", "chat"])
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--npm", required=True)
     ap.add_argument("--work", required=True)
@@ -164,7 +214,7 @@ def main():
             os.path.join(a.npm, "node_modules/@anush008/tokenizers")):
         print(f"FAIL: npm test references missing in {a.npm}: run `bash share/setup.sh --tests`")
         return 1
-    {"parity": case_parity, "badinput": case_badinput, "badfile": case_badfile, "big": case_big}[a.case](a, qwen_dir)
+    {"parity": case_parity, "badinput": case_badinput, "badfile": case_badfile, "big": case_big, "chat": case_chat}[a.case](a, qwen_dir)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1
