@@ -7,6 +7,9 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "common/error.hpp"
+#include "model/tokenizer.hpp"
+
 namespace tagflow::gateway {
 
 using nlohmann::json;
@@ -90,9 +93,13 @@ bool all_ints(const json& a) {
     return std::all_of(a.begin(), a.end(), [](const json& x) { return x.is_number_integer(); });
 }
 
-bool parse_prompt(const json& p, const model::Tokenizer& tok, int64_t vocab, std::vector<int32_t>* ids, ApiError* err) {
+bool parse_prompt(const json& p, const text::Tokenizer& tok, int64_t vocab, std::vector<int32_t>* ids, ApiError* err) {
     if (p.is_string()) {
-        *ids = tok.encode(p.get<std::string>());
+        try {
+            *ids = tok.encode(p.get<std::string>());
+        } catch (const Error& e) {  // not valid UTF-8
+            return *err = bad(std::string("'prompt': ") + e.what(), "prompt"), false;
+        }
         return true;
     }
     if (p.is_array() && !p.empty() && all_ints(p)) return get_ids(p, vocab, "prompt", ids, err);
@@ -124,9 +131,9 @@ bool message_text(const json& c, std::string* out, ApiError* err) {
     return *err = bad("message 'content' must be a string, null or a list of text parts", "messages"), false;
 }
 
-bool parse_messages(const json& m, const model::Tokenizer& tok, std::vector<int32_t>* ids, ApiError* err) {
+bool parse_messages(const json& m, const text::Tokenizer& tok, std::vector<int32_t>* ids, ApiError* err) {
     if (!m.is_array() || m.empty()) return *err = bad("'messages' must be a non-empty list", "messages"), false;
-    std::vector<std::pair<std::string, std::string>> msgs;
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     static const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
     for (const json& x : m) {
         if (!x.is_object() || !x.contains("role") || !x.at("role").is_string())
@@ -136,9 +143,13 @@ bool parse_messages(const json& m, const model::Tokenizer& tok, std::vector<int3
             return *err = bad("unknown message role '" + role + "'", "messages"), false;
         std::string text;
         if (x.contains("content") && !message_text(x.at("content"), &text, err)) return false;
-        msgs.emplace_back(role, std::move(text));
+        msgs.push_back({{"role", role}, {"content", std::move(text)}});
     }
-    *ids = tok.apply_chat_template(msgs);
+    try {
+        *ids = tok.chat_prompt(msgs, /*add_generation_prompt=*/true);
+    } catch (const Error& e) {  // the template refused the conversation, or text that is not UTF-8
+        return *err = bad(std::string("'messages': ") + e.what(), "messages"), false;
+    }
     return true;
 }
 
@@ -154,7 +165,7 @@ std::string error_body(const ApiError& e) {
 }
 
 bool parse_completion_request(Endpoint ep, std::string_view body, const BackendInfo& info,
-                              const model::Tokenizer& tok, const std::string& session_header, uint64_t default_seed,
+                              const text::Tokenizer& tok, const std::string& session_header, uint64_t default_seed,
                               ParsedRequest* out, ApiError* err) {
     *out = ParsedRequest{};
     out->endpoint = ep;
@@ -185,7 +196,11 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
     if (ep == Endpoint::kCompletions) {
         if (!j.contains("prompt")) return *err = bad("you must provide a prompt", "prompt"), false;
         if (!parse_prompt(j.at("prompt"), tok, m->vocab_size, &r.prompt_ids, err)) return false;
-        if (r.prompt_ids.empty()) r.prompt_ids.push_back(model::Tokenizer::kBos);  // "" -> start of text
+        if (r.prompt_ids.empty()) {  // "" -> start of text, where the tokenizer has a BOS
+            if (!tok.bos_id())
+                return *err = bad("'prompt' is empty (this model's tokenizer has no BOS token)", "prompt"), false;
+            r.prompt_ids.push_back(*tok.bos_id());
+        }
     } else {
         if (!j.contains("messages")) return *err = bad("you must provide 'messages'", "messages"), false;
         if (!parse_messages(j.at("messages"), tok, &r.prompt_ids, err)) return false;
@@ -261,7 +276,7 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
         out->top_logprobs = static_cast<int>(v);
     }
     // ---- stop ----
-    r.stop_ids = ep == Endpoint::kChat ? tok.chat_stop_ids() : std::vector<int32_t>{model::Tokenizer::kEos};
+    r.stop_ids = ep == Endpoint::kChat ? tok.chat_stop_ids() : tok.stop_ids();
     if (!absent(j, "stop")) {
         json stops = j.at("stop");
         if (stops.is_string()) stops = json::array({stops});
@@ -269,7 +284,12 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
             return *err = bad("'stop' must be a string or a list of at most 4 strings", "stop"), false;
         for (const json& s : stops) {
             if (!s.is_string()) return *err = bad("'stop' entries must be strings", "stop"), false;
-            const std::vector<int32_t> ids = tok.encode(s.get<std::string>());
+            std::vector<int32_t> ids;
+            try {
+                ids = tok.encode(s.get<std::string>());
+            } catch (const Error& e) {
+                return *err = bad(std::string("'stop': ") + e.what(), "stop"), false;
+            }
             if (ids.size() != 1)
                 return *err = bad("stop sequence " + s.dump() + " is " + std::to_string(ids.size()) +
                                       " tokens; this gateway supports single-token stop sequences only "
@@ -318,14 +338,14 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
 
 // ---------------------------------------------------------------------------------------------
 
-ResponseBuilder::ResponseBuilder(const ParsedRequest& p, std::string id, int64_t created, const model::Tokenizer& tok)
+ResponseBuilder::ResponseBuilder(const ParsedRequest& p, std::string id, int64_t created, const text::Tokenizer& tok)
     : p_(p), id_(std::move(id)), created_(created), tok_(tok) {}
 
 std::string ResponseBuilder::visible_text(size_t from, size_t to) const {
     std::string s;
     for (size_t i = from; i < to; ++i)
         if (!tok_.is_special(tokens_[i].id) && tokens_[i].id >= 0 && tokens_[i].id < tok_.vocab_size())
-            s += tok_.token_text(tokens_[i].id);
+            s += tok_.token_bytes(tokens_[i].id);
     return s;
 }
 
@@ -354,14 +374,14 @@ static json extension(const ParsedRequest& p, const std::vector<GeneratedToken>&
 }
 
 /// Standard logprobs object for the visible tokens in [from, to); `offset0` = text bytes before `from`.
-static json std_logprobs(const ParsedRequest& p, const model::Tokenizer& tok, const std::vector<GeneratedToken>& t,
+static json std_logprobs(const ParsedRequest& p, const text::Tokenizer& tok, const std::vector<GeneratedToken>& t,
                          size_t from, size_t to, size_t offset0) {
     if (p.endpoint == Endpoint::kCompletions) {
         json toks = json::array(), lps = json::array(), offs = json::array(), tops = json::array();
         size_t off = offset0;
         for (size_t i = from; i < to; ++i) {
             if (tok.is_special(t[i].id) || t[i].id < 0 || t[i].id >= tok.vocab_size()) continue;
-            const std::string s = tok.token_text(t[i].id);
+            const std::string s = tok.token_bytes(t[i].id);
             toks.push_back(s);
             lps.push_back(t[i].logprob);
             offs.push_back(off);
@@ -374,7 +394,7 @@ static json std_logprobs(const ParsedRequest& p, const model::Tokenizer& tok, co
     json content = json::array();
     for (size_t i = from; i < to; ++i) {
         if (tok.is_special(t[i].id) || t[i].id < 0 || t[i].id >= tok.vocab_size()) continue;
-        const std::string s = tok.token_text(t[i].id);
+        const std::string s = tok.token_bytes(t[i].id);
         json bytes = json::array();
         for (unsigned char c : s) bytes.push_back(static_cast<int>(c));
         json entry = {{"token", s}, {"logprob", t[i].logprob}, {"bytes", bytes}};
@@ -400,7 +420,7 @@ std::string ResponseBuilder::chunk(const std::string& text, size_t from, size_t 
     size_t off = 0;  // text bytes before token `from` (for completions' text_offset)
     for (size_t i = 0; i < from; ++i)
         if (!tok_.is_special(tokens_[i].id) && tokens_[i].id >= 0 && tokens_[i].id < tok_.vocab_size())
-            off += tok_.token_text(tokens_[i].id).size();
+            off += tok_.token_bytes(tokens_[i].id).size();
     choice["logprobs"] = p_.logprobs && to > from ? std_logprobs(p_, tok_, tokens_, from, to, off) : json(nullptr);
     json j = {{"id", id_},
               {"object", chat ? "chat.completion.chunk" : "text_completion"},

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gateway/backend.hpp"
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 namespace tagflow::gateway {
 
@@ -46,13 +46,13 @@ constexpr int kMaxJsonDepth = 64;
 /// Returns false and fills `err` on any problem (malformed JSON, unknown model, bad parameter,
 /// prompt longer than the context, ...).
 bool parse_completion_request(Endpoint ep, std::string_view body, const BackendInfo& info,
-                              const model::Tokenizer& tok, const std::string& session_header,
+                              const text::Tokenizer& tok, const std::string& session_header,
                               uint64_t default_seed, ParsedRequest* out, ApiError* err);
 
 /// Builds the answer to one request from the backend's tokens: the whole body, or SSE chunks.
 class ResponseBuilder {
 public:
-    ResponseBuilder(const ParsedRequest& p, std::string id, int64_t created, const model::Tokenizer& tok);
+    ResponseBuilder(const ParsedRequest& p, std::string id, int64_t created, const text::Tokenizer& tok);
     /// Appends tokens; when streaming, returns the SSE events for them ("" if nothing to send).
     std::string add_tokens(const std::vector<GeneratedToken>& t);
     /// Streaming: the final chunk(s) and "data: [DONE]\n\n". For reason "error" an error event.
@@ -68,7 +68,7 @@ private:
     ParsedRequest p_;
     std::string id_;
     int64_t created_;
-    const model::Tokenizer& tok_;
+    const text::Tokenizer& tok_;
     std::vector<GeneratedToken> tokens_;
     std::string held_;        ///< streamed bytes waiting for a complete UTF-8 sequence
     size_t streamed_ = 0;     ///< tokens already sent in chunks

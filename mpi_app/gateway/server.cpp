@@ -180,7 +180,7 @@ struct Conn {
 struct Server::Impl {
     ServerConfig cfg;
     std::shared_ptr<Backend> backend;
-    std::shared_ptr<const model::Tokenizer> tok;
+    std::shared_ptr<const text::Tokenizer> tok;
     std::shared_ptr<Shared> shared = std::make_shared<Shared>();
     int listen_fd = -1, wake_r = -1;
     std::atomic<bool> running{false};
@@ -212,13 +212,13 @@ struct Server::Impl {
 
 // ---- Server ------------------------------------------------------------------------------------
 
-Server::Server(ServerConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const model::Tokenizer> tokenizer)
+Server::Server(ServerConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const text::Tokenizer> tokenizer)
     : cfg_(std::move(cfg)), impl_(std::make_unique<Impl>()) {
     if (cfg_.token.empty()) throw ConfigError("gateway: an empty bearer token is not allowed");
     if (!backend) throw ConfigError("gateway: no backend");
     impl_->cfg = cfg_;
     impl_->backend = std::move(backend);
-    impl_->tok = tokenizer ? std::move(tokenizer) : std::make_shared<const model::Tokenizer>();
+    impl_->tok = tokenizer ? std::move(tokenizer) : text::byte_level_tokenizer();
     const std::string h = random_hex(8);
     impl_->seed_base = std::stoull(h, nullptr, 16);
 }

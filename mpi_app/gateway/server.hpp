@@ -18,7 +18,7 @@
 
 #include "gateway/backend.hpp"
 #include "gateway/http_parser.hpp"
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 namespace tagflow::gateway {
 
@@ -42,7 +42,7 @@ struct ServerStats {
 class Server {
 public:
     /// Does not bind yet (start() does). Throws ConfigError on an empty token.
-    Server(ServerConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const model::Tokenizer> tokenizer);
+    Server(ServerConfig cfg, std::shared_ptr<Backend> backend, std::shared_ptr<const text::Tokenizer> tokenizer);
     ~Server();  ///< stop()
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;

@@ -13,7 +13,7 @@
 //     within the context, temperature/top_p/top_k in range; rejected: a 4xx ApiError with a
 //     message, whose error_body() is valid JSON.
 // fuzz-sources lists what tests/fuzz/CMakeLists.txt and tests/bench/fuzz_all.sh compile with it.
-// fuzz-sources: mpi_app/gateway/http_parser.cpp mpi_app/gateway/openai.cpp mpi_app/model/tokenizer.cpp
+// fuzz-sources: mpi_app/gateway/http_parser.cpp mpi_app/gateway/openai.cpp mpi_app/model/tokenizer.cpp mpi_app/text/byte_tokenizer.cpp mpi_app/text/utf8.cpp
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -25,7 +25,7 @@
 #include "fuzz_check.h"
 #include "gateway/http_parser.hpp"
 #include "gateway/openai.hpp"
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 namespace gw = tagflow::gateway;
 
@@ -102,7 +102,7 @@ void check_http(std::string_view in, const gw::HttpLimits& lim) {
 }
 
 void check_json(gw::Endpoint ep, std::string_view body) {
-    static const tagflow::model::Tokenizer tok;
+    static const tagflow::text::Tokenizer& tok = *tagflow::text::byte_level_tokenizer();
     gw::BackendInfo info;
     gw::ModelInfo m;
     m.id = "m";

@@ -4,7 +4,9 @@
 // can recompute the logits independently), <out>/gateway.token (mode 0600) and
 // <out>/records.jsonl (completions and rewards), prints one line
 //   "gateway listening on http://HOST:PORT/v1"
-// and serves until SIGINT/SIGTERM. Not a product: `tagflow train --gateway` is the lead's.
+// and serves until SIGINT/SIGTERM. With --tokenizer PATH the gateway speaks that tokenizer.json and
+// its chat template (text::load_tokenizer) and the model's vocabulary covers it; else the byte-level
+// tokenizer. Not a product: `tagflow train --gateway` is the lead's.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -18,20 +20,20 @@
 #include "gateway/engine_backend.hpp"
 #include "gateway/server.hpp"
 #include "model/llama.hpp"
-#include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 using namespace tagflow;
 
 namespace {
 [[noreturn]] void usage(const char* msg) {
     std::fprintf(stderr, "gateway_test_server: %s\nusage: gateway_test_server --out DIR [--listen HOST:PORT] "
-                         "[--seed S] [--context N] [--max-batch N] [--max-body BYTES] [--model-id ID]\n", msg);
+                         "[--seed S] [--context N] [--max-batch N] [--max-body BYTES] [--model-id ID] [--tokenizer PATH]\n", msg);
     std::exit(2);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string out, listen = "127.0.0.1:0", model_id = "tagflow-test";
+    std::string out, listen = "127.0.0.1:0", model_id = "tagflow-test", tokenizer;
     uint64_t seed = 1;
     int64_t context = 128, max_batch = 16, max_body = 1 << 20;
     for (int i = 1; i < argc; ++i) {
@@ -47,6 +49,7 @@ int main(int argc, char** argv) {
         else if (a == "--max-batch") max_batch = std::stoll(val());
         else if (a == "--max-body") max_body = std::stoll(val());
         else if (a == "--model-id") model_id = val();
+        else if (a == "--tokenizer") tokenizer = val();
         else usage(("unknown option " + a).c_str());
     }
     if (out.empty()) usage("--out is required");
@@ -61,7 +64,7 @@ int main(int argc, char** argv) {
 
         std::filesystem::create_directories(out);
         const auto [host, port] = gateway::parse_host_port(listen);
-        auto tok = std::make_shared<const model::Tokenizer>();
+        const auto tok = tokenizer.empty() ? text::byte_level_tokenizer() : text::load_tokenizer(tokenizer);
         model::HfConfig c;
         c.hidden_size = 32;
         c.intermediate_size = 64;
@@ -69,7 +72,7 @@ int main(int argc, char** argv) {
         c.num_attention_heads = 4;
         c.num_key_value_heads = 2;
         c.head_dim = 8;
-        c.vocab_size = 272;  // the tokenizer's 261 ids, rounded up
+        c.vocab_size = (tok->vocab_size() + 15) / 16 * 16;  // the tokenizer's ids (byte-level: 261 -> 272)
         c.max_position_embeddings = context;
         c.validate("gateway_test_server");
         model::LlamaModel m(c, 0);

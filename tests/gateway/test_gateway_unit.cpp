@@ -19,6 +19,7 @@
 #include "gateway/openai.hpp"
 #include "gateway/server.hpp"
 #include "model/tokenizer.hpp"
+#include "text/tokenizer.hpp"
 
 using namespace tagflow;
 using namespace tagflow::gateway;
@@ -45,7 +46,7 @@ BackendInfo test_info() {
 }
 
 bool parse(Endpoint ep, const std::string& body, ParsedRequest* p, ApiError* e, const std::string& sess = "") {
-    static const model::Tokenizer tok;
+    static const text::Tokenizer& tok = *text::byte_level_tokenizer();
     return parse_completion_request(ep, body, test_info(), tok, sess, 99, p, e);
 }
 
@@ -238,8 +239,7 @@ TEST(OpenAI, NonStreamingBodyAndStreamChunks) {
                       R"({"model":"m","messages":[{"role":"user","content":"x"}],"stream":true,)"
                       R"("stream_options":{"include_usage":true},"logprobs":true})",
                       &p, &e));
-    model::Tokenizer t;
-    ResponseBuilder rb(p, "chatcmpl-1", 123, t);
+    ResponseBuilder rb(p, "chatcmpl-1", 123, *text::byte_level_tokenizer());
     // "é" arrives split over two chunks: the first chunk holds the lead byte back.
     const std::string c1 = rb.add_tokens({{'o', -0.5f, 3}, {0xc3, -0.25f, 3}});
     const std::string c2 = rb.add_tokens({{0xa9, -0.125f, 3}, {model::Tokenizer::kImEnd, -1.0f, 3}});
@@ -265,7 +265,7 @@ TEST(OpenAI, NonStreamingBodyAndStreamChunks) {
     EXPECT_EQ(end.substr(end.size() - 14), "data: [DONE]\n\n");
 
     ASSERT_TRUE(parse(Endpoint::kCompletions, R"({"model":"m","prompt":[7,8],"logprobs":1})", &p, &e));
-    ResponseBuilder nb(p, "cmpl-2", 5, t);
+    ResponseBuilder nb(p, "cmpl-2", 5, *text::byte_level_tokenizer());
     EXPECT_EQ(nb.add_tokens({{'h', -1.5f, 0}, {'i', -2.5f, 1}}), "");  // not streaming: nothing yet
     const json b = json::parse(nb.body(Finish{"length", "", 0}));
     EXPECT_EQ(b["object"], "text_completion");
