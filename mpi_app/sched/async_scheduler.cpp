@@ -55,6 +55,7 @@
 #include "sched/gateway_router.hpp"
 #include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
+#include "sched/wire.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "tagflow/config.hpp"
@@ -111,44 +112,6 @@ void wait_all(std::vector<MPI_Request>& reqs) {
         nap();
     }
     reqs.clear();
-}
-
-template <typename T>
-void put(std::vector<char>& b, const T& v) {
-    const char* p = reinterpret_cast<const char*>(&v);
-    b.insert(b.end(), p, p + sizeof(T));
-}
-template <typename T>
-T get(const char*& p, const char* end) {
-    if (static_cast<size_t>(end - p) < sizeof(T)) throw InternalError("async scheduler: truncated message");
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    p += sizeof(T);
-    return v;
-}
-void put_spans(std::vector<char>& b, const std::vector<io::SpanRecord>& spans) {
-    put<uint64_t>(b, spans.size());
-    for (const auto& s : spans) {
-        put(b, s.rank);
-        put(b, static_cast<uint8_t>(s.kind));
-        put(b, s.t_start);
-        put(b, s.t_end);
-        put(b, s.step);
-    }
-}
-std::vector<io::SpanRecord> get_spans(const char*& p, const char* end) {
-    auto n = get<uint64_t>(p, end);
-    std::vector<io::SpanRecord> out;
-    for (uint64_t i = 0; i < n; ++i) {
-        io::SpanRecord s;
-        s.rank = get<int32_t>(p, end);
-        s.kind = static_cast<SpanKind>(get<uint8_t>(p, end));
-        s.t_start = get<double>(p, end);
-        s.t_end = get<double>(p, end);
-        s.step = get<int32_t>(p, end);
-        out.push_back(s);
-    }
-    return out;
 }
 
 // One (epoch, members) a rank saw: the coordinator's announcement, logged on every member.
@@ -550,11 +513,10 @@ class AsyncScheduler final : public Scheduler {
     // Sends finished samples (and this rank's spans so far) to the coordinator; never waits.
     void send_samples(const std::vector<RolloutSample>& s) {
         test_sends();
-        std::vector<char> b;
-        put_spans(b, take_spans());
-        std::vector<char> p = pack_samples(s);
-        b.insert(b.end(), p.begin(), p.end());
-        queue_send(std::move(b), kTagSamples);
+        wire::Writer w;
+        wire::put_spans(w, take_spans());
+        wire::put_samples(w, s);
+        queue_send(w.take(), kTagSamples);
     }
     void test_sends() {
         for (auto it = sends_.begin(); it != sends_.end();) {
@@ -690,38 +652,37 @@ class AsyncScheduler final : public Scheduler {
             TAGFLOW_MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &count));
             std::vector<char> b(static_cast<size_t>(count));
             TAGFLOW_MPI_CHECK(MPI_Recv(b.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, p2p_.get(), MPI_STATUS_IGNORE));
-            const char* p = b.data();
-            const char* end = p + b.size();
             if (st.MPI_TAG == kTagGwRec && gw_rec_) {  // gateway records carry no spans
-                gateway_ingest(p, b.size());
+                gateway_ingest(b.data(), b.size());
                 continue;
             }
+            wire::Reader in(b, "async scheduler");
             if (st.MPI_TAG == kTagCritic) {  // the critic's state after step critic_step_ (its own ranks)
-                critic_step_ = get<int64_t>(p, end);
-                critic_bytes_.assign(p, end);
+                critic_step_ = in.get<int64_t>();
+                critic_bytes_.assign(in.pos(), in.left());
                 continue;
             }
             if (st.MPI_TAG == kTagSignal) {  // a rank got SIGTERM/SIGUSR1: checkpoint, stop, exit 75
-                const auto sg = static_cast<int>(get<int64_t>(p, end));
+                const auto sg = static_cast<int>(in.get<int64_t>());
                 if (sig_ == 0) sig_ = sg;
                 continue;
             }
-            auto spans = get_spans(p, end);
+            auto spans = wire::get_spans(in);
             other_spans_.insert(other_spans_.end(), spans.begin(), spans.end());
             if (st.MPI_TAG == kTagSamples) {
-                auto got = unpack_samples(p, static_cast<size_t>(end - p));
+                auto got = wire::get_samples(in);
                 add_to_pool(got);
             } else if (st.MPI_TAG == kTagFinal) {
-                auto n = get<uint64_t>(p, end);
+                auto n = in.get<uint64_t>();
                 auto& log = seen_[st.MPI_SOURCE];
                 for (uint64_t i = 0; i < n; ++i) {
                     Membership m;
-                    m.epoch = get<int64_t>(p, end);
-                    auto k = get<int64_t>(p, end);
-                    for (int64_t j = 0; j < k; ++j) m.members.push_back(get<int64_t>(p, end));
+                    m.epoch = in.get<int64_t>();
+                    auto k = in.get<int64_t>();
+                    for (int64_t j = 0; j < k; ++j) m.members.push_back(in.get<int64_t>());
                     log.push_back(m);
                 }
-                discarded_ += get<int64_t>(p, end);
+                discarded_ += in.get<int64_t>();
                 ++finals_;
             } else {
                 throw InternalError("coordinator: unexpected message tag " + std::to_string(st.MPI_TAG) + " from rank " +
@@ -744,10 +705,11 @@ class AsyncScheduler final : public Scheduler {
     }
 
     void send_ctl(int dest, int64_t kind, int64_t epoch) {
-        std::vector<int64_t> m{kind, epoch, version_, static_cast<int64_t>(members_.size())};
-        for (int r : members_) m.push_back(r);
-        ctl_.push_back({MPI_REQUEST_NULL, std::vector<char>(reinterpret_cast<char*>(m.data()),
-                                                            reinterpret_cast<char*>(m.data() + m.size()))});
+        wire::Writer w;  // int64 fields only: poll_ctl receives them as one int64 array
+        for (int64_t f : {kind, epoch, static_cast<int64_t>(version_), static_cast<int64_t>(members_.size())})
+            w.put<int64_t>(f);
+        for (int r : members_) w.put<int64_t>(r);
+        ctl_.push_back({MPI_REQUEST_NULL, w.take()});
         auto& c = ctl_.back();
         TAGFLOW_MPI_CHECK(MPI_Isend(c.buf.data(), static_cast<int>(c.buf.size()), MPI_CHAR, dest, kTagCtl, p2p_.get(),
                                     &c.req));
@@ -1226,19 +1188,19 @@ class AsyncScheduler final : public Scheduler {
     void send_critic_state() {
         if (!have_ckpt_ || me_ != critic_root_ || me_ == coord_ || !trainer_) return;
         const std::string st = trainer_->critic_state();
-        std::vector<char> b;
-        put<int64_t>(b, trained_);
-        b.insert(b.end(), st.begin(), st.end());
-        queue_send(std::move(b), kTagCritic);
+        wire::Writer w;
+        w.put<int64_t>(trained_);
+        w.raw(st.data(), st.size());
+        queue_send(w.take(), kTagCritic);
     }
 
     // Any rank but the coordinator: a requeue signal to the coordinator, once (through sends_,
     // so it completes before this rank's final message).
     void send_signal(int sig) {
         sig_sent_ = true;
-        std::vector<char> b;
-        put<int64_t>(b, sig);
-        queue_send(std::move(b), kTagSignal);
+        wire::Writer w;
+        w.put<int64_t>(sig);
+        queue_send(w.take(), kTagSignal);
     }
     // A message to the coordinator through sends_ (completed by test_sends/finish_sends).
     void queue_send(std::vector<char> b, int tag) {
@@ -1328,15 +1290,16 @@ class AsyncScheduler final : public Scheduler {
         enter(SpanKind::kIdle);
         finish_sends();
         cut();
-        std::vector<char> b;
-        put_spans(b, tl_.take());
-        put<uint64_t>(b, my_log_.size());
+        wire::Writer w;
+        wire::put_spans(w, tl_.take());
+        w.put<uint64_t>(my_log_.size());
         for (const auto& m : my_log_) {
-            put<int64_t>(b, m.epoch);
-            put<int64_t>(b, static_cast<int64_t>(m.members.size()));
-            for (int64_t r : m.members) put<int64_t>(b, r);
+            w.put<int64_t>(m.epoch);
+            w.put<int64_t>(static_cast<int64_t>(m.members.size()));
+            for (int64_t r : m.members) w.put<int64_t>(r);
         }
-        put<int64_t>(b, discarded);
+        w.put<int64_t>(discarded);
+        std::vector<char> b = w.take();
         MPI_Request rq = MPI_REQUEST_NULL;
         TAGFLOW_MPI_CHECK(MPI_Isend(b.data(), static_cast<int>(b.size()), MPI_CHAR, coord_, kTagFinal, p2p_.get(), &rq));
         std::vector<MPI_Request> v{rq};
