@@ -78,7 +78,8 @@ void check_async_resume(const config::Options& opt, const cluster::Roles& roles,
     for (int r = 0; r < roles.world_size; ++r) {
         const bool rolls = (roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) != 0;
         const bool trains = std::count(members.begin(), members.end(), r) > 0;
-        if (rolls && (opt.mode == "multiplex" || !trains)) gens += (gens.empty() ? "" : ",") + std::to_string(r);
+        if (rolls && (opt.mode == config::Mode::kMultiplex || !trains))
+            gens += (gens.empty() ? "" : ",") + std::to_string(r);
     }
     for (int r : members) mems += (mems.empty() ? "" : ",") + std::to_string(r);
     if (gens.empty()) gens = "-";
@@ -125,7 +126,7 @@ class AsyncScheduler final : public Scheduler {
     AsyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run, double t0_unix,
                    std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan)
         : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), tl_(clock_, roles.world_rank),
-          task_(std::move(task)), multiplex_(opt.mode == "multiplex") {
+          task_(std::move(task)), multiplex_(opt.mode == config::Mode::kMultiplex) {
         me_ = roles.world_rank;
         coord_ = async_coordinator(roles);
         members_ = async_train_group(opt, roles);
@@ -214,7 +215,7 @@ class AsyncScheduler final : public Scheduler {
             for (int k : critic_pos_) cs += (cs.empty() ? "" : ",") + std::to_string(step_members_[static_cast<size_t>(k)]);
             say("%s: coordinator rank %d; train group {%s}%s%s%s; generating ranks {%s}; threshold %lld samples; "
                 "staleness %d (%s)\n",
-                opt.mode.c_str(), coord_, ms.c_str(), cs.empty() ? "" : "; critic on ranks {", cs.c_str(),
+                opt.mode.name(), coord_, ms.c_str(), cs.empty() ? "" : "; critic on ranks {", cs.c_str(),
                 cs.empty() ? "" : "}", rs.c_str(), static_cast<long long>(threshold_), opt.staleness, opt.stale.c_str());
         }
         if (!opt.gateway.empty()) setup_gateway();
@@ -789,10 +790,10 @@ class AsyncScheduler final : public Scheduler {
         }
         if (regenerated_ > 0)
             say("%s: %lld samples generated again after the resume were already recorded before the checkpoint "
-                "(dropped)\n", opt_.mode.c_str(), static_cast<long long>(regenerated_));
+                "(dropped)\n", opt_.mode.name(), static_cast<long long>(regenerated_));
         say("%s: %lld samples finished, %lld consumed (%lld dropped as stale, %lld trained with a staleness "
             "weight), %lld left over at the end, %lld unfinished generations discarded\n",
-            opt_.mode.c_str(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
+            opt_.mode.name(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
             static_cast<long long>(dropped_), static_cast<long long>(weighted_), static_cast<long long>(leftover),
             static_cast<long long>(discarded_));
     }
@@ -937,7 +938,7 @@ class AsyncScheduler final : public Scheduler {
     // OUT/membership.json: the train group of every epoch as each member saw it announced.
     void write_membership() {
         std::ofstream f(opt_.out + "/membership.json");
-        f << "{\"mode\": \"" << opt_.mode << "\", \"coordinator\": " << coord_ << ", \"critic\": [";
+        f << "{\"mode\": \"" << opt_.mode.name() << "\", \"coordinator\": " << coord_ << ", \"critic\": [";
         for (size_t k = 0; k < critic_pos_.size(); ++k)
             f << (k ? ", " : "") << step_members_[static_cast<size_t>(critic_pos_[k])];
         f << "], \"seen\": {";

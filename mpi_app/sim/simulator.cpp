@@ -172,14 +172,13 @@ class Sim {
 public:
     Sim(const SimConfig& cfg, const CostModel& cost) : cfg_(cfg), cost_(cost) {
         if (cfg.nodes < 1) throw ConfigError("--nodes: need at least 1 node, got " + std::to_string(cfg.nodes));
-        if (cfg.mode != "sync" && cfg.mode != "disaggregated" && cfg.mode != "multiplex")
-            throw ConfigError("--modes: unknown mode '" + cfg.mode + "' (sync, disaggregated, multiplex)");
         opt_.mode = cfg.mode;
         opt_.staleness = cfg.staleness;
         opt_.stale = cfg.stale;
         opt_.min_rollout_frac = cfg.min_rollout_frac;
         opt_.rollout_ahead = cfg.rollout_ahead;
-        if (cfg.mode == "multiplex") opt_.train_priority = cfg.train_priority;  // the other modes ignore it
+        // The other modes ignore --train-priority.
+        if (cfg.mode == config::Mode::kMultiplex) opt_.train_priority = cfg.train_priority;
         opt_.group_size = cfg.work.group_size;
         const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
         opt_.prompts_per_step = static_cast<int32_t>((batch + cfg.work.group_size - 1) / cfg.work.group_size);
@@ -209,7 +208,7 @@ public:
         for (int r : members_) nodes_[static_cast<size_t>(r)].member = true;
         int gi = 0;
         for (Node& n : nodes_) {
-            n.gen = n.rolls() && (cfg.mode == "multiplex" || !n.member);
+            n.gen = n.rolls() && (cfg.mode == config::Mode::kMultiplex || !n.member);
             n.receiver = n.rolls() && !n.member;
             if (n.gen) n.gen_index = gi++;
         }
@@ -221,7 +220,7 @@ public:
     }
 
     ModeResult run() {
-        if (cfg_.mode == "sync") run_sync();
+        if (!cfg_.mode.is_async()) run_sync();
         else run_async();
         finish();
         return std::move(res_);
@@ -498,7 +497,7 @@ private:
 
     // ------------------------------------------------------------------ results
     void finish() {
-        res_.mode = cfg_.mode;
+        res_.mode = cfg_.mode.name();
         res_.nodes = cfg_.nodes;
         res_.train_group_size = static_cast<int>(members_.size());
         int64_t leftover = 0;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "config/mode.hpp"
 #include "sim/cost_model.hpp"
 
 namespace tagflow::sim {
@@ -54,7 +55,7 @@ struct Workload {
 };
 
 struct SimConfig {
-    std::string mode = "multiplex";
+    config::Mode mode;  // default config::Mode::kDefault
     int nodes = 8;
     std::vector<NodeGroup> hw;
     Workload work;
