@@ -55,6 +55,7 @@
 #include "sched/gateway_router.hpp"
 #include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
+#include "sched/sample_pool.hpp"
 #include "sched/wire.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
@@ -391,11 +392,8 @@ class AsyncScheduler final : public Scheduler {
         std::vector<std::vector<RolloutSample>> groups;
         gw_rec_->ingest(p, n, groups);
         for (auto& g : groups) {
-            if (g.empty()) continue;
-            const int64_t id = g.front().group;
             finished_ += static_cast<int64_t>(g.size());
-            pool_[id] = std::move(g);
-            ready_.push_back(id);
+            pool_.add_group(std::move(g));
         }
     }
 
@@ -636,9 +634,7 @@ class AsyncScheduler final : public Scheduler {
             written_.push_back(to_record(r));
             if (!r.loss_mask.empty()) agent_tree_.record(r);  // a multi-turn session's requests
             ++finished_;
-            auto& v = pool_[r.group];
-            v.push_back(std::move(r));
-            if (static_cast<int64_t>(v.size()) == opt_.group_size) ready_.push_back(v.front().group);
+            pool_.add(std::move(r));
         }
     }
 
@@ -692,18 +688,10 @@ class AsyncScheduler final : public Scheduler {
         }
     }
 
-    int64_t age(const RolloutSample& r) const { return static_cast<int64_t>(version_) - r.version; }
-    // --stale weight: weight (eta+1)/(age+1); below policy::kMinStaleWeight the sample is dropped anyway, so
-    // a rollout side much faster than training cannot make the backlog ever staler.
-    double weight_of(int64_t a) const { return policy::stale_weight(opt_, a); }
-    // Samples of complete groups that would be trained now.
-    int64_t usable() const {
-        int64_t n = 0;
-        for (int64_t g : ready_)
-            for (const auto& r : pool_.at(g))
-                if (weight_of(age(r)) > 0) ++n;
-        return n;
-    }
+    // Samples of complete groups that would be trained now. --stale weight: weight
+    // (eta+1)/(age+1); below policy::kMinStaleWeight the sample is dropped anyway, so a rollout
+    // side much faster than training cannot make the backlog ever staler.
+    int64_t usable() const { return pool_.usable(version_); }
 
     void send_ctl(int dest, int64_t kind, int64_t epoch) {
         wire::Writer w;  // int64 fields only: poll_ctl receives them as one int64 array
@@ -807,33 +795,15 @@ class AsyncScheduler final : public Scheduler {
             if (r != coord_) send_ctl(r, ckpt_next ? kCtlTrainCkpt : kCtlTrain, s);
         my_log_.push_back({s, std::vector<int64_t>(members_.begin(), members_.end())});
         // The batch: complete groups, oldest first; stale samples dropped (weight 0) or weighted.
-        std::vector<RolloutSample> batch;
+        PoolBatch pb = pool_.take_batch(threshold_, version_);
+        std::vector<RolloutSample>& batch = pb.samples;
         std::vector<io::ConsumedRecord> consumed;
-        double age_sum = 0;
-        int64_t age_max = 0;
-        const int64_t dropped_before = dropped_, weighted_before = weighted_;
-        while (!ready_.empty() && static_cast<int64_t>(batch.size()) < threshold_) {
-            const int64_t g = ready_.front();
-            ready_.pop_front();
-            auto node = pool_.extract(g);
-            for (auto& r : node.mapped()) {
-                const int64_t a = age(r);
-                const double w = weight_of(a);
-                if (w <= 0) {
-                    consumed.push_back({r.id, s, 0.f, 0.f});
-                    ++dropped_;
-                    continue;
-                }
-                if (w < 1) {
-                    r.weight = static_cast<float>(w);
-                    ++weighted_;
-                }
-                age_sum += static_cast<double>(a);
-                age_max = std::max(age_max, a);
-                batch.push_back(std::move(r));
-            }
-        }
-        std::sort(batch.begin(), batch.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+        for (int64_t id : pb.dropped_ids) consumed.push_back({id, s, 0.f, 0.f});
+        const double age_sum = pb.age_sum;
+        const int64_t age_max = pb.age_max;
+        const auto stale_dropped = static_cast<int64_t>(pb.dropped_ids.size());
+        dropped_ += stale_dropped;
+        weighted_ += pb.weighted;
         bcast_batch(batch);
         enter(SpanKind::kTrain, s);
         TrainReport tr = trainer_->train_step(s, batch);
@@ -874,8 +844,8 @@ class AsyncScheduler final : public Scheduler {
         row.logprob_diff_mean = static_cast<float>(tr.logprob_diff_mean);
         row.staleness_mean = static_cast<float>(age_sum / std::max<double>(1, static_cast<double>(batch.size())));
         row.staleness_max = static_cast<int32_t>(age_max);
-        row.stale_dropped = dropped_ - dropped_before;
-        row.stale_weighted = weighted_ - weighted_before;
+        row.stale_dropped = stale_dropped;
+        row.stale_weighted = pb.weighted;
         const double dt = std::max(1e-9, t_end - t_start);
         row.samples_per_s = static_cast<float>(static_cast<double>(batch.size()) / dt);
         // Idle: every rank's idle spans inside this step, as known to the coordinator now.
@@ -1091,11 +1061,8 @@ class AsyncScheduler final : public Scheduler {
             files.push_back(write_staged(tmp, "critic_state.pt", critic_bytes_.data(), critic_bytes_.size()));
         }
         std::vector<RolloutSample> pooled;
-        int64_t partial = 0;
-        for (const auto& [g, v] : pool_) {
-            pooled.insert(pooled.end(), v.begin(), v.end());
-            if (static_cast<int64_t>(v.size()) < opt_.group_size) ++partial;
-        }
+        for (const auto& [g, v] : pool_.groups()) pooled.insert(pooled.end(), v.begin(), v.end());
+        const int64_t partial = pool_.partial_groups();
         const std::vector<char> b = pack_samples(pooled);
         files.push_back(write_staged(tmp, "pool.bin", b.data(), b.size()));
         ckpt::Manifest m;
@@ -1108,9 +1075,9 @@ class AsyncScheduler final : public Scheduler {
         m.set("sched.members", join(std::vector<int64_t>(members_.begin(), members_.end())));
         m.set("sched.lo", join(lo_));  // generator i resumes at its group lo[i]*n+i
         m.set("sched.received", join(std::vector<int64_t>(recv_ids_.begin(), recv_ids_.end())));
-        m.set("sched.ready", join(std::vector<int64_t>(ready_.begin(), ready_.end())));
+        m.set("sched.ready", join(std::vector<int64_t>(pool_.ready().begin(), pool_.ready().end())));
         m.set_int("sched.pool_samples", static_cast<int64_t>(pooled.size()));
-        m.set_int("sched.pool_groups", static_cast<int64_t>(pool_.size()));
+        m.set_int("sched.pool_groups", static_cast<int64_t>(pool_.groups().size()));
         m.set_int("sched.pool_partial_groups", partial);
         m.set_int("sched.finished", finished_);
         m.set_int("sched.consumed", consumed_count_);
@@ -1155,11 +1122,7 @@ class AsyncScheduler final : public Scheduler {
         if (me_ != coord_) return;
         std::ifstream f(dir + "/pool.bin", std::ios::binary);
         std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-        for (auto& r : unpack_samples(b.data(), b.size())) {
-            const int64_t g = r.group;
-            pool_[g].push_back(std::move(r));
-        }
-        for (int64_t g : split_ints(m.get("sched.ready"))) ready_.push_back(g);
+        pool_.restore(unpack_samples(b.data(), b.size()), split_ints(m.get("sched.ready")));
         for (int64_t id : split_ints(m.get("sched.received"))) {
             recv_ids_.insert(id);
             ++recv_count_[id / opt_.group_size];
@@ -1374,8 +1337,7 @@ class AsyncScheduler final : public Scheduler {
 
     // coordinator
     int64_t step_ = 0;
-    std::map<int64_t, std::vector<RolloutSample>> pool_;  // group -> its finished samples
-    std::deque<int64_t> ready_;                            // complete groups, in completion order
+    SamplePool pool_{opt_};                                // finished samples not yet trained
     std::vector<io::SampleRecord> written_;                // finished samples not yet in the file
     std::vector<io::SpanRecord> other_spans_;
     std::vector<io::EvalRecord> evals_;
