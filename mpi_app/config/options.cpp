@@ -18,6 +18,16 @@ extern char** environ;
 namespace po = boost::program_options;
 
 namespace tagflow::config {
+
+// Boost.Program_options parses --mode (command line, TAGFLOW_MODE, config file) through this
+// (found by argument-dependent lookup): one line naming the option and the choices.
+void validate(boost::any& v, const std::vector<std::string>& values, Mode*, int) {
+    po::validators::check_first_occurrence(v);
+    const std::string& name = po::validators::get_single_string(values);
+    if (!is_mode_name(name)) throw ConfigError("--mode " + name + ": unknown mode (" + mode_names() + ")");
+    v = boost::any(Mode(name));
+}
+
 namespace {
 
 // TAGFLOW_* variables that are not options but are allowed in the environment.
@@ -183,6 +193,7 @@ std::string json_escape(const std::string& s) {
 std::string json_literal(const boost::any& v) {
     if (v.empty()) return "null";
     if (auto p = boost::any_cast<std::string>(&v)) return json_string(*p);
+    if (auto p = boost::any_cast<Mode>(&v)) return json_string(p->name());
     if (auto p = boost::any_cast<bool>(&v)) return *p ? "true" : "false";
     if (auto p = boost::any_cast<int32_t>(&v)) return std::to_string(*p);
     if (auto p = boost::any_cast<int64_t>(&v)) return std::to_string(*p);
@@ -216,8 +227,6 @@ void validate(const Options& o) {
     if (o.out.empty()) throw ConfigError("--out: missing (the run directory is required)");
     check_range<int64_t>("steps", o.steps, 1, 1000000000);
     check_range<int64_t>("seed", o.seed, 0, (int64_t{1} << 62));
-    if (o.mode != "sync" && o.mode != "disaggregated" && o.mode != "multiplex")
-        throw ConfigError("--mode " + o.mode + ": unknown mode (sync, disaggregated, multiplex)");
     check_range<int32_t>("train-threshold", o.train_threshold, 0, 1 << 30);
     check_range<double>("min-rollout-frac", o.min_rollout_frac, 0.0, 1.0);
     check_range<double>("rollout-ahead", o.rollout_ahead, 0.0, 1000.0);
@@ -273,7 +282,7 @@ void validate(const Options& o) {
     check_range<double>("train-timeout", o.train_timeout, 0.0, 1e7);
     check_range<double>("gateway-session-idle", o.gateway_session_idle, 0.1, 1e7);
     if (!o.gateway.empty()) {
-        if (o.mode == "sync")
+        if (!o.mode.is_async())
             throw ConfigError("--gateway: needs --mode disaggregated or multiplex (the gateway lives on a rank that "
                               "only rolls out; sync mode has none)");
         // HOST:PORT, [V6]:PORT, :PORT or PORT (host 127.0.0.1).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "config/mode.hpp"
 
 namespace tagflow::config {
 
@@ -30,7 +31,7 @@ struct Options {
     std::string config_file;  // --config
     int64_t steps = 400;
     int64_t seed = 1;
-    std::string mode = "multiplex";
+    Mode mode;                // --mode; default Mode::kDefault (multiplex)
     bool mode_given = false;  // --mode on the command line, in the environment or the config file
     std::string task = "reverse";
     int32_t digits = 0;       // 0 = the task's own default (reverse, sort: 5; addition: 3)

@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sched/exchange.hpp"
-#include "sched/sft_command.hpp"
+#include "sched/greedy_score.hpp"
+#include "sched/sample.hpp"
 #include "traj/trajectory_manager.hpp"
 
 namespace tagflow::config {

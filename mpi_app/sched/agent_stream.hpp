@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "sched/exchange.hpp"
+#include "sched/sample.hpp"
 #include "traj/trajectory_manager.hpp"
 
 namespace tagflow::io {

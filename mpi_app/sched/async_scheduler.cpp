@@ -55,6 +55,8 @@
 #include "sched/gateway_router.hpp"
 #include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
+#include "sched/sample_pool.hpp"
+#include "sched/wire.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "tagflow/config.hpp"
@@ -77,7 +79,8 @@ void check_async_resume(const config::Options& opt, const cluster::Roles& roles,
     for (int r = 0; r < roles.world_size; ++r) {
         const bool rolls = (roles.all_tags[static_cast<size_t>(r)] & cluster::kRollout) != 0;
         const bool trains = std::count(members.begin(), members.end(), r) > 0;
-        if (rolls && (opt.mode == "multiplex" || !trains)) gens += (gens.empty() ? "" : ",") + std::to_string(r);
+        if (rolls && (opt.mode == config::Mode::kMultiplex || !trains))
+            gens += (gens.empty() ? "" : ",") + std::to_string(r);
     }
     for (int r : members) mems += (mems.empty() ? "" : ",") + std::to_string(r);
     if (gens.empty()) gens = "-";
@@ -113,44 +116,6 @@ void wait_all(std::vector<MPI_Request>& reqs) {
     reqs.clear();
 }
 
-template <typename T>
-void put(std::vector<char>& b, const T& v) {
-    const char* p = reinterpret_cast<const char*>(&v);
-    b.insert(b.end(), p, p + sizeof(T));
-}
-template <typename T>
-T get(const char*& p, const char* end) {
-    if (static_cast<size_t>(end - p) < sizeof(T)) throw InternalError("async scheduler: truncated message");
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    p += sizeof(T);
-    return v;
-}
-void put_spans(std::vector<char>& b, const std::vector<io::SpanRecord>& spans) {
-    put<uint64_t>(b, spans.size());
-    for (const auto& s : spans) {
-        put(b, s.rank);
-        put(b, static_cast<uint8_t>(s.kind));
-        put(b, s.t_start);
-        put(b, s.t_end);
-        put(b, s.step);
-    }
-}
-std::vector<io::SpanRecord> get_spans(const char*& p, const char* end) {
-    auto n = get<uint64_t>(p, end);
-    std::vector<io::SpanRecord> out;
-    for (uint64_t i = 0; i < n; ++i) {
-        io::SpanRecord s;
-        s.rank = get<int32_t>(p, end);
-        s.kind = static_cast<SpanKind>(get<uint8_t>(p, end));
-        s.t_start = get<double>(p, end);
-        s.t_end = get<double>(p, end);
-        s.step = get<int32_t>(p, end);
-        out.push_back(s);
-    }
-    return out;
-}
-
 // One (epoch, members) a rank saw: the coordinator's announcement, logged on every member.
 struct Membership {
     int64_t epoch = 0;
@@ -162,7 +127,7 @@ class AsyncScheduler final : public Scheduler {
     AsyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run, double t0_unix,
                    std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan)
         : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), tl_(clock_, roles.world_rank),
-          task_(std::move(task)), multiplex_(opt.mode == "multiplex") {
+          task_(std::move(task)), multiplex_(opt.mode == config::Mode::kMultiplex) {
         me_ = roles.world_rank;
         coord_ = async_coordinator(roles);
         members_ = async_train_group(opt, roles);
@@ -251,7 +216,7 @@ class AsyncScheduler final : public Scheduler {
             for (int k : critic_pos_) cs += (cs.empty() ? "" : ",") + std::to_string(step_members_[static_cast<size_t>(k)]);
             say("%s: coordinator rank %d; train group {%s}%s%s%s; generating ranks {%s}; threshold %lld samples; "
                 "staleness %d (%s)\n",
-                opt.mode.c_str(), coord_, ms.c_str(), cs.empty() ? "" : "; critic on ranks {", cs.c_str(),
+                opt.mode.name(), coord_, ms.c_str(), cs.empty() ? "" : "; critic on ranks {", cs.c_str(),
                 cs.empty() ? "" : "}", rs.c_str(), static_cast<long long>(threshold_), opt.staleness, opt.stale.c_str());
         }
         if (!opt.gateway.empty()) setup_gateway();
@@ -427,11 +392,8 @@ class AsyncScheduler final : public Scheduler {
         std::vector<std::vector<RolloutSample>> groups;
         gw_rec_->ingest(p, n, groups);
         for (auto& g : groups) {
-            if (g.empty()) continue;
-            const int64_t id = g.front().group;
             finished_ += static_cast<int64_t>(g.size());
-            pool_[id] = std::move(g);
-            ready_.push_back(id);
+            pool_.add_group(std::move(g));
         }
     }
 
@@ -550,11 +512,10 @@ class AsyncScheduler final : public Scheduler {
     // Sends finished samples (and this rank's spans so far) to the coordinator; never waits.
     void send_samples(const std::vector<RolloutSample>& s) {
         test_sends();
-        std::vector<char> b;
-        put_spans(b, take_spans());
-        std::vector<char> p = pack_samples(s);
-        b.insert(b.end(), p.begin(), p.end());
-        queue_send(std::move(b), kTagSamples);
+        wire::Writer w;
+        wire::put_spans(w, take_spans());
+        wire::put_samples(w, s);
+        queue_send(w.take(), kTagSamples);
     }
     void test_sends() {
         for (auto it = sends_.begin(); it != sends_.end();) {
@@ -673,9 +634,7 @@ class AsyncScheduler final : public Scheduler {
             written_.push_back(to_record(r));
             if (!r.loss_mask.empty()) agent_tree_.record(r);  // a multi-turn session's requests
             ++finished_;
-            auto& v = pool_[r.group];
-            v.push_back(std::move(r));
-            if (static_cast<int64_t>(v.size()) == opt_.group_size) ready_.push_back(v.front().group);
+            pool_.add(std::move(r));
         }
     }
 
@@ -690,38 +649,37 @@ class AsyncScheduler final : public Scheduler {
             TAGFLOW_MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &count));
             std::vector<char> b(static_cast<size_t>(count));
             TAGFLOW_MPI_CHECK(MPI_Recv(b.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, p2p_.get(), MPI_STATUS_IGNORE));
-            const char* p = b.data();
-            const char* end = p + b.size();
             if (st.MPI_TAG == kTagGwRec && gw_rec_) {  // gateway records carry no spans
-                gateway_ingest(p, b.size());
+                gateway_ingest(b.data(), b.size());
                 continue;
             }
+            wire::Reader in(b, "async scheduler");
             if (st.MPI_TAG == kTagCritic) {  // the critic's state after step critic_step_ (its own ranks)
-                critic_step_ = get<int64_t>(p, end);
-                critic_bytes_.assign(p, end);
+                critic_step_ = in.get<int64_t>();
+                critic_bytes_.assign(in.pos(), in.left());
                 continue;
             }
             if (st.MPI_TAG == kTagSignal) {  // a rank got SIGTERM/SIGUSR1: checkpoint, stop, exit 75
-                const auto sg = static_cast<int>(get<int64_t>(p, end));
+                const auto sg = static_cast<int>(in.get<int64_t>());
                 if (sig_ == 0) sig_ = sg;
                 continue;
             }
-            auto spans = get_spans(p, end);
+            auto spans = wire::get_spans(in);
             other_spans_.insert(other_spans_.end(), spans.begin(), spans.end());
             if (st.MPI_TAG == kTagSamples) {
-                auto got = unpack_samples(p, static_cast<size_t>(end - p));
+                auto got = wire::get_samples(in);
                 add_to_pool(got);
             } else if (st.MPI_TAG == kTagFinal) {
-                auto n = get<uint64_t>(p, end);
+                auto n = in.get<uint64_t>();
                 auto& log = seen_[st.MPI_SOURCE];
                 for (uint64_t i = 0; i < n; ++i) {
                     Membership m;
-                    m.epoch = get<int64_t>(p, end);
-                    auto k = get<int64_t>(p, end);
-                    for (int64_t j = 0; j < k; ++j) m.members.push_back(get<int64_t>(p, end));
+                    m.epoch = in.get<int64_t>();
+                    auto k = in.get<int64_t>();
+                    for (int64_t j = 0; j < k; ++j) m.members.push_back(in.get<int64_t>());
                     log.push_back(m);
                 }
-                discarded_ += get<int64_t>(p, end);
+                discarded_ += in.get<int64_t>();
                 ++finals_;
             } else {
                 throw InternalError("coordinator: unexpected message tag " + std::to_string(st.MPI_TAG) + " from rank " +
@@ -730,24 +688,17 @@ class AsyncScheduler final : public Scheduler {
         }
     }
 
-    int64_t age(const RolloutSample& r) const { return static_cast<int64_t>(version_) - r.version; }
-    // --stale weight: weight (eta+1)/(age+1); below policy::kMinStaleWeight the sample is dropped anyway, so
-    // a rollout side much faster than training cannot make the backlog ever staler.
-    double weight_of(int64_t a) const { return policy::stale_weight(opt_, a); }
-    // Samples of complete groups that would be trained now.
-    int64_t usable() const {
-        int64_t n = 0;
-        for (int64_t g : ready_)
-            for (const auto& r : pool_.at(g))
-                if (weight_of(age(r)) > 0) ++n;
-        return n;
-    }
+    // Samples of complete groups that would be trained now. --stale weight: weight
+    // (eta+1)/(age+1); below policy::kMinStaleWeight the sample is dropped anyway, so a rollout
+    // side much faster than training cannot make the backlog ever staler.
+    int64_t usable() const { return pool_.usable(version_); }
 
     void send_ctl(int dest, int64_t kind, int64_t epoch) {
-        std::vector<int64_t> m{kind, epoch, version_, static_cast<int64_t>(members_.size())};
-        for (int r : members_) m.push_back(r);
-        ctl_.push_back({MPI_REQUEST_NULL, std::vector<char>(reinterpret_cast<char*>(m.data()),
-                                                            reinterpret_cast<char*>(m.data() + m.size()))});
+        wire::Writer w;  // int64 fields only: poll_ctl receives them as one int64 array
+        for (int64_t f : {kind, epoch, static_cast<int64_t>(version_), static_cast<int64_t>(members_.size())})
+            w.put<int64_t>(f);
+        for (int r : members_) w.put<int64_t>(r);
+        ctl_.push_back({MPI_REQUEST_NULL, w.take()});
         auto& c = ctl_.back();
         TAGFLOW_MPI_CHECK(MPI_Isend(c.buf.data(), static_cast<int>(c.buf.size()), MPI_CHAR, dest, kTagCtl, p2p_.get(),
                                     &c.req));
@@ -827,10 +778,10 @@ class AsyncScheduler final : public Scheduler {
         }
         if (regenerated_ > 0)
             say("%s: %lld samples generated again after the resume were already recorded before the checkpoint "
-                "(dropped)\n", opt_.mode.c_str(), static_cast<long long>(regenerated_));
+                "(dropped)\n", opt_.mode.name(), static_cast<long long>(regenerated_));
         say("%s: %lld samples finished, %lld consumed (%lld dropped as stale, %lld trained with a staleness "
             "weight), %lld left over at the end, %lld unfinished generations discarded\n",
-            opt_.mode.c_str(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
+            opt_.mode.name(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
             static_cast<long long>(dropped_), static_cast<long long>(weighted_), static_cast<long long>(leftover),
             static_cast<long long>(discarded_));
     }
@@ -844,33 +795,15 @@ class AsyncScheduler final : public Scheduler {
             if (r != coord_) send_ctl(r, ckpt_next ? kCtlTrainCkpt : kCtlTrain, s);
         my_log_.push_back({s, std::vector<int64_t>(members_.begin(), members_.end())});
         // The batch: complete groups, oldest first; stale samples dropped (weight 0) or weighted.
-        std::vector<RolloutSample> batch;
+        PoolBatch pb = pool_.take_batch(threshold_, version_);
+        std::vector<RolloutSample>& batch = pb.samples;
         std::vector<io::ConsumedRecord> consumed;
-        double age_sum = 0;
-        int64_t age_max = 0;
-        const int64_t dropped_before = dropped_, weighted_before = weighted_;
-        while (!ready_.empty() && static_cast<int64_t>(batch.size()) < threshold_) {
-            const int64_t g = ready_.front();
-            ready_.pop_front();
-            auto node = pool_.extract(g);
-            for (auto& r : node.mapped()) {
-                const int64_t a = age(r);
-                const double w = weight_of(a);
-                if (w <= 0) {
-                    consumed.push_back({r.id, s, 0.f, 0.f});
-                    ++dropped_;
-                    continue;
-                }
-                if (w < 1) {
-                    r.weight = static_cast<float>(w);
-                    ++weighted_;
-                }
-                age_sum += static_cast<double>(a);
-                age_max = std::max(age_max, a);
-                batch.push_back(std::move(r));
-            }
-        }
-        std::sort(batch.begin(), batch.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+        for (int64_t id : pb.dropped_ids) consumed.push_back({id, s, 0.f, 0.f});
+        const double age_sum = pb.age_sum;
+        const int64_t age_max = pb.age_max;
+        const auto stale_dropped = static_cast<int64_t>(pb.dropped_ids.size());
+        dropped_ += stale_dropped;
+        weighted_ += pb.weighted;
         bcast_batch(batch);
         enter(SpanKind::kTrain, s);
         TrainReport tr = trainer_->train_step(s, batch);
@@ -911,8 +844,8 @@ class AsyncScheduler final : public Scheduler {
         row.logprob_diff_mean = static_cast<float>(tr.logprob_diff_mean);
         row.staleness_mean = static_cast<float>(age_sum / std::max<double>(1, static_cast<double>(batch.size())));
         row.staleness_max = static_cast<int32_t>(age_max);
-        row.stale_dropped = dropped_ - dropped_before;
-        row.stale_weighted = weighted_ - weighted_before;
+        row.stale_dropped = stale_dropped;
+        row.stale_weighted = pb.weighted;
         const double dt = std::max(1e-9, t_end - t_start);
         row.samples_per_s = static_cast<float>(static_cast<double>(batch.size()) / dt);
         // Idle: every rank's idle spans inside this step, as known to the coordinator now.
@@ -975,7 +908,7 @@ class AsyncScheduler final : public Scheduler {
     // OUT/membership.json: the train group of every epoch as each member saw it announced.
     void write_membership() {
         std::ofstream f(opt_.out + "/membership.json");
-        f << "{\"mode\": \"" << opt_.mode << "\", \"coordinator\": " << coord_ << ", \"critic\": [";
+        f << "{\"mode\": \"" << opt_.mode.name() << "\", \"coordinator\": " << coord_ << ", \"critic\": [";
         for (size_t k = 0; k < critic_pos_.size(); ++k)
             f << (k ? ", " : "") << step_members_[static_cast<size_t>(critic_pos_[k])];
         f << "], \"seen\": {";
@@ -1128,11 +1061,8 @@ class AsyncScheduler final : public Scheduler {
             files.push_back(write_staged(tmp, "critic_state.pt", critic_bytes_.data(), critic_bytes_.size()));
         }
         std::vector<RolloutSample> pooled;
-        int64_t partial = 0;
-        for (const auto& [g, v] : pool_) {
-            pooled.insert(pooled.end(), v.begin(), v.end());
-            if (static_cast<int64_t>(v.size()) < opt_.group_size) ++partial;
-        }
+        for (const auto& [g, v] : pool_.groups()) pooled.insert(pooled.end(), v.begin(), v.end());
+        const int64_t partial = pool_.partial_groups();
         const std::vector<char> b = pack_samples(pooled);
         files.push_back(write_staged(tmp, "pool.bin", b.data(), b.size()));
         ckpt::Manifest m;
@@ -1145,9 +1075,9 @@ class AsyncScheduler final : public Scheduler {
         m.set("sched.members", join(std::vector<int64_t>(members_.begin(), members_.end())));
         m.set("sched.lo", join(lo_));  // generator i resumes at its group lo[i]*n+i
         m.set("sched.received", join(std::vector<int64_t>(recv_ids_.begin(), recv_ids_.end())));
-        m.set("sched.ready", join(std::vector<int64_t>(ready_.begin(), ready_.end())));
+        m.set("sched.ready", join(std::vector<int64_t>(pool_.ready().begin(), pool_.ready().end())));
         m.set_int("sched.pool_samples", static_cast<int64_t>(pooled.size()));
-        m.set_int("sched.pool_groups", static_cast<int64_t>(pool_.size()));
+        m.set_int("sched.pool_groups", static_cast<int64_t>(pool_.groups().size()));
         m.set_int("sched.pool_partial_groups", partial);
         m.set_int("sched.finished", finished_);
         m.set_int("sched.consumed", consumed_count_);
@@ -1192,11 +1122,7 @@ class AsyncScheduler final : public Scheduler {
         if (me_ != coord_) return;
         std::ifstream f(dir + "/pool.bin", std::ios::binary);
         std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-        for (auto& r : unpack_samples(b.data(), b.size())) {
-            const int64_t g = r.group;
-            pool_[g].push_back(std::move(r));
-        }
-        for (int64_t g : split_ints(m.get("sched.ready"))) ready_.push_back(g);
+        pool_.restore(unpack_samples(b.data(), b.size()), split_ints(m.get("sched.ready")));
         for (int64_t id : split_ints(m.get("sched.received"))) {
             recv_ids_.insert(id);
             ++recv_count_[id / opt_.group_size];
@@ -1226,19 +1152,19 @@ class AsyncScheduler final : public Scheduler {
     void send_critic_state() {
         if (!have_ckpt_ || me_ != critic_root_ || me_ == coord_ || !trainer_) return;
         const std::string st = trainer_->critic_state();
-        std::vector<char> b;
-        put<int64_t>(b, trained_);
-        b.insert(b.end(), st.begin(), st.end());
-        queue_send(std::move(b), kTagCritic);
+        wire::Writer w;
+        w.put<int64_t>(trained_);
+        w.raw(st.data(), st.size());
+        queue_send(w.take(), kTagCritic);
     }
 
     // Any rank but the coordinator: a requeue signal to the coordinator, once (through sends_,
     // so it completes before this rank's final message).
     void send_signal(int sig) {
         sig_sent_ = true;
-        std::vector<char> b;
-        put<int64_t>(b, sig);
-        queue_send(std::move(b), kTagSignal);
+        wire::Writer w;
+        w.put<int64_t>(sig);
+        queue_send(w.take(), kTagSignal);
     }
     // A message to the coordinator through sends_ (completed by test_sends/finish_sends).
     void queue_send(std::vector<char> b, int tag) {
@@ -1328,15 +1254,16 @@ class AsyncScheduler final : public Scheduler {
         enter(SpanKind::kIdle);
         finish_sends();
         cut();
-        std::vector<char> b;
-        put_spans(b, tl_.take());
-        put<uint64_t>(b, my_log_.size());
+        wire::Writer w;
+        wire::put_spans(w, tl_.take());
+        w.put<uint64_t>(my_log_.size());
         for (const auto& m : my_log_) {
-            put<int64_t>(b, m.epoch);
-            put<int64_t>(b, static_cast<int64_t>(m.members.size()));
-            for (int64_t r : m.members) put<int64_t>(b, r);
+            w.put<int64_t>(m.epoch);
+            w.put<int64_t>(static_cast<int64_t>(m.members.size()));
+            for (int64_t r : m.members) w.put<int64_t>(r);
         }
-        put<int64_t>(b, discarded);
+        w.put<int64_t>(discarded);
+        std::vector<char> b = w.take();
         MPI_Request rq = MPI_REQUEST_NULL;
         TAGFLOW_MPI_CHECK(MPI_Isend(b.data(), static_cast<int>(b.size()), MPI_CHAR, coord_, kTagFinal, p2p_.get(), &rq));
         std::vector<MPI_Request> v{rq};
@@ -1410,8 +1337,7 @@ class AsyncScheduler final : public Scheduler {
 
     // coordinator
     int64_t step_ = 0;
-    std::map<int64_t, std::vector<RolloutSample>> pool_;  // group -> its finished samples
-    std::deque<int64_t> ready_;                            // complete groups, in completion order
+    SamplePool pool_{opt_};                                // finished samples not yet trained
     std::vector<io::SampleRecord> written_;                // finished samples not yet in the file
     std::vector<io::SpanRecord> other_spans_;
     std::vector<io::EvalRecord> evals_;

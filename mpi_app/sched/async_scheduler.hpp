@@ -16,9 +16,22 @@
 #include <memory>
 #include <vector>
 
-#include "sched/sync_scheduler.hpp"
+#include "sched/scheduler.hpp"
 
+namespace tagflow::config {
+struct Options;
+}
+namespace tagflow::cluster {
+struct Roles;
+}
+namespace tagflow::io {
+class RunFile;
+}
+namespace tagflow::rollout {
+class Task;
+}
 namespace tagflow::ckpt {
+struct Plan;
 struct Manifest;
 }
 

@@ -2,94 +2,11 @@
 #include "sched/exchange.hpp"
 
 #include <cstddef>
-#include <cstring>
 #include <stdexcept>
 
 #include "common/error.hpp"
 
 namespace tagflow::sched {
-namespace {
-
-template <typename T>
-void put(std::vector<char>& b, const T& v) {
-    const char* p = reinterpret_cast<const char*>(&v);
-    b.insert(b.end(), p, p + sizeof(T));
-}
-template <typename T>
-void put_vec(std::vector<char>& b, const std::vector<T>& v) {
-    put<uint64_t>(b, v.size());
-    const char* p = reinterpret_cast<const char*>(v.data());
-    b.insert(b.end(), p, p + v.size() * sizeof(T));
-}
-
-struct Reader {
-    const char* p;
-    const char* end;
-    template <typename T>
-    T get() {
-        if (static_cast<size_t>(end - p) < sizeof(T)) throw InternalError("unpack_samples: truncated buffer");
-        T v;
-        std::memcpy(&v, p, sizeof(T));
-        p += sizeof(T);
-        return v;
-    }
-    template <typename T>
-    std::vector<T> get_vec() {
-        auto n = get<uint64_t>();
-        if (static_cast<size_t>(end - p) / sizeof(T) < n) throw InternalError("unpack_samples: truncated vector");
-        std::vector<T> v(n);
-        std::memcpy(v.data(), p, n * sizeof(T));
-        p += n * sizeof(T);
-        return v;
-    }
-};
-
-}  // namespace
-
-std::vector<char> pack_samples(const std::vector<RolloutSample>& samples) {
-    std::vector<char> b;
-    put<uint64_t>(b, samples.size());
-    for (const auto& s : samples) {
-        put(b, s.id);
-        put(b, s.group);
-        put(b, s.rank);
-        put(b, s.version);
-        put(b, s.reward);
-        put<uint8_t>(b, s.hit_eos ? 1 : 0);
-        put(b, s.t_done);
-        put_vec(b, s.prompt);
-        put_vec(b, s.response);
-        put_vec(b, s.logprobs);
-        put_vec(b, s.versions);
-        put(b, s.weight);
-        put_vec(b, s.loss_mask);
-    }
-    return b;
-}
-
-std::vector<RolloutSample> unpack_samples(const char* data, size_t size) {
-    Reader r{data, data + size};
-    auto n = r.get<uint64_t>();
-    std::vector<RolloutSample> out;
-    for (uint64_t i = 0; i < n; ++i) {
-        RolloutSample s;
-        s.id = r.get<int64_t>();
-        s.group = r.get<int64_t>();
-        s.rank = r.get<int32_t>();
-        s.version = r.get<int32_t>();
-        s.reward = r.get<float>();
-        s.hit_eos = r.get<uint8_t>() != 0;
-        s.t_done = r.get<double>();
-        s.prompt = r.get_vec<int32_t>();
-        s.response = r.get_vec<int32_t>();
-        s.logprobs = r.get_vec<float>();
-        s.versions = r.get_vec<int32_t>();
-        s.weight = r.get<float>();
-        s.loss_mask = r.get_vec<uint8_t>();
-        out.push_back(std::move(s));
-    }
-    return out;
-}
 
 std::vector<RolloutSample> allgather_samples(const std::vector<RolloutSample>& mine, MPI_Comm comm) {
     std::vector<char> send = pack_samples(mine);

@@ -35,60 +35,13 @@
 #include "gateway/backend.hpp"
 #include "gateway/server.hpp"
 #include "model/tokenizer.hpp"
+#include "sched/wire.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
 
 namespace tagflow::sched {
 
 namespace {
-
-// ---- byte packing -------------------------------------------------------------------------------
-struct Out {
-    std::vector<char> b;
-    template <typename T>
-    void put(const T& v) {
-        const char* p = reinterpret_cast<const char*>(&v);
-        b.insert(b.end(), p, p + sizeof(T));
-    }
-    template <typename T>
-    void vec(const std::vector<T>& v) {
-        put<uint64_t>(v.size());
-        const char* p = reinterpret_cast<const char*>(v.data());
-        b.insert(b.end(), p, p + v.size() * sizeof(T));
-    }
-    void str(const std::string& s) {
-        put<uint64_t>(s.size());
-        b.insert(b.end(), s.begin(), s.end());
-    }
-};
-struct In {
-    const char* p;
-    const char* end;
-    template <typename T>
-    T get() {
-        if (static_cast<size_t>(end - p) < sizeof(T)) throw InternalError("gateway: truncated message");
-        T v;
-        std::memcpy(&v, p, sizeof(T));
-        p += sizeof(T);
-        return v;
-    }
-    template <typename T>
-    std::vector<T> vec() {
-        const auto n = get<uint64_t>();
-        if (static_cast<size_t>(end - p) / sizeof(T) < n) throw InternalError("gateway: truncated vector");
-        std::vector<T> v(n);
-        std::memcpy(v.data(), p, n * sizeof(T));
-        p += n * sizeof(T);
-        return v;
-    }
-    std::string str() {
-        const auto n = get<uint64_t>();
-        if (static_cast<size_t>(end - p) < n) throw InternalError("gateway: truncated string");
-        std::string s(p, p + n);
-        p += n;
-        return s;
-    }
-};
 
 struct Sending {
     MPI_Request req = MPI_REQUEST_NULL;
@@ -250,14 +203,14 @@ struct GatewayRouter::Impl {
 
     // A reward to the coordinator (kTagGwRec kind 2), after the records of its requests.
     void forward_reward(const gateway::RewardReport& r, double now) {
-        Out o;
+        wire::Writer o;
         o.put<uint8_t>(2);
         o.str(r.session);
         o.str(r.completion_id);
         o.str(r.group);
         o.put<double>(r.reward);
         o.put<double>(now);
-        sends.send(std::move(o.b), cfg.coordinator, kTagGwRec, cfg.comm);
+        sends.send(o.take(), cfg.coordinator, kTagGwRec, cfg.comm);
     }
 
     // Forgets session `name` (routing, reward validation) if nothing of it is in flight and it
@@ -364,7 +317,7 @@ struct GatewayRouter::Impl {
             }
             // Token-level record to the coordinator (before the agent can see the end and
             // report a reward, which follows on the same channel, so in order).
-            Out o;
+            wire::Writer o;
             o.put<uint8_t>(1);
             o.str(l.req.session);
             o.str(l.req.completion_id);
@@ -376,7 +329,7 @@ struct GatewayRouter::Impl {
             o.vec(l.out);
             o.vec(l.lp);
             o.vec(l.ver);
-            sends.send(std::move(o.b), cfg.coordinator, kTagGwRec, cfg.comm);
+            sends.send(o.take(), cfg.coordinator, kTagGwRec, cfg.comm);
             ++served;
         }
         l.sink->finish(f);
@@ -474,7 +427,7 @@ void GatewayRouter::poll(rollout::Engine& engine, double now, int32_t version) {
                 continue;
             }
         } else {
-            Out o;
+            wire::Writer o;
             o.put<uint8_t>(kReqGenerate);
             o.put<uint64_t>(rid);
             o.put<int32_t>(q.max_tokens);
@@ -484,7 +437,7 @@ void GatewayRouter::poll(rollout::Engine& engine, double now, int32_t version) {
             o.put<uint64_t>(q.seed);
             o.vec(q.stop_ids);
             o.vec(q.prompt_ids);
-            m.sends.send(std::move(o.b), target, kTagGwReq, m.cfg.comm);
+            m.sends.send(o.take(), target, kTagGwReq, m.cfg.comm);
         }
         ++m.load[target];
         ++ss.inflight;
@@ -499,17 +452,17 @@ void GatewayRouter::poll(rollout::Engine& engine, double now, int32_t version) {
         if (it->second.rank == m.cfg.me) {
             if (engine.cancel(kGatewayIdBase + static_cast<int64_t>(rid))) m.finish(rid, kFinCancelled, now);
         } else {
-            Out o;
+            wire::Writer o;
             o.put<uint8_t>(kReqCancel);
             o.put<uint64_t>(rid);
-            m.sends.send(std::move(o.b), it->second.rank, kTagGwReq, m.cfg.comm);
+            m.sends.send(o.take(), it->second.rank, kTagGwReq, m.cfg.comm);
             it->second.cancel_sent = true;
         }
     }
     // Tokens from the other ranks.
     std::vector<char> b;
     while (try_recv(m.cfg.comm, MPI_ANY_SOURCE, kTagGwTok, b)) {
-        In in{b.data(), b.data() + b.size()};
+        wire::Reader in(b, "gateway");
         const auto n = in.get<uint64_t>();
         for (uint64_t i = 0; i < n; ++i) {
             const auto rid = in.get<uint64_t>();
@@ -606,7 +559,7 @@ void GatewayRouter::stop() {
 struct GatewayWorker::Impl {
     int gw = 0;
     MPI_Comm comm = MPI_COMM_NULL;
-    Out toks;
+    wire::Writer toks;
     uint64_t n_toks = 0;
     std::vector<std::pair<uint64_t, uint8_t>> fins;
     Sends sends;
@@ -622,7 +575,7 @@ void GatewayWorker::poll(rollout::Engine& engine) {
     Impl& m = *impl_;
     std::vector<char> b;
     while (try_recv(m.comm, m.gw, kTagGwReq, b)) {
-        In in{b.data(), b.data() + b.size()};
+        wire::Reader in(b, "gateway");
         const auto kind = in.get<uint8_t>();
         if (kind == kReqCancel) {  // unknown here: it finished already (its finish is on its way)
             const auto rid = in.get<uint64_t>();
@@ -666,16 +619,16 @@ void GatewayWorker::flush() {
         m.sends.test();
         return;
     }
-    Out o;
+    wire::Writer o;
     o.put<uint64_t>(m.n_toks);
-    o.b.insert(o.b.end(), m.toks.b.begin(), m.toks.b.end());
+    o.raw(m.toks.bytes());
     o.put<uint64_t>(m.fins.size());
     for (auto& [rid, code] : m.fins) {
         o.put<uint64_t>(rid);
         o.put<uint8_t>(code);
     }
-    m.sends.send(std::move(o.b), m.gw, kTagGwTok, m.comm);
-    m.toks.b.clear();
+    m.sends.send(o.take(), m.gw, kTagGwTok, m.comm);
+    m.toks.clear();
     m.n_toks = 0;
     m.fins.clear();
 }
@@ -876,7 +829,7 @@ std::string GatewayRecorder::summary() const {
 
 void GatewayRecorder::ingest(const char* data, size_t size, std::vector<std::vector<RolloutSample>>& groups) {
     Impl& m = *impl_;
-    In in{data, data + size};
+    wire::Reader in(data, size, "gateway");
     const auto kind = in.get<uint8_t>();
     if (kind == 1) {
         const std::string session = in.str(), cid = in.str();

@@ -42,7 +42,7 @@
 
 #include "io/run_file.hpp"
 #include "rollout/engine.hpp"
-#include "sched/exchange.hpp"
+#include "sched/sample.hpp"
 
 namespace tagflow::sched {
 

@@ -93,15 +93,18 @@ int32_t lognormal_length(double median, double p99_ratio, double cap, uint64_t s
     return static_cast<int32_t>(std::max(1.0, std::min(cap, len)));
 }
 
-std::string default_mode(const std::string& ckpt_mode, std::string& why) {
+config::Mode default_mode(const std::string& ckpt_mode, std::string& why) {
     why.clear();
-    if (ckpt_mode.empty() || ckpt_mode == "multiplex") return "multiplex";
-    why = "mode " + ckpt_mode + ": the checkpoint this run resumes was written in it";
-    return ckpt_mode;
+    if (ckpt_mode.empty()) return config::Mode::kDefault;
+    const config::Mode m(ckpt_mode);
+    if (m != config::Mode::kDefault) why = "mode " + ckpt_mode + ": the checkpoint this run resumes was written in it";
+    return m;
 }
 
 int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators, int64_t training_generators) {
-    if (opt.mode != "multiplex" || opt.rollout_ahead <= 0 || generators < 1 || training_generators < generators) return 0;
+    if (opt.mode != config::Mode::kMultiplex || opt.rollout_ahead <= 0 || generators < 1 ||
+        training_generators < generators)
+        return 0;
     const double share = opt.rollout_ahead * static_cast<double>(threshold) / static_cast<double>(generators);
     const int64_t G = opt.group_size;
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share / static_cast<double>(G) - 1e-9))) * G;
@@ -116,7 +119,7 @@ int min_rollout_ranks(const config::Options& opt, int n) {
 
 std::vector<int> train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags) {
     std::vector<int> t = tagged_train(all_tags);
-    if (opt.mode != "multiplex" || t.empty()) return t;
+    if (opt.mode != config::Mode::kMultiplex || t.empty()) return t;
     const TrainPriority prio = parse_train_priority(opt.train_priority);
     const auto tags_of = [&](int r) { return all_tags[static_cast<size_t>(r)]; };
     const auto prio_of = [&](int r) { return train_priority(prio, r, tags_of(r)); };
@@ -147,9 +150,10 @@ std::vector<int> train_group(const config::Options& opt, const std::vector<uint3
 
 void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_tags) {
     const TrainPriority prio = parse_train_priority(opt.train_priority);  // the syntax first
-    if (!opt.train_priority.empty() && opt.mode != "multiplex")
-        throw ConfigError("--train-priority applies to --mode multiplex only (not " + opt.mode + ")");
-    if (opt.mode == "sync") return;
+    if (!opt.train_priority.empty() && opt.mode != config::Mode::kMultiplex)
+        throw ConfigError(std::string("--train-priority applies to --mode multiplex only (not ") + opt.mode.name() +
+                          ")");
+    if (!opt.mode.is_async()) return;
     const int world = static_cast<int>(all_tags.size());
     for (const auto& [r, p] : prio.by_rank) {
         if (r >= world)
@@ -175,10 +179,10 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
     int outside = 0;
     for (int r = 0; r < n; ++r)
         if ((all_tags[static_cast<size_t>(r)] & cluster::kRollout) && !std::count(t.begin(), t.end(), r)) ++outside;
-    if (opt.mode == "disaggregated" && outside == 0)
+    if (opt.mode == config::Mode::kDisaggregated && outside == 0)
         throw ConfigError("--mode disaggregated: every rank tagged rollout is also tagged train; the mode needs at "
                           "least one rank that only rolls out (e.g. --rank-tags \"0=rollout;1=rollout,train\")");
-    if (opt.mode == "multiplex") {
+    if (opt.mode == config::Mode::kMultiplex) {
         const int need = min_rollout_ranks(opt, n);
         if (outside < need)
             throw ConfigError("--min-rollout-frac " + std::to_string(opt.min_rollout_frac) + ": needs " +

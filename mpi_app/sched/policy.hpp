@@ -34,9 +34,9 @@ TrainPriority parse_train_priority(const std::string& spec);
 int train_priority(const TrainPriority& prio, int rank, uint32_t tags);
 
 /// The mode of a run without --mode: the one its checkpoint was written with when it resumes
-/// (`ckpt_mode`, "" for a fresh run), else multiplex. `why` gets a line for the log when the
-/// choice is not multiplex.
-std::string default_mode(const std::string& ckpt_mode, std::string& why);
+/// (`ckpt_mode`, "" for a fresh run), else config::Mode::kDefault. `why` gets a line for the
+/// log when the choice is not the default. Throws ConfigError when `ckpt_mode` names no mode.
+config::Mode default_mode(const std::string& ckpt_mode, std::string& why);
 
 /// --rollout-ahead: new samples a generator in the multiplex train group may start per policy
 /// version, in whole groups: ceil(F x threshold / generators) rounded up to groups. Only when

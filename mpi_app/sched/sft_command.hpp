@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "sched/greedy_score.hpp"
+
 namespace tagflow::model {
 class LlamaModelImpl;
 }
@@ -31,11 +33,6 @@ std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
 
 /// Greedy held-out scores on eval prompts `indices` (local, not collective): how many
 /// responses equal the task's solution up to EOS, and the sum of their rewards.
-struct GreedyScore {
-    int64_t exact = 0;
-    double reward_sum = 0;
-    int64_t n = 0;
-};
 GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task,
                          const std::vector<int64_t>& indices);
 

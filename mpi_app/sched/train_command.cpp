@@ -153,15 +153,18 @@ int train_command(int argc, char** argv) {
             }
         }
         ckpt_mode = ckpt::bcast_string(MPI_COMM_WORLD, 0, ckpt_mode);
+        // A manifest naming no mode: the default here, and read_verified below reports the
+        // checkpoint's mode against it (one line naming the checkpoint).
+        if (!config::is_mode_name(ckpt_mode)) ckpt_mode.clear();
         std::string why;
         pr.options.mode = policy::default_mode(ckpt_mode, why);
         for (auto& [name, value] : pr.resolved)
-            if (name == "mode") value = "\"" + opt.mode + "\"";
+            if (name == "mode") value = std::string("\"") + opt.mode.name() + "\"";
         if (!why.empty()) print0("tagflow: no --mode given: %s\n", why.c_str());
     }
     // Same verdict on every rank (it depends only on the options and every rank's tags).
     check_async_roles(opt, roles);
-    const bool async = opt.mode != "sync";
+    const bool async = opt.mode.is_async();
     // --gateway runs resume too: rewarded gateway samples are in the checkpoint, sessions are not
     // (share/doc/checkpoints.md).
     if (resume && !exists)
@@ -209,7 +212,7 @@ int train_command(int argc, char** argv) {
                     throw ConfigError("checkpoint " + m.path + ": written with " + option + " " + m.get(key) + ", this run has " +
                                       option + " " + now + " (use --no-resume --overwrite to start afresh)");
             };
-            same("mode", opt.mode, "--mode");
+            same("mode", opt.mode.name(), "--mode");
             same("task", task->name(), "--task");
             same("algo", opt.algo, "--algo");
             same("seed", std::to_string(opt.seed), "--seed");
@@ -236,7 +239,7 @@ int train_command(int argc, char** argv) {
     double t0 = profile::unix_now();
     TAGFLOW_MPI_CHECK(MPI_Bcast(&t0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
     print0("tagflow %s train: %d ranks, mode %s, run file %s\n", TAGFLOW_VERSION, roles.world_size,
-           opt.mode.c_str(), path.c_str());
+           opt.mode.name(), path.c_str());
     print0("configuration:\n%s", config::to_table(pr).c_str());
     for (int r = 0; r < roles.world_size; ++r)
         print0("  rank %d on %s: tags %s (source %s)\n", r, roles.hosts[static_cast<size_t>(r)].c_str(),

@@ -107,9 +107,9 @@ SimArgs parse_sim_args(int argc, const char* const* argv) {
         } else if (o == "modes") {
             a.modes.clear();
             for (const auto& s : split(v, ',')) {
-                if (s != "sync" && s != "disaggregated" && s != "multiplex")
-                    throw ConfigError("--modes '" + v + "': unknown mode '" + s + "' (sync, disaggregated, multiplex)");
-                a.modes.push_back(s);
+                if (!config::is_mode_name(s))
+                    throw ConfigError("--modes '" + v + "': unknown mode '" + s + "' (" + config::mode_names() + ")");
+                a.modes.push_back(config::Mode(s));
             }
             if (a.modes.empty()) throw ConfigError("--modes '" + v + "': empty list");
         } else if (o == "hw") {
@@ -183,7 +183,7 @@ std::vector<ModeResult> run_sims(const SimArgs& a, const CostModel& cost) {
             try {
                 out.push_back(simulate(c, cost));
             } catch (const ConfigError& e) {
-                throw ConfigError(std::string(e.what()) + " [" + m + ", " + std::to_string(n) + " nodes]");
+                throw ConfigError(std::string(e.what()) + " [" + m.name() + ", " + std::to_string(n) + " nodes]");
             }
         }
     return out;
@@ -246,9 +246,11 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
 std::string results_json(const SimArgs& a, const CostModel& cost, const std::vector<ModeResult>& rs) {
     nlohmann::json j;
     const Workload& w = a.base.work;
+    std::vector<std::string> modes;
+    for (const config::Mode m : a.modes) modes.emplace_back(m.name());
     j["config"] = {{"hw", a.hw},
                    {"nodes", a.nodes},
-                   {"modes", a.modes},
+                   {"modes", modes},
                    {"lengths", w.lengths},
                    {"length_file", w.length_file},
                    {"median", w.median},

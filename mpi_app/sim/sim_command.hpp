@@ -14,7 +14,7 @@ namespace tagflow::sim {
 
 struct SimArgs {
     std::vector<int> nodes{8, 32, 64, 128, 200, 256};
-    std::vector<std::string> modes{"sync", "disaggregated", "multiplex"};
+    std::vector<config::Mode> modes{config::Mode::kSync, config::Mode::kDisaggregated, config::Mode::kMultiplex};
     std::string hw = "h100:rollout,train:0.5;t4:rollout:0.5";
     SimConfig base;             // mode, nodes and hw filled per run
     std::string cost_file;      // --cost

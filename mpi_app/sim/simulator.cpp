@@ -18,11 +18,13 @@
 #include <sstream>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
 #include "config/options.hpp"
 #include "sched/policy.hpp"
+#include "sched/sample_pool.hpp"
 
 namespace tagflow::sim {
 
@@ -172,14 +174,13 @@ class Sim {
 public:
     Sim(const SimConfig& cfg, const CostModel& cost) : cfg_(cfg), cost_(cost) {
         if (cfg.nodes < 1) throw ConfigError("--nodes: need at least 1 node, got " + std::to_string(cfg.nodes));
-        if (cfg.mode != "sync" && cfg.mode != "disaggregated" && cfg.mode != "multiplex")
-            throw ConfigError("--modes: unknown mode '" + cfg.mode + "' (sync, disaggregated, multiplex)");
         opt_.mode = cfg.mode;
         opt_.staleness = cfg.staleness;
         opt_.stale = cfg.stale;
         opt_.min_rollout_frac = cfg.min_rollout_frac;
         opt_.rollout_ahead = cfg.rollout_ahead;
-        if (cfg.mode == "multiplex") opt_.train_priority = cfg.train_priority;  // the other modes ignore it
+        // The other modes ignore --train-priority.
+        if (cfg.mode == config::Mode::kMultiplex) opt_.train_priority = cfg.train_priority;
         opt_.group_size = cfg.work.group_size;
         const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
         opt_.prompts_per_step = static_cast<int32_t>((batch + cfg.work.group_size - 1) / cfg.work.group_size);
@@ -209,7 +210,7 @@ public:
         for (int r : members_) nodes_[static_cast<size_t>(r)].member = true;
         int gi = 0;
         for (Node& n : nodes_) {
-            n.gen = n.rolls() && (cfg.mode == "multiplex" || !n.member);
+            n.gen = n.rolls() && (cfg.mode == config::Mode::kMultiplex || !n.member);
             n.receiver = n.rolls() && !n.member;
             if (n.gen) n.gen_index = gi++;
         }
@@ -221,7 +222,7 @@ public:
     }
 
     ModeResult run() {
-        if (cfg_.mode == "sync") run_sync();
+        if (!cfg_.mode.is_async()) run_sync();
         else run_async();
         finish();
         return std::move(res_);
@@ -370,37 +371,25 @@ private:
         n.step_end = t + begin_step(n, t);
         push(n.step_end, Ev::kStepEnd, r);
     }
-    int64_t usable() const {
-        int64_t u = 0;
-        for (const auto& [v, k] : ready_by_version_)
-            if (sched::policy::stale_weight(opt_, version_ - v) > 0) u += k;
-        return u;
-    }
     void check_trigger(double t) {
-        if (state_ != State::kWaiting || usable() < threshold_) return;
-        // The batch is chosen now, oldest complete groups first (as the coordinator does).
+        if (state_ != State::kWaiting || pool_.usable(version_) < threshold_) return;
+        // The batch is chosen now, by the coordinator's own pool (sched/sample_pool.hpp).
+        const sched::PoolBatch b = pool_.take_batch(threshold_, version_);
+        std::unordered_set<int64_t> trained;
+        for (const sched::RolloutSample& s : b.samples) trained.insert(s.group);
         batch_tokens_ = 0;
         batch_longest_ = 0;
-        int64_t batch = 0;
-        while (!ready_.empty() && batch < threshold_) {
-            const int64_t g = ready_.front();
-            ready_.pop_front();
+        for (int64_t g : b.groups) {
             const GroupRec rec = groups_.at(g);
             groups_.erase(g);
-            auto it = ready_by_version_.find(rec.version);
-            if ((it->second -= G_) == 0) ready_by_version_.erase(it);
-            const int64_t age = version_ - rec.version;
-            const double w = sched::policy::stale_weight(opt_, age);
-            if (w <= 0) {
-                res_.dropped += G_;
-                continue;
-            }
-            if (w < 1) res_.weighted += G_;
-            batch += G_;
+            if (!trained.count(g)) continue;  // dropped as too stale
             batch_tokens_ += rec.tokens;
             batch_longest_ = std::max(batch_longest_, rec.max_tokens);
-            age_sum_ += static_cast<double>(age * G_);
         }
+        const auto batch = static_cast<int64_t>(b.samples.size());
+        res_.dropped += static_cast<int64_t>(b.dropped_ids.size());
+        res_.weighted += b.weighted;
+        age_sum_ += b.age_sum;
         res_.trained += batch;
         batch_samples_ = batch;
         res_.tokens_trained += batch_tokens_;
@@ -466,9 +455,16 @@ private:
         n.book(Kind::kRollout, t);
         std::vector<int64_t> done;
         end_step(n, done);
+        // A complete group joins the pool; its samples carry the oldest admission's version.
         for (int64_t g : done) {
-            ready_.push_back(g);
-            ready_by_version_[groups_[g].version] += G_;
+            const int64_t v = groups_[g].version;
+            for (int k = 0; k < G_; ++k) {
+                sched::RolloutSample s;
+                s.id = g * G_ + k;
+                s.group = g;
+                s.version = static_cast<int32_t>(v);
+                pool_.add(std::move(s));
+            }
         }
         if (n.preempt) {
             if (--waiting_members_ == 0) begin_train(t);
@@ -498,7 +494,7 @@ private:
 
     // ------------------------------------------------------------------ results
     void finish() {
-        res_.mode = cfg_.mode;
+        res_.mode = cfg_.mode.name();
         res_.nodes = cfg_.nodes;
         res_.train_group_size = static_cast<int>(members_.size());
         int64_t leftover = 0;
@@ -540,8 +536,7 @@ private:
     int coord_ = 0;
     int n_gens_ = 0;
     std::unordered_map<int64_t, GroupRec> groups_;  // submitted, not yet trained or dropped
-    std::deque<int64_t> ready_;                     // complete groups, in completion order
-    std::map<int64_t, int64_t> ready_by_version_;   // samples in ready_ by version
+    sched::SamplePool pool_{opt_};                  // complete groups, not yet trained or dropped
     std::priority_queue<Event, std::vector<Event>, std::greater<>> q_;
     uint64_t seq_ = 0;
     State state_ = State::kWaiting;

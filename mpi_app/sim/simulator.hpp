@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // simulator: a discrete-event simulation, in virtual seconds, of the three scheduling modes of
 // `tagflow train` on N nodes of given hardware types and tags. The decisions are the real ones
-// (sched/policy.hpp: train group, tag checks, sample threshold, staleness rule); the work is a
+// (sched/policy.hpp: train group, tag checks, sample threshold, staleness rule; the async
+// coordinator's sched/sample_pool.hpp: which samples a step trains or drops); the work is a
 // cost model (cost_model.hpp): every rollout node runs a continuous-batching engine (one engine
 // step = the prefill of the sequences admitted now + one decode step of all active ones;
 // finished slots are refilled), a group of group-size samples of one prompt is usable once its
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "config/mode.hpp"
 #include "sim/cost_model.hpp"
 
 namespace tagflow::sim {
@@ -54,7 +56,7 @@ struct Workload {
 };
 
 struct SimConfig {
-    std::string mode = "multiplex";
+    config::Mode mode;  // default config::Mode::kDefault
     int nodes = 8;
     std::vector<NodeGroup> hw;
     Workload work;

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+// sample_pool: the async modes' pool of finished samples, what the coordinator trains from and
+// what `tagflow sim` (sim/simulator.cpp) runs the same way. Owns admission (a sample joins its
+// prompt group; a group is trainable once complete), staleness (a sample's age is the trained
+// policy version minus its oldest token's version; --staleness/--stale give its weight through
+// policy::stale_weight) and batch selection (complete groups, oldest first, until the threshold;
+// too-stale samples dropped, older ones weighted). Pure C++ (no MPI, no LibTorch). Does not
+// decide when to train (the caller compares usable() with its threshold), deduplicate samples
+// generated again after a resume, or write anything.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <vector>
+
+#include "sched/sample.hpp"
+
+namespace tagflow::config {
+struct Options;
+}
+
+namespace tagflow::sched {
+
+/// What take_batch took from the pool.
+struct PoolBatch {
+    std::vector<RolloutSample> samples;  ///< to train, sorted by id; weight < 1 on weighted ones
+    std::vector<int64_t> dropped_ids;    ///< too stale (weight 0), in the order they were taken
+    std::vector<int64_t> groups;         ///< every group taken (trained or dropped), oldest first
+    int64_t weighted = 0;                ///< samples among `samples` with weight < 1
+    double age_sum = 0;                  ///< sum of the trained samples' ages
+    int64_t age_max = 0;                 ///< the oldest trained sample's age (0 when none)
+};
+
+class SamplePool {
+ public:
+    /// `opt` gives group_size and the staleness rule; it must outlive the pool.
+    explicit SamplePool(const config::Options& opt);
+
+    /// A finished sample joins its group (RolloutSample::group); the group becomes ready (can
+    /// be trained) when it holds group_size samples. The sample's age is counted from
+    /// RolloutSample::version.
+    void add(RolloutSample s);
+    /// A whole group at once (e.g. the gateway's rewarded sessions), ready now whatever its
+    /// size; it replaces anything pooled under the same group. An empty vector is ignored.
+    void add_group(std::vector<RolloutSample> g);
+
+    /// Samples in ready groups whose staleness weight at policy `version` is above 0.
+    int64_t usable(int64_t version) const;
+    /// The batch for a training step at policy `version`: ready groups in the order they became
+    /// ready, until `threshold` samples are kept (a group is taken whole, so a batch may exceed
+    /// it). Every taken sample leaves the pool.
+    PoolBatch take_batch(int64_t threshold, int64_t version);
+
+    /// Every pooled sample by group (ready or not), and the ready groups in order (checkpoints).
+    const std::map<int64_t, std::vector<RolloutSample>>& groups() const { return pool_; }
+    const std::deque<int64_t>& ready() const { return ready_; }
+    /// Groups holding fewer than group_size samples.
+    int64_t partial_groups() const;
+    /// A checkpoint's pool back (resume): `samples` join their groups, `ready` lists the ready
+    /// groups in order (as ready() gave them). The pool must be empty.
+    void restore(std::vector<RolloutSample> samples, const std::vector<int64_t>& ready);
+
+ private:
+    void mark_ready(int64_t group);
+
+    const config::Options& opt_;
+    std::map<int64_t, std::vector<RolloutSample>> pool_;  // group -> its finished samples
+    std::deque<int64_t> ready_;                           // complete groups, in completion order
+    std::map<int64_t, int64_t> ready_by_version_;         // samples in ready groups, by version
+};
+
+}  // namespace tagflow::sched

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+// scheduler: the interface every scheduling mode implements (sync: sync_scheduler.hpp;
+// disaggregated and multiplex: async_scheduler.hpp), the run summary it returns, and the
+// pieces every mode shares: the checkpoint manifest's run keys and the model/algorithm lines
+// of the log. Does not pick a mode (train_command.cpp does) and knows no LibTorch.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tagflow::config {
+struct Options;
+}
+namespace tagflow::cluster {
+struct Roles;
+}
+namespace tagflow::ckpt {
+struct Manifest;
+}
+namespace tagflow::model {
+struct HfConfig;
+}
+
+namespace tagflow::sched {
+
+/// What the run summary prints.
+struct RunSummary {
+    double first_reward = 0, last_reward = 0;
+    double first_eval = 0, last_eval = 0, best_eval = 0;
+    double best_constant = 0;
+    double samples_per_s = 0;
+    double elapsed = 0;
+    long steps = 0;
+    int exit_code = 0;  ///< ckpt::kExitRequeue (75) after a checkpoint forced by SIGTERM/SIGUSR1
+};
+
+class Scheduler {
+ public:
+    virtual ~Scheduler() = default;
+    /// COLLECTIVE over MPI_COMM_WORLD: runs every step; returns the summary (valid on rank 0).
+    virtual RunSummary run() = 0;
+};
+
+/// The checkpoint manifest keys every mode writes alike (share/doc/checkpoints.md): the run's
+/// identity (train_command checks it on resume), `step` and `policy_version`, the sample-seed
+/// rule, and the summary so far with the samples trained (`total_samples`).
+void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size,
+                  int64_t step, int64_t policy_version, const RunSummary& sum, double total_samples);
+/// Rank 0 prints the policy's size and the algorithm (with where the critic lives), every mode alike.
+void print_model_and_algorithm(const config::Options& opt, const cluster::Roles& roles, const model::HfConfig& c,
+                               int64_t n_params);
+/// put_run_keys' summary back: rewards and evals so far into `sum`, the samples trained.
+void get_run_summary(const ckpt::Manifest& m, RunSummary& sum, double& total_samples);
+
+}  // namespace tagflow::sched

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// test_sample_pool: the async coordinator's pool (sched/sample_pool.hpp) on hand-built samples:
+// a group is trainable only when complete, batches take ready groups in completion order up to
+// the threshold (whole groups), staleness drops or weights by the oldest token's version, and a
+// checkpointed pool restores to the same batches. Expected values are worked out by hand here.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/error.hpp"
+#include "config/options.hpp"
+#include "sched/sample_pool.hpp"
+
+using tagflow::config::Options;
+using tagflow::sched::PoolBatch;
+using tagflow::sched::RolloutSample;
+using tagflow::sched::SamplePool;
+
+namespace {
+
+RolloutSample sample(int64_t group, int k, int32_t version, int G = 4) {
+    RolloutSample s;
+    s.id = group * G + k;
+    s.group = group;
+    s.version = version;
+    return s;
+}
+
+void add_group(SamplePool& p, int64_t group, int32_t version, int G = 4) {
+    for (int k = 0; k < G; ++k) p.add(sample(group, k, version, G));
+}
+
+std::vector<int64_t> ids(const PoolBatch& b) {
+    std::vector<int64_t> v;
+    for (const auto& s : b.samples) v.push_back(s.id);
+    return v;
+}
+
+Options opts(int32_t staleness, const char* stale) {
+    Options o;
+    o.group_size = 4;
+    o.staleness = staleness;
+    o.stale = stale;
+    return o;
+}
+
+}  // namespace
+
+TEST(SamplePool, GroupReadyOnlyWhenComplete) {
+    const Options o = opts(1, "drop");
+    SamplePool p(o);
+    for (int k = 0; k < 3; ++k) p.add(sample(5, k, 0));
+    EXPECT_EQ(p.usable(0), 0);
+    EXPECT_TRUE(p.ready().empty());
+    EXPECT_EQ(p.partial_groups(), 1);
+    EXPECT_TRUE(p.take_batch(1, 0).samples.empty());  // nothing ready: nothing taken
+    EXPECT_EQ(p.groups().at(5).size(), 3u);
+    p.add(sample(5, 3, 0));
+    EXPECT_EQ(p.usable(0), 4);
+    EXPECT_EQ(p.partial_groups(), 0);
+    ASSERT_EQ(p.ready().size(), 1u);
+    EXPECT_EQ(p.ready().front(), 5);
+}
+
+TEST(SamplePool, BatchTakesWholeGroupsInCompletionOrder) {
+    const Options o = opts(1, "drop");
+    SamplePool p(o);
+    // Completion order 7, 2, 9 (not group order); samples of group 2 arrive out of id order.
+    add_group(p, 7, 0);
+    for (int k : {3, 1, 0, 2}) p.add(sample(2, k, 0));
+    add_group(p, 9, 0);
+    EXPECT_EQ(p.usable(0), 12);
+    // Threshold 5: group 7 (4 samples) is not enough, group 2 is taken whole (8 > 5), 9 stays.
+    PoolBatch b = p.take_batch(5, 0);
+    EXPECT_EQ(b.groups, (std::vector<int64_t>{7, 2}));
+    EXPECT_EQ(ids(b), (std::vector<int64_t>{8, 9, 10, 11, 28, 29, 30, 31}));  // sorted by id
+    EXPECT_TRUE(b.dropped_ids.empty());
+    EXPECT_EQ(b.weighted, 0);
+    EXPECT_EQ(b.age_sum, 0.0);
+    EXPECT_EQ(p.usable(0), 4);
+    EXPECT_EQ(p.groups().size(), 1u);
+    EXPECT_EQ(p.take_batch(100, 0).groups, (std::vector<int64_t>{9}));
+    EXPECT_TRUE(p.groups().empty());
+}
+
+TEST(SamplePool, StaleDropCountsEachSampleByItsVersion) {
+    const Options o = opts(1, "drop");  // age <= 1 trains with weight 1, older is dropped
+    SamplePool p(o);
+    p.add(sample(0, 0, 3));
+    p.add(sample(0, 1, 1));  // age 2 at version 3: dropped
+    p.add(sample(0, 2, 2));
+    p.add(sample(0, 3, 0));  // age 3: dropped
+    add_group(p, 1, 1);      // age 2: the whole group dropped
+    EXPECT_EQ(p.usable(3), 2);
+    EXPECT_EQ(p.usable(2), 7);  // at version 2 only the version-0 sample is too old
+    PoolBatch b = p.take_batch(100, 3);
+    EXPECT_EQ(ids(b), (std::vector<int64_t>{0, 2}));
+    EXPECT_EQ(b.dropped_ids, (std::vector<int64_t>{1, 3, 4, 5, 6, 7}));
+    EXPECT_EQ(b.age_sum, 0.0 + 1.0);
+    EXPECT_EQ(b.age_max, 1);
+    EXPECT_EQ(b.weighted, 0);
+    for (const auto& s : b.samples) EXPECT_EQ(s.weight, 1.f);
+}
+
+TEST(SamplePool, StaleWeightDecaysThenDrops) {
+    const Options o = opts(1, "weight");  // age a > 1: weight 2/(a+1), dropped below 0.25
+    SamplePool p(o);
+    p.add(sample(0, 0, 10));  // age 0: 1
+    p.add(sample(0, 1, 8));   // age 2: 2/3
+    p.add(sample(0, 2, 7));   // age 3: 1/2
+    p.add(sample(0, 3, 0));   // age 10: 2/11 < 0.25, dropped
+    EXPECT_EQ(p.usable(10), 3);
+    PoolBatch b = p.take_batch(1, 10);
+    ASSERT_EQ(b.samples.size(), 3u);
+    EXPECT_FLOAT_EQ(b.samples[0].weight, 1.f);
+    EXPECT_FLOAT_EQ(b.samples[1].weight, 2.f / 3.f);
+    EXPECT_FLOAT_EQ(b.samples[2].weight, 0.5f);
+    EXPECT_EQ(b.weighted, 2);
+    EXPECT_EQ(b.dropped_ids, (std::vector<int64_t>{3}));
+    EXPECT_EQ(b.age_sum, 0.0 + 2.0 + 3.0);
+    EXPECT_EQ(b.age_max, 3);
+}
+
+TEST(SamplePool, WholeGroupAtOnceIsReadyWhateverItsSize) {
+    const Options o = opts(1, "drop");
+    SamplePool p(o);
+    p.add_group({});  // ignored
+    EXPECT_TRUE(p.groups().empty());
+    p.add_group({sample(40, 0, 0), sample(40, 1, 0)});  // 2 of group_size 4: ready anyway
+    EXPECT_EQ(p.usable(0), 2);
+    EXPECT_EQ(p.partial_groups(), 1);
+    EXPECT_EQ(ids(p.take_batch(1, 0)), (std::vector<int64_t>{160, 161}));
+}
+
+TEST(SamplePool, RestoreGivesTheSameBatches) {
+    const Options o = opts(1, "weight");
+    SamplePool a(o);
+    add_group(a, 3, 0);
+    add_group(a, 1, 1);
+    a.add(sample(6, 0, 2));  // partial
+    std::vector<RolloutSample> saved;
+    for (const auto& [g, v] : a.groups()) saved.insert(saved.end(), v.begin(), v.end());
+    const std::vector<int64_t> ready(a.ready().begin(), a.ready().end());
+    EXPECT_EQ(ready, (std::vector<int64_t>{3, 1}));
+
+    SamplePool b(o);
+    b.restore(saved, ready);
+    EXPECT_EQ(b.usable(2), a.usable(2));
+    EXPECT_EQ(b.partial_groups(), 1);
+    const PoolBatch x = a.take_batch(4, 2), y = b.take_batch(4, 2);
+    EXPECT_EQ(ids(x), ids(y));
+    EXPECT_EQ(x.groups, (std::vector<int64_t>{3}));
+    EXPECT_EQ(y.groups, (std::vector<int64_t>{3}));
+    EXPECT_EQ(y.weighted, 4);  // age 2: weight 2/3
+    EXPECT_THROW(b.restore(saved, ready), tagflow::InternalError);  // only into an empty pool
+    SamplePool c(o);
+    EXPECT_THROW(c.restore({}, {8}), tagflow::InternalError);  // a ready group with no sample
+}
