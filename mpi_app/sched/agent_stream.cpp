@@ -10,8 +10,8 @@
 
 namespace tagflow::sched {
 
-void AgentTreeRecorder::record(const RolloutSample& r) {
-    if (r.loss_mask.empty()) return;
+bool AgentTreeRecorder::record(const RolloutSample& r) {
+    if (r.loss_mask.empty()) return false;
     const size_t n = r.response.size();
     if (r.loss_mask.size() != n || r.logprobs.size() != n || r.versions.size() != n)
         throw InternalError("agent sample " + std::to_string(r.id) + ": response columns of different lengths");
@@ -42,9 +42,10 @@ void AgentTreeRecorder::record(const RolloutSample& r) {
         ++requests_;
         k = e;
     }
-    if (last < 0) return;  // no model token: nothing the tree could name
+    if (last < 0) return false;  // no model token: nothing the tree could name
     leaf_[r.id] = {r.rank, last};
     ++sessions_;
+    return true;
 }
 
 int64_t AgentTreeRecorder::write(io::RunFile& f, std::vector<io::SampleRecord>& samples) {

@@ -32,9 +32,10 @@ namespace tagflow::sched {
 class AgentTreeRecorder {
 public:
     /// Records the model requests of streamed session `r` (a sample with a loss_mask; one
-    /// without is ignored). Throws InternalError on columns of different lengths or a model
-    /// token without a version.
-    void record(const RolloutSample& r);
+    /// without is ignored). Returns true when `r` is recorded, so that write() fills its row's
+    /// token columns (false: no loss_mask, or no model token). Throws InternalError on columns
+    /// of different lengths or a model token without a version.
+    bool record(const RolloutSample& r);
     /// Appends /tree rows for every request recorded since the last call (the run file's I/O
     /// communicator: the coordinator alone), fills the token columns, version range and
     /// tree_node of the rows in `samples` that are recorded sessions, and forgets the trees once

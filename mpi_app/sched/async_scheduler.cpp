@@ -56,6 +56,7 @@
 #include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
 #include "sched/sample_pool.hpp"
+#include "sched/sample_row.hpp"
 #include "sched/wire.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
@@ -631,8 +632,10 @@ class AsyncScheduler final : public Scheduler {
                 ++regenerated_;
                 continue;
             }
-            written_.push_back(to_record(r));
-            if (!r.loss_mask.empty()) agent_tree_.record(r);  // a multi-turn session's requests
+            // A multi-turn session's requests go to the tree; its row's columns then come from it.
+            const bool in_tree = agent_tree_.record(r);
+            written_.push_back(
+                sample_row(r, task_->name(), r.group, in_tree ? RowColumns::kFromTree : RowColumns::kFromSample));
             ++finished_;
             pool_.add(std::move(r));
         }
@@ -924,51 +927,6 @@ class AsyncScheduler final : public Scheduler {
             f << "]";
         }
         f << "}}\n";
-    }
-
-    io::SampleRecord to_record(const RolloutSample& r) const {
-        io::SampleRecord rec;
-        rec.id = r.id;
-        rec.group = r.group;
-        rec.prompt_index = r.group;
-        rec.task = task_->name();
-        rec.reward = r.reward;
-        rec.finish_reason = r.hit_eos ? io::FinishReason::kStop : io::FinishReason::kLength;
-        rec.rank = r.rank;
-        rec.t_done = r.t_done;
-        const float nan = std::numeric_limits<float>::quiet_NaN();
-        rec.tokens = r.prompt;
-        rec.tokens.insert(rec.tokens.end(), r.response.begin(), r.response.end());
-        rec.logprobs.assign(r.prompt.size(), nan);
-        rec.logprobs.insert(rec.logprobs.end(), r.logprobs.begin(), r.logprobs.end());
-        rec.versions.assign(r.prompt.size(), -1);
-        if (r.versions.size() == r.response.size())
-            rec.versions.insert(rec.versions.end(), r.versions.begin(), r.versions.end());
-        else
-            rec.versions.insert(rec.versions.end(), r.response.size(), r.version);
-        rec.version_min = rec.version_max = r.version;
-        for (size_t k = r.prompt.size(); k < rec.versions.size(); ++k) {
-            rec.version_min = std::min(rec.version_min, rec.versions[k]);
-            rec.version_max = std::max(rec.version_max, rec.versions[k]);
-        }
-        rec.loss_mask.assign(r.prompt.size(), 0);
-        rec.loss_mask.insert(rec.loss_mask.end(), r.response.size(), 1);
-        if (r.loss_mask.size() == r.response.size()) {  // multi-turn: tool tokens are not the model's
-            for (size_t k = 0; k < r.response.size(); ++k) {
-                if (r.loss_mask[k]) continue;
-                const size_t at = r.prompt.size() + k;
-                rec.loss_mask[at] = 0;
-                rec.logprobs[at] = nan;
-                rec.versions[at] = -1;
-            }
-            rec.version_min = rec.version_max = r.version;
-            for (size_t k = r.prompt.size(); k < rec.versions.size(); ++k) {
-                if (!rec.loss_mask[k]) continue;
-                rec.version_min = std::min(rec.version_min, rec.versions[k]);
-                rec.version_max = std::max(rec.version_max, rec.versions[k]);
-            }
-        }
-        return rec;
     }
 
     // ------------------------------------------------------------------ checkpoints

@@ -35,6 +35,7 @@
 #include "gateway/backend.hpp"
 #include "gateway/server.hpp"
 #include "model/tokenizer.hpp"
+#include "sched/sample_row.hpp"
 #include "sched/wire.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
@@ -721,14 +722,7 @@ struct GatewayRecorder::Impl {
             s.versions.push_back(t.loss_mask[k] ? t.versions[k] : s.version);
             s.loss_mask.push_back(t.loss_mask[k]);
         }
-        rec.id = id;
-        rec.group = group;
-        rec.prompt_index = -1;
-        rec.task = "gateway";
-        rec.reward = reward;
-        rec.finish_reason = s.hit_eos ? io::FinishReason::kStop : io::FinishReason::kLength;
-        rec.rank = q.rank;
-        rec.t_done = q.t_end;
+        rec = sample_row(s, "gateway", -1, RowColumns::kFromTree);  // write() fills the columns from the tree
         return s;
     }
 

@@ -28,6 +28,7 @@
 #include "sched/agent_rollout.hpp"
 #include "sched/exchange.hpp"
 #include "sched/rl_trainer.hpp"
+#include "sched/sample_row.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
@@ -437,7 +438,8 @@ class SyncScheduler final : public Scheduler {
         out.signal = stats[kSigUsr1] > 0 ? SIGUSR1 : (stats[kSigTerm] > 0 ? SIGTERM : 0);
 
         std::vector<io::SampleRecord> samples;
-        for (const auto& r : mine) samples.push_back(to_record(r));
+        // Every sample's requests are in this step's tree: its token columns come from there.
+        for (const auto& r : mine) samples.push_back(sample_row(r, task_->name(), r.group, RowColumns::kFromTree));
         {
             // /tree first (COLLECTIVE over the io communicator), then the samples naming its rows.
             profile::Span span(timeline_, SpanKind::kIo, s);
@@ -477,29 +479,6 @@ class SyncScheduler final : public Scheduler {
         run_.append_syncs(syncs);
         run_.append_timeline(timeline_.take());
         run_.flush();
-    }
-
-    io::SampleRecord to_record(const RolloutSample& r) const {
-        io::SampleRecord rec;
-        rec.id = r.id;
-        rec.group = r.group;
-        rec.prompt_index = r.group;
-        rec.task = task_->name();
-        rec.reward = r.reward;
-        rec.finish_reason = r.hit_eos ? io::FinishReason::kStop : io::FinishReason::kLength;
-        rec.rank = r.rank;
-        rec.version_min = rec.version_max = r.version;
-        rec.t_done = r.t_done;
-        const float nan = std::numeric_limits<float>::quiet_NaN();
-        rec.tokens = r.prompt;
-        rec.tokens.insert(rec.tokens.end(), r.response.begin(), r.response.end());
-        rec.logprobs.assign(r.prompt.size(), nan);
-        rec.logprobs.insert(rec.logprobs.end(), r.logprobs.begin(), r.logprobs.end());
-        rec.versions.assign(r.prompt.size(), -1);
-        rec.versions.insert(rec.versions.end(), r.response.size(), r.version);
-        rec.loss_mask.assign(r.prompt.size(), 0);
-        rec.loss_mask.insert(rec.loss_mask.end(), r.response.size(), 1);
-        return rec;
     }
 
     const config::Options& opt_;
