@@ -1,0 +1,331 @@
+// SPDX-License-Identifier: Apache-2.0
+// async_scheduler_impl: the class behind make_async_scheduler (async_scheduler.hpp), shared by
+// the files that implement it, one per role: async_scheduler.cpp (construction, run(), spans,
+// evaluation), async_generator.cpp (generation and the samples stream), async_agent.cpp
+// (multi-turn sessions), async_gateway.cpp (--gateway glue), async_weights.cpp (the weight
+// broadcast and its shadow receive), async_coordinator.cpp (pool, training steps, the run file),
+// async_checkpoint.cpp (checkpoints, resume, first receipts) and async_worker.cpp (the other
+// ranks' loop). Internal: included by those files only. The message protocol is described in
+// async_scheduler.cpp.
+#pragma once
+#include <mpi.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <limits>
+#include <list>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/checkpoint_mpi.hpp"
+#include "ckpt/signals.hpp"
+#include "cluster/roles.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "config/options.hpp"
+#include "io/run_file.hpp"
+#include "model/llama.hpp"
+#include "profile/timeline.hpp"
+#include "rollout/agent_loop.hpp"
+#include "rollout/engine.hpp"
+#include "rollout/sampling.hpp"
+#include "rollout/task.hpp"
+#include "sched/agent_rollout.hpp"
+#include "sched/agent_stream.hpp"
+#include "sched/exchange.hpp"
+#include "sched/gateway_router.hpp"
+#include "sched/policy.hpp"
+#include "sched/rl_trainer.hpp"
+#include "sched/sample_pool.hpp"
+#include "sched/sample_row.hpp"
+#include "sched/wire.hpp"
+#include "train/delta_sync.hpp"
+#include "train/delta_sync_mpi.hpp"
+#include "tagflow/config.hpp"
+
+namespace tagflow::sched::async {
+using io::SpanKind;
+
+inline constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103, kTagWHdr = 7104, kTagWBucket = 7200;
+// A requeue signal (SIGTERM/SIGUSR1) a rank received: rank -> C, one int64 (the signal), once.
+inline constexpr int kTagSignal = 7105;
+inline constexpr int kTagCritic = 7106;  // the critic's state (int64 step + bytes) for the coordinator's checkpoint
+// kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
+inline constexpr int64_t kCtlTrain = 1, kCtlStop = 2, kCtlTrainCkpt = 3;
+
+inline void nap() { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
+
+// Test-and-sleep until every request completed (never a busy spin: ranks are oversubscribed).
+inline void wait_all(std::vector<MPI_Request>& reqs) {
+    if (reqs.empty()) return;
+    for (;;) {
+        int done = 0;
+        TAGFLOW_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+        if (done) break;
+        nap();
+    }
+    reqs.clear();
+}
+
+// One (epoch, members) a rank saw: the coordinator's announcement, logged on every member.
+struct Membership {
+    int64_t epoch = 0;
+    std::vector<int64_t> members;
+};
+
+// A non-blocking send whose buffer lives until it completes.
+struct Pending {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<char> buf;
+};
+
+class AsyncScheduler final : public Scheduler {
+ public:
+    AsyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run, double t0_unix,
+                   std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan);
+
+    RunSummary run() override;
+
+ private:
+    // ------------------------------------------------------------------ helpers
+    __attribute__((format(printf, 2, 3))) void say(const char* fmt, ...);
+
+    // The parameters themselves (WeightSync bumps their version counters when it writes them).
+    std::vector<at::Tensor> params() { return policy_->parameters(); }
+
+    // One span at a time per rank: entering a kind closes the previous span (so spans on one
+    // rank never overlap). `step` is the rank's policy version (the training step for train).
+    void enter(SpanKind k, int32_t step);
+    void enter(SpanKind k) { enter(k, version_); }
+    // Closes the open span at now (it reopens on the next enter()).
+    void cut();
+    std::vector<io::SpanRecord> take_spans();
+
+    double evaluate(int32_t step);
+
+    // ------------------------------------------------------------------ gateway (--gateway)
+    // The gateway rank is the first rank that only rolls out (never preempted); requests go to
+    // the rollout-only ranks; the coordinator records them (/tree) and pools their samples.
+    void setup_gateway();
+    // Between engine steps: take routed requests, relay tokens and rewards.
+    void gateway_poll();
+    // Coordinator: a gateway record; complete groups of rewarded sessions join the pool.
+    void gateway_ingest(const char* p, size_t n);
+
+    // ------------------------------------------------------------------ generation
+    void fill_engine();
+
+    // One engine step (a token boundary before and after); finished samples go to `out`.
+    void gen_step(std::vector<RolloutSample>& out);
+
+    // ------------------------------------------------------------------ agent sessions
+    // Multi-turn tasks (rollout/agent_loop.hpp): each sample is a session whose model turns are
+    // engine requests under the sample's id, interleaved with the others in the batch; a turn
+    // that ends with a tool call gets the tool output appended (loss_mask 0, version -1) and
+    // continues as a new request. A session can span weight updates (its model tokens then
+    // carry several versions; its staleness is the oldest's). Finished sessions are streamed
+    // like single-turn samples; the coordinator records their requests (sched/agent_stream.hpp).
+    void setup_agent_sessions();
+    // The session of request `rq` (its id, prompt and random stream; turns sample like sync's).
+    void start_session(const rollout::GenRequest& rq);
+    // A model turn finished (from the engine's callback): the session continues or is a sample.
+    void agent_turn(const rollout::GenResult& g, std::vector<RolloutSample>& out);
+
+    // Sends finished samples (and this rank's spans so far) to the coordinator; never waits.
+    void send_samples(const std::vector<RolloutSample>& s);
+    void test_sends();
+    void finish_sends();
+
+    // ------------------------------------------------------------------ weights
+    // Rollout-only ranks: a header and every bucket, received into the shadow buffer.
+    void post_weight_recv();
+    // Between decode steps: swaps in new weights when they have fully arrived.
+    void test_weight_recv();
+    void cancel_weight_recv();
+
+    // Coordinator: the new weights to every rollout-only rank, non-blocking.
+    void send_weights(int32_t version);
+    // Coordinator: records the sync once every message went out.
+    void test_weight_sends();
+    void wait_weight_sends();
+
+    // ------------------------------------------------------------------ coordinator
+
+    void add_to_pool(std::vector<RolloutSample>& got);
+
+    // Receives every message that has arrived (samples, finals); never waits.
+    void poll_messages();
+
+    // Samples of complete groups that would be trained now. --stale weight: weight
+    // (eta+1)/(age+1); below policy::kMinStaleWeight the sample is dropped anyway, so a rollout
+    // side much faster than training cannot make the backlog ever staler.
+    int64_t usable() const { return pool_.usable(version_); }
+
+    void send_ctl(int dest, int64_t kind, int64_t epoch);
+
+    void coordinator_loop(RunSummary& sum);
+
+    // One training step on the coordinator; returns its t_end.
+    double train_one(double t_start, RunSummary& sum, double& total);
+
+    // Train group: the coordinator's batch to every member (Ibcast, test-and-sleep).
+    void bcast_batch(std::vector<RolloutSample>& batch);
+
+    void write(const std::vector<io::ConsumedRecord>& consumed, const std::vector<io::StepRecord>& steps,
+               const std::vector<io::SpanRecord>& spans);
+
+    // OUT/membership.json: the train group of every epoch as each member saw it announced.
+    void write_membership();
+
+    // ------------------------------------------------------------------ checkpoints
+    // (mpi_app/ckpt, share/doc/checkpoints.md.) Sample ids are g*G+k and generator i of n
+    // takes the groups i, i+n, i+2n, ... in order (fill_engine), so what the coordinator has
+    // received is: per generator a low-water mark lo_[i] (its groups k*n+i, k < lo_[i], are all
+    // complete) and the ids received above it (recv_ids_). A sample whose id is below the mark
+    // or already in the set was recorded before: after a resume the generators start again at
+    // their marks, and what they generate again is dropped here, so no id reaches /samples twice
+    // and none handed out before the checkpoint but not received by it is left out.
+    bool first_receipt(int64_t id, int64_t g);
+
+    static std::string join(const std::vector<int64_t>& v);
+    static std::vector<int64_t> split_ints(const std::string& s);
+
+    // Coordinator, between training steps: everything received so far to the file, then the
+    // checkpoint at step_ (the weight sends of this version complete first, so /syncs has it).
+    void checkpoint_now(const RunSummary& sum);
+
+    // Writes `n` bytes as the checkpoint staging dir's file `name`; its manifest entry.
+    static ckpt::FileEntry write_staged(const std::string& tmp, const std::string& name, const char* data, size_t n);
+
+    // Coordinator only (no collective: the other ranks go on generating): the policy, the
+    // trainer states (the train group's first rank holds all of them, critic included), the pool
+    // (pool.bin: every finished-but-untrained sample, all fields) and the scheduler state in the
+    // manifest. The run file must be flushed with every pooled sample (written_ empty).
+    void write_checkpoint(const RunSummary& sum);
+
+    // Constructor, when resuming (every rank, same manifest): the weights on every rank, the
+    // trainer states on the train group, each generator's cursor; the coordinator also its pool,
+    // receipts and counters. A different split of the ranks is one ConfigError on every rank.
+    void restore(const ckpt::Manifest& m, const std::string& dir);
+    // run(), coordinator, when resuming: the summary so far.
+    void resume_summary(RunSummary& sum);
+
+    // The first critic rank, when it is not the coordinator and the run checkpoints: the critic's
+    // state (after `trained_` steps) to the coordinator, which writes it into the checkpoint.
+    // Through sends_, so it completes before this rank's final message.
+    void send_critic_state();
+
+    // Any rank but the coordinator: a requeue signal to the coordinator, once (through sends_,
+    // so it completes before this rank's final message).
+    void send_signal(int sig);
+    // A message to the coordinator through sends_ (completed by test_sends/finish_sends).
+    void queue_send(std::vector<char> b, int tag);
+
+    // ------------------------------------------------------------------ other ranks
+    // Returns the control message from the coordinator if one has arrived (never waits).
+    bool poll_ctl(std::vector<int64_t>& m);
+
+    void worker_loop();
+
+    // ------------------------------------------------------------------ state
+    const config::Options& opt_;
+    cluster::Roles& roles_;
+    io::RunFile* run_;
+    profile::Clock clock_;
+    profile::Timeline tl_;
+    std::unique_ptr<rollout::Task> task_;
+    bool multiplex_;
+    int me_ = 0, coord_ = 0;
+    std::vector<int> members_, gens_, receivers_;
+    bool in_train_ = false, is_gen_ = false, is_recv_ = false;
+    std::vector<int> step_members_;  // every rank of a training step: the train group, then critic-only ranks
+    std::vector<int> critic_pos_;    // positions in step_members_ of the ranks holding the critic (ppo; empty: the train group)
+    bool in_step_ = false;
+    int critic_root_ = 0;            // the first critic rank (writes critic_state.pt's content)
+    int64_t trained_ = 0;            // steps this rank took part in (critic state stamps)
+    int64_t critic_step_ = -1;       // coordinator: the step of critic_bytes_
+    std::string critic_bytes_;
+    int64_t threshold_ = 0;
+    int32_t max_new_ = 0;
+    int32_t version_ = 0;
+
+    model::LlamaModel policy_{nullptr};
+    at::Tensor flat_;
+    std::vector<std::pair<size_t, size_t>> buckets_;
+    std::unique_ptr<train::WeightSync> wsync_;
+    std::unique_ptr<RlTrainer> trainer_;
+    std::unique_ptr<rollout::Engine> engine_;
+    Comm p2p_, bcast_, train_comm_;
+
+    // span recorder
+    bool open_ = false;
+    SpanKind kind_ = SpanKind::kIdle;
+    int32_t span_step_ = 0;
+    double span_t0_ = 0;
+
+    // generation
+    int64_t gen_index_ = 0, next_local_ = 0;
+    int64_t quota_ = 0, started_ = 0;  // --rollout-ahead: samples a train-group generator may start per version
+    std::map<int64_t, int64_t> groups_of_;  // sample id -> group, while generating
+    std::vector<int32_t> step_versions_;    // policy version at each engine step
+    std::list<Pending> sends_;
+
+    // gateway (--gateway)
+    int gw_rank_ = -1;
+    std::unique_ptr<GatewayRouter> gw_router_;    // on the gateway rank
+    std::unique_ptr<GatewayWorker> gw_worker_;    // on the other rollout-only ranks
+    std::unique_ptr<GatewayRecorder> gw_rec_;     // on the coordinator
+    std::pair<int64_t, int64_t> gw_next_{0, 0};   // coordinator: the recorder's id counters (checkpoints)
+
+    // multi-turn tasks (agent loops)
+    std::unique_ptr<rollout::AgentSessions> agent_;  // on generating ranks: the live sessions
+    std::vector<rollout::AgentResult> agent_done_;   // sessions ended by one engine result
+    AgentTreeRecorder agent_tree_;                   // on the coordinator: their requests (/tree)
+    double last_ship_ = 0;
+
+    // weights
+    std::vector<float> shadow_;
+    int whdr_ = 0;
+    std::vector<MPI_Request> wreqs_;
+    std::vector<float> send_buf_;
+    int send_version_ = 0;
+    std::vector<MPI_Request> wsends_;
+    double wsend_t0_ = 0;
+
+    // coordinator
+    int64_t step_ = 0;
+    SamplePool pool_{opt_};                                // finished samples not yet trained
+    std::vector<io::SampleRecord> written_;                // finished samples not yet in the file
+    std::vector<io::SpanRecord> other_spans_;
+    std::vector<io::EvalRecord> evals_;
+    std::vector<io::SyncRecord> syncs_;
+    std::list<Pending> ctl_;
+    int64_t finished_ = 0, consumed_count_ = 0, dropped_ = 0, weighted_ = 0, discarded_ = 0;
+    int finals_ = 0;
+    std::vector<Membership> my_log_;
+    std::map<int, std::vector<Membership>> seen_;
+
+    // checkpoints and requeue signals
+    ckpt::Plan ckpt_;
+    bool have_ckpt_ = false, resumed_ = false, sig_sent_ = false;
+    int sig_ = 0;                          // coordinator: the requeue signal some rank received
+    double total_ = 0;                     // samples trained so far (the summary's rate)
+    ckpt::Manifest resume_manifest_;
+    std::vector<int64_t> lo_;              // coordinator: per generator, its groups below lo*n+i are complete
+    std::set<int64_t> recv_ids_;           // coordinator: ids received in groups above the marks
+    std::map<int64_t, int64_t> recv_count_;  // coordinator: group -> its ids in recv_ids_
+    int64_t regenerated_ = 0;              // generated again after a resume, already recorded: dropped
+};
+
+}  // namespace tagflow::sched::async

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// gateway_link: see the header.
+#include "sched/gateway_link.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include "common/error.hpp"
+#include "common/mpi_env.hpp"
+#include "sched/gateway_router.hpp"
+
+namespace tagflow::sched::gw {
+
+void Sends::send(std::vector<char> b, int dest, int tag, MPI_Comm comm) {
+    test();
+    l.push_back({MPI_REQUEST_NULL, std::move(b)});
+    Sending& s = l.back();
+    TAGFLOW_MPI_CHECK(MPI_Isend(s.buf.data(), static_cast<int>(s.buf.size()), MPI_CHAR, dest, tag, comm, &s.req));
+}
+
+void Sends::test() {
+    for (auto it = l.begin(); it != l.end();) {
+        int done = 0;
+        TAGFLOW_MPI_CHECK(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE));
+        it = done ? l.erase(it) : std::next(it);
+    }
+}
+
+void Sends::wait() {
+    while (!l.empty()) {
+        test();
+        if (!l.empty()) std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+}
+
+// Receives one message of `tag` from `src` (MPI_ANY_SOURCE allowed) if one has arrived.
+bool try_recv(MPI_Comm comm, int src, int tag, std::vector<char>& b, int* from) {
+    int flag = 0;
+    MPI_Status st;
+    TAGFLOW_MPI_CHECK(MPI_Iprobe(src, tag, comm, &flag, &st));
+    if (!flag) return false;
+    int count = 0;
+    TAGFLOW_MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &count));
+    b.resize(static_cast<size_t>(count));
+    TAGFLOW_MPI_CHECK(MPI_Recv(b.data(), count, MPI_CHAR, st.MPI_SOURCE, tag, comm, MPI_STATUS_IGNORE));
+    if (from) *from = st.MPI_SOURCE;
+    return true;
+}
+
+uint8_t fin_code(rollout::FinishReason r) {
+    if (r == rollout::FinishReason::kStop) return kFinStop;
+    return r == rollout::FinishReason::kCancelled ? kFinCancelled : kFinLength;
+}
+
+rollout::GenRequest to_gen(const gateway::CompletionRequest& q) {
+    rollout::GenRequest g;
+    g.id = kGatewayIdBase + static_cast<int64_t>(q.request_id);
+    g.prompt = q.prompt_ids;
+    g.params.temperature = q.temperature;
+    g.params.top_p = q.top_p;
+    g.params.top_k = q.top_k;
+    g.params.max_tokens = q.max_tokens;
+    g.params.stop_ids = q.stop_ids;
+    g.params.seed = q.seed;
+    return g;
+}
+
+}  // namespace tagflow::sched::gw

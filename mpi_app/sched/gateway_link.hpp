@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+// gateway_link: what the gateway's three parts (sched/gateway_router.hpp: router, worker,
+// recorder) share on the wire besides sched/wire.hpp's byte format: non-blocking sends that keep
+// their buffers until they complete, a receive that never waits, the request kinds and finish
+// codes of their messages, and a gateway request as an engine request. Internal to the
+// sched/gateway_*.cpp files. Does not route, record or serve HTTP.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <list>
+#include <vector>
+
+#include "gateway/backend.hpp"
+#include "rollout/engine.hpp"
+
+namespace tagflow::sched::gw {
+
+struct Sending {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<char> buf;
+};
+// Non-blocking sends whose buffers live until they complete.
+struct Sends {
+    std::list<Sending> l;
+    void send(std::vector<char> b, int dest, int tag, MPI_Comm comm);
+    void test();
+    void wait();  ///< test-and-sleep until every send completed
+};
+
+// Receives one message of `tag` from `src` (MPI_ANY_SOURCE allowed) if one has arrived.
+bool try_recv(MPI_Comm comm, int src, int tag, std::vector<char>& b, int* from = nullptr);
+
+// Finish codes on the wire.
+inline constexpr uint8_t kFinStop = 0, kFinLength = 1, kFinError = 2, kFinCancelled = 3;
+uint8_t fin_code(rollout::FinishReason r);
+// kTagGwReq kinds.
+inline constexpr uint8_t kReqGenerate = 0, kReqCancel = 1;
+
+// A gateway request as an engine request (id kGatewayIdBase + request id).
+rollout::GenRequest to_gen(const gateway::CompletionRequest& q);
+
+}  // namespace tagflow::sched::gw
