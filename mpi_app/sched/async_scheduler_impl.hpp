@@ -42,6 +42,7 @@
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
+#include "sched/async_scheduler.hpp"
 #include "sched/agent_stream.hpp"
 #include "sched/exchange.hpp"
 #include "sched/gateway_router.hpp"
