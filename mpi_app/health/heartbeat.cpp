@@ -137,7 +137,8 @@ struct Watchdog::Impl {
         }
         ++self.seq;
         std::string rec = format_record(self);
-        int fd = ::open(path(cfg.rank).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0640);
+        // O_NOFOLLOW: a link planted in the run directory is never written through.
+        int fd = ::open(path(cfg.rank).c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0640);
         bool ok = fd >= 0 && ::pwrite(fd, rec.data(), rec.size(), 0) == static_cast<ssize_t>(rec.size());
         int err = errno;
         if (fd >= 0 && ::close(fd) != 0) ok = false;

@@ -5,6 +5,10 @@
 // Part of the async scheduler (sched/async_scheduler_impl.hpp).
 #include "sched/async_scheduler_impl.hpp"
 
+#include <sstream>
+
+#include "common/safe_file.hpp"
+
 namespace tagflow::sched::async {
 
 void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
@@ -282,7 +286,7 @@ void AsyncScheduler::write(const std::vector<io::ConsumedRecord>& consumed, cons
 }
 
 void AsyncScheduler::write_membership() {
-    std::ofstream f(opt_.out + "/membership.json");
+    std::ostringstream f;
     f << "{\"mode\": \"" << opt_.mode.name() << "\", \"coordinator\": " << coord_ << ", \"critic\": [";
     for (size_t k = 0; k < critic_pos_.size(); ++k)
         f << (k ? ", " : "") << step_members_[static_cast<size_t>(critic_pos_[k])];
@@ -299,6 +303,7 @@ void AsyncScheduler::write_membership() {
         f << "]";
     }
     f << "}}\n";
+    write_file_replace(opt_.out + "/membership.json", f.str());  // never through a planted link
 }
 
 }  // namespace tagflow::sched::async
