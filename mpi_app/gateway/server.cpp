@@ -11,10 +11,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -163,6 +165,10 @@ struct Conn {
     int fd = -1;
     uint64_t id = 0;
     std::string in, out;
+    std::size_t in_off = 0;     // bytes of `in` already parsed (erased in bulk, so parsing stays linear)
+    bool more = false;          // complete requests may wait in `in` (the per-round cap or backpressure)
+    bool headers_done = false;  // the current partial request has all its headers
+    Clock::time_point req_start;  // first byte of the current partial request
     bool busy = false;          // a generation is in flight
     bool close_after = false;   // close once `out` is written
     bool draining = false;      // write side shut down; discarding input until EOF or deadline
@@ -187,6 +193,8 @@ struct Server::Impl {
     std::thread thread;
     std::map<uint64_t, Conn> conns;
     uint64_t next_conn = 1, next_serial = 1;
+    int conn_limit = 0;                // min(max_connections, RLIMIT_NOFILE - fd_reserve), set by start()
+    Clock::time_point accept_paused{};  // EMFILE/ENFILE: do not accept before this
     std::string id_base = random_hex(6);
     uint64_t seed_base = 0;
     mutable std::mutex stats_mu;
@@ -204,6 +212,9 @@ struct Server::Impl {
     void respond(Conn& c, int status, const std::string& body, const std::string& extra_headers = "");
     void respond_error(Conn& c, const ApiError& e, const std::string& extra_headers = "");
     void close_conn(Conn& c);
+    std::size_t pending(const Conn& c) const { return c.in.size() - c.in_off; }
+    bool can_serve(const Conn& c) const { return c.out.size() < cfg.max_unread_bytes; }
+    bool evict_one();
     void count(uint64_t ServerStats::*field) {
         std::lock_guard<std::mutex> lk(stats_mu);
         ++(st.*field);
@@ -246,7 +257,7 @@ void Server::start() {
         }
         const int one = 1;
         ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, 128) != 0) {
+        if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
             err = errno;
             ::close(fd);
             fd = -1;
@@ -264,6 +275,10 @@ void Server::start() {
         ::close(fd);
         throw Error(std::string("gateway: pipe2 failed: ") + std::strerror(errno));
     }
+    rlimit rl{};
+    const long nofile = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+                            ? static_cast<long>(rl.rlim_cur) : 1L << 20;
+    m.conn_limit = static_cast<int>(std::max(8L, std::min<long>(cfg_.max_connections, nofile - cfg_.fd_reserve)));
     m.listen_fd = fd;
     m.wake_r = p[0];
     m.shared->wake_w = p[1];
@@ -311,16 +326,21 @@ void Server::Impl::loop() {
     while (running) {
         fds.clear();
         ids.clear();
+        const auto round = Clock::now();
         fds.push_back({wake_r, POLLIN, 0});
-        fds.push_back({listen_fd, POLLIN, 0});
+        fds.push_back({listen_fd, static_cast<short>(round >= accept_paused ? POLLIN : 0), 0});
+        bool ready = false;  // a connection has requests waiting that it may now be served
         for (auto& [id, c] : conns) {
             short ev = 0;
-            if (c.in.size() < read_cap || c.draining) ev |= POLLIN;
+            // Backpressure: a connection whose answers are not read, or whose parsed-but-unserved
+            // requests wait, is not read either.
+            if (c.draining || (pending(c) < read_cap && can_serve(c) && !c.more)) ev |= POLLIN;
             if (!c.out.empty() && !c.draining) ev |= POLLOUT;
+            if (c.more && !c.busy && can_serve(c)) ready = true;
             fds.push_back({c.fd, ev, 0});
             ids.push_back(id);
         }
-        const int n = ::poll(fds.data(), fds.size(), 500);
+        const int n = ::poll(fds.data(), fds.size(), ready ? 0 : round < accept_paused ? 100 : 500);
         if (n < 0 && errno != EINTR) break;
         if (fds[0].revents & POLLIN) {
             char buf[256];
@@ -342,20 +362,26 @@ void Server::Impl::loop() {
             if (c.dead) continue;
             if (re & (POLLIN | POLLHUP | POLLERR)) read_conn(c);
             if (!c.dead && (re & POLLOUT)) flush(c);
+            if (!c.dead && c.more && !c.busy && !c.draining && can_serve(c)) process_input(c);  // fair share
         }
         // Timeouts, closes.
         const auto now = Clock::now();
         for (auto it = conns.begin(); it != conns.end();) {
             Conn& c = it->second;
             const double idle = std::chrono::duration<double>(now - c.last).count();
-            if (!c.dead && !c.busy && idle > (c.draining ? 2.0 : cfg.idle_timeout_s)) {
-                if (!c.draining && !c.in.empty() && c.out.empty()) {
-                    ApiError e;
-                    e.status = 408;
-                    e.message = "request not completed within " + std::to_string(static_cast<int>(cfg.idle_timeout_s)) + " s";
-                    respond_error(c, e);
-                    flush(c);
-                }
+            const double age = std::chrono::duration<double>(now - c.req_start).count();
+            const bool partial = !c.draining && !c.busy && !c.more && pending(c) > 0;
+            const double deadline = c.headers_done ? cfg.request_timeout_s : cfg.header_timeout_s;
+            if (!c.dead && partial && age > deadline) {
+                // Deadlines count from the request's first byte: trickling bytes do not extend them.
+                ApiError e;
+                e.status = 408;
+                e.message = std::string(c.headers_done ? "request body" : "request headers") + " not completed within " +
+                            std::to_string(static_cast<int>(deadline)) + " s";
+                respond_error(c, e);
+                flush(c);
+                c.dead = true;
+            } else if (!c.dead && !c.busy && idle > (c.draining ? 2.0 : cfg.idle_timeout_s)) {
                 c.dead = true;
             }
             if (c.dead) {
@@ -370,33 +396,76 @@ void Server::Impl::loop() {
 }
 
 void Server::Impl::accept_all() {
-    for (;;) {
+    for (int k = 0; k < 64; ++k) {  // a bounded batch per round: the connections get their turn too
         const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;  // EAGAIN, or a transient error (EMFILE...): try again next round
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                accept_paused = Clock::now() + std::chrono::milliseconds(100);  // back off, do not spin
+            return;  // EAGAIN, or a transient error: try again next round
+        }
         count(&ServerStats::connections);
+        if (static_cast<int>(conns.size()) >= conn_limit && !evict_one()) {
+            // Every slot holds a client that is being served: answer 503 with one non-blocking
+            // write and close now, so the descriptor is not held.
+            ApiError e;
+            e.status = 503;
+            e.type = "server_error";
+            e.message = "too many connections (limit " + std::to_string(conn_limit) + ")";
+            count(&ServerStats::errors);
+            const std::string body = error_body(e);
+            const std::string msg = "HTTP/1.1 503 " + std::string(http_reason(503)) +
+                                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                                    "\r\nConnection: close\r\n\r\n" + body;
+            [[maybe_unused]] ssize_t w = ::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+            ::close(fd);
+            continue;
+        }
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         Conn& c = conns[next_conn];
         c.fd = fd;
         c.id = next_conn++;
-        if (static_cast<int>(conns.size()) > cfg.max_connections) {
-            ApiError e;
-            e.status = 503;
-            e.type = "server_error";
-            e.message = "too many connections (limit " + std::to_string(cfg.max_connections) + ")";
-            respond_error(c, e);
-            flush(c);
+    }
+}
+
+bool Server::Impl::evict_one() {
+    // First choice: the connection that has spent longest on an unfinished request's headers
+    // (a slow or stalled client); then the longest-idle keep-alive connection. Never one whose
+    // generation is in flight or whose answer is being written.
+    Conn* victim = nullptr;
+    bool victim_headers = false;
+    for (auto& [id, c] : conns) {
+        if (c.dead || c.busy || !c.out.empty() || c.more) continue;
+        const bool in_headers = pending(c) > 0 && !c.headers_done && !c.draining;
+        const bool idle = pending(c) == 0 || c.draining;
+        if (!in_headers && !idle) continue;
+        const auto t = in_headers ? c.req_start : c.last;
+        if (!victim || (in_headers && !victim_headers) ||
+            (in_headers == victim_headers && t < (victim_headers ? victim->req_start : victim->last))) {
+            victim = &c;
+            victim_headers = in_headers;
         }
     }
+    if (!victim) return false;
+    ::close(victim->fd);
+    conns.erase(victim->id);
+    return true;
 }
 
 void Server::Impl::read_conn(Conn& c) {
     char buf[65536];
+    const std::size_t read_cap = cfg.limits.max_header_bytes + cfg.limits.max_body_bytes + 4096;
     for (;;) {
+        if (!c.draining && pending(c) >= read_cap) break;  // bounded input; the rest waits in the kernel
         const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
         if (n > 0) {
+            if (c.draining) continue;  // discarded; does not extend the drain deadline
             c.last = Clock::now();
-            if (!c.draining) c.in.append(buf, static_cast<std::size_t>(n));
+            if (pending(c) == 0) {
+                c.req_start = c.last;
+                c.headers_done = false;
+            }
+            c.in.append(buf, static_cast<std::size_t>(n));
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -426,13 +495,18 @@ void Server::Impl::flush(Conn& c) {
         ::shutdown(c.fd, SHUT_WR);
         c.draining = true;
         c.in.clear();
+        c.in_off = 0;
+        c.more = false;
         c.last = Clock::now();
     }
+    // Requests that waited for their answers to be read (c.more) are served by the loop's next
+    // round, not from here: process_input() calls flush(), and the recursion would be unbounded.
 }
 
 void Server::Impl::respond(Conn& c, int status, const std::string& body, const std::string& extra_headers) {
     if (status >= 400) count(&ServerStats::errors);
-    if (!c.keep_alive || status >= 500 || status == 413 || status == 431 || status == 408) c.close_after = true;
+    if (!c.keep_alive || status >= 500 || status == 413 || status == 431 || status == 408 || status == 401)
+        c.close_after = true;  // 401: a client without the token gets one answer per connection
     c.out += "HTTP/1.1 " + std::to_string(status) + " " + http_reason(status) +
              "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
              "\r\nConnection: " + (c.close_after ? "close" : "keep-alive") + "\r\n" + extra_headers + "\r\n" + body;
@@ -443,10 +517,17 @@ void Server::Impl::respond_error(Conn& c, const ApiError& e, const std::string& 
 }
 
 void Server::Impl::process_input(Conn& c) {
-    while (!c.busy && !c.close_after && !c.dead) {
-        if (c.in.empty()) break;
-        ParseResult r = parse_http_request(c.in, cfg.limits);
+    constexpr int kPerRound = 16;  // requests served per connection per round: fair to the others
+    c.more = false;
+    for (int served = 0; !c.busy && !c.close_after && !c.dead;) {
+        if (pending(c) == 0) break;
+        if (served == kPerRound || !can_serve(c)) {
+            c.more = true;  // resumed next round, or when the client has read its answers
+            break;
+        }
+        ParseResult r = parse_http_request(std::string_view(c.in).substr(c.in_off), cfg.limits);
         if (r.status == ParseStatus::kIncomplete) {
+            c.headers_done = r.headers_complete;
             if (r.headers_complete && r.request.expect_continue && !c.sent_continue) {
                 c.out += "HTTP/1.1 100 Continue\r\n\r\n";
                 c.sent_continue = true;
@@ -462,7 +543,17 @@ void Server::Impl::process_input(Conn& c) {
             respond_error(c, e);
             break;
         }
-        c.in.erase(0, r.consumed);
+        c.in_off += r.consumed;
+        ++served;
+        if (c.in_off == c.in.size()) {
+            c.in.clear();
+            c.in_off = 0;
+        } else if (c.in_off > (64u << 10) && c.in_off * 2 > c.in.size()) {
+            c.in.erase(0, c.in_off);  // amortised: each byte is moved O(1) times
+            c.in_off = 0;
+        }
+        c.req_start = Clock::now();  // the next pipelined request's clock starts now
+        c.headers_done = false;
         c.sent_continue = false;
         c.keep_alive = r.request.keep_alive;
         count(&ServerStats::requests);
@@ -651,6 +742,7 @@ void Server::Impl::on_event(Event& e) {
             respond(c, 200, c.rb->body(e.finish));
         }
         c.rb.reset();
+        if (pending(c) > 0) c.req_start = Clock::now();  // a pipelined request's deadline starts now
         process_input(c);  // a pipelined request may be waiting; also flushes
         return;
     }

@@ -7,6 +7,11 @@
 // SSE chunks with chunked transfer encoding) — so handlers only enqueue, and a slow backend
 // never blocks other connections. Keep-alive and pipelining are supported; every error is an
 // OpenAI-style JSON body and the server keeps serving. Binds 127.0.0.1 unless told otherwise.
+// Abuse (share/doc/hostile-input.md): input and unread output per connection are bounded (a client
+// that does not read its answers is not read either), requests are parsed in linear time and at
+// most a few per connection per round (fair service), headers and bodies have deadlines that
+// trickled bytes do not extend, an authentication failure closes the connection, and the
+// connection limit is enforced at accept within a descriptor budget (EMFILE backs off).
 // Does not do TLS, HTTP/2, routing between ranks (the Backend's job) or MPI.
 #pragma once
 #include <atomic>
@@ -27,8 +32,15 @@ struct ServerConfig {
     int port = 0;                    ///< 0 = any free port (see Server::port())
     std::string token;               ///< required bearer token (generate_token())
     HttpLimits limits;
-    int max_connections = 512;       ///< more are answered 503 and closed
+    int max_connections = 512;       ///< at the limit, a new connection evicts one that is still sending
+                                     ///< its request headers (or an idle one), else gets 503 and is closed
+    int fd_reserve = 256;            ///< descriptors never used for connections: the limit is lowered to
+                                     ///< RLIMIT_NOFILE - fd_reserve (heartbeats, checkpoints, HDF5, MPI)
     double idle_timeout_s = 120;     ///< close a connection idle (no request in flight) this long
+    double header_timeout_s = 10;    ///< a request's headers must arrive within this many s of its first byte
+    double request_timeout_s = 60;   ///< ... and its body within this many s (trickling bytes do not extend it)
+    std::size_t max_unread_bytes = 1 << 20;  ///< answers not yet read by the client: above this the
+                                             ///< connection is neither read nor served (backpressure)
 };
 
 struct ServerStats {
