@@ -24,6 +24,7 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -684,6 +685,14 @@ void Server::Impl::handle_reward(Conn& c, const HttpRequest& r) {
     }
     if (!j.contains("reward") || !j.at("reward").is_number() || !std::isfinite(j.at("reward").get<double>())) {
         e.message = "'reward' must be a finite number";
+        e.param = "reward";
+        return respond_error(c, e);
+    }
+    // Rewards train in float32: 1e39 is finite as a double but inf there, and one inf makes every
+    // parameter NaN at the next step (and in the checkpoint written after it).
+    if (const double v = j.at("reward").get<double>(); std::fabs(v) > std::numeric_limits<float>::max()) {
+        e.message = "'reward' " + j.at("reward").dump() + " is out of range: rewards must be finite in float32 "
+                    "(|reward| <= 3.4028235e38)";
         e.param = "reward";
         return respond_error(c, e);
     }

@@ -269,6 +269,11 @@ def test_rewards(gw, work):
     check(is_openai_error(r, 404, s), f"reward for an unknown session -> 404 ({s})")
     s, r = gw.json("POST", "/v1/rewards", {"session": "agent-7", "reward": "high"})
     check(is_openai_error(r, 400, s), f"non-numeric reward -> 400 ({s})")
+    s, r = gw.json("POST", "/v1/rewards", {"session": "agent-7", "reward": 1e39})
+    check(is_openai_error(r, 400, s) and "1e+39" in r["error"]["message"] and r["error"]["param"] == "reward",
+          f"a reward finite as a double but not in float32 (1e39) -> 400 naming the value ({s} {r})")
+    s, r = gw.json("POST", "/v1/rewards", {"session": "agent-7", "reward": -3.4e38})
+    check(s == 200, f"a reward at the edge of float32 (-3.4e38) is accepted ({s})")
     recs = [json.loads(l) for l in open(os.path.join(work, "records.jsonl"))]
     rw = [x for x in recs if x["type"] == "reward"]
     comp = [x for x in recs if x["type"] == "completion" and x["session"] == "agent-7"]
