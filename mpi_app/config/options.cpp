@@ -408,9 +408,14 @@ ParseResult parse_train(int argc, const char* const* argv,
         opt.original_tokens = {k + "=" + v};
         envp.options.push_back(opt);
         try {
+            // Parsed into a scratch map as well: po::store skips an option the command line set,
+            // and a bad value must be an error even when it is overridden.
+            po::variables_map scratch;
+            po::store(envp, scratch);
             po::store(envp, vm);
         } catch (const po::error& e) {
-            throw ConfigError("environment variable " + k + "='" + v + "': invalid value for --" + name);
+            const std::string shown = v.size() > 60 ? v.substr(0, 60) + "...' (" + std::to_string(v.size()) + " bytes)" : v + "'";
+            throw ConfigError("environment variable " + k + "='" + shown + ": invalid value for --" + name);
         }
     }
     bool tags_in_env = env.count("TAGFLOW_TAGS") > 0;
@@ -425,7 +430,10 @@ ParseResult parse_train(int argc, const char* const* argv,
         std::ifstream in(cfg);
         if (!in) throw ConfigError("--config " + cfg + ": cannot open file");
         try {
-            po::store(po::parse_config_file(in, desc, /*allow_unregistered=*/false), vm);
+            const po::parsed_options parsed = po::parse_config_file(in, desc, /*allow_unregistered=*/false);
+            po::variables_map scratch;  // every value checked, also those the command line or environment override
+            po::store(parsed, scratch);
+            po::store(parsed, vm);
         } catch (const po::error& e) {
             throw ConfigError(describe_error(e, "--config " + cfg + ": "));
         }

@@ -137,6 +137,25 @@ TEST(Options, BadValueInEnvironmentNamesVariable) {
     EXPECT_NE(e.find("lots"), std::string::npos) << e;
 }
 
+// A bad value is an error even where a higher-precedence source overrides the option (issue 24).
+TEST(Options, OverriddenBadValuesAreStillErrors) {
+    std::string e = error_of({"--out", "o", "--steps", "5"}, Env{{"TAGFLOW_STEPS", "abc"}});
+    EXPECT_NE(e.find("TAGFLOW_STEPS"), std::string::npos) << e;
+    EXPECT_NE(e.find("abc"), std::string::npos) << e;
+    std::string cfg = write_config("steps = " + std::string(100000, '9') + "\n");
+    e = error_of({"--out", "o", "--steps", "5", "--config", cfg});
+    EXPECT_NE(e.find(cfg), std::string::npos) << e;
+    EXPECT_NE(e.find("steps"), std::string::npos) << e;
+    EXPECT_LT(e.size(), 400u) << "the 100,000-digit value is not echoed";
+    e = error_of({"--out", "o", "--config", cfg}, Env{{"TAGFLOW_STEPS", "5"}});
+    EXPECT_NE(e.find(cfg), std::string::npos) << e;
+    std::remove(cfg.c_str());
+    e = error_of({"--out", "o", "--steps", "5"}, Env{{"TAGFLOW_STEPS", std::string(100000, '9')}});
+    EXPECT_NE(e.find("TAGFLOW_STEPS"), std::string::npos) << e;
+    EXPECT_LT(e.size(), 400u) << e.substr(0, 200);
+    EXPECT_EQ(parse({"--out", "o", "--steps", "5"}, Env{{"TAGFLOW_STEPS", "7"}}).options.steps, 5);
+}
+
 TEST(Options, UnknownTagflowVariableIsAnError) {
     std::string e = error_of({"--out", "o"}, Env{{"TAGFLOW_STPES", "3"}});
     EXPECT_NE(e.find("TAGFLOW_STPES"), std::string::npos) << e;
