@@ -43,7 +43,7 @@ using io::SpanKind;
 // the train root contributes them, plus every rank's idle seconds).
 enum StatSlot {
     kLoss, kKl, kEntropy, kClip, kLpDiff, kTokens, kEval, kSyncBytes, kSyncT0, kSyncT1, kIdle,
-    kSigTerm, kSigUsr1,  // ranks that received SIGTERM / SIGUSR1 (ckpt/signals.hpp): checkpoint, exit 75
+    kSigTerm, kSigUsr1, kSigInt, kSigHup,  // ranks that received each requeue signal (ckpt/signals.hpp): checkpoint, exit 75
     kNumStats
 };
 
@@ -130,7 +130,7 @@ class SyncScheduler final : public Scheduler {
     struct StepOut {
         io::StepRecord row;
         double eval = -1;
-        int signal = 0;  // SIGUSR1 or SIGTERM when any rank received one (same on every rank)
+        int signal = 0;  // SIGUSR1, SIGTERM, SIGINT or SIGHUP when any rank received one (same on every rank)
     };
 
     // A fresh run: version-0 weights to every rollout rank, the step-0 evaluation. Returns 0.
@@ -403,6 +403,8 @@ class SyncScheduler final : public Scheduler {
         const int sig = ckpt::requeue_signal();
         stats[kSigTerm] = sig == SIGTERM ? 1.0 : 0.0;
         stats[kSigUsr1] = sig == SIGUSR1 ? 1.0 : 0.0;
+        stats[kSigInt] = sig == SIGINT ? 1.0 : 0.0;
+        stats[kSigHup] = sig == SIGHUP ? 1.0 : 0.0;
         {
             // The reduction itself waits for the slowest rank (e.g. the one evaluating): on the
             // timeline as idle too, though its length can only count towards the next step.
@@ -435,7 +437,11 @@ class SyncScheduler final : public Scheduler {
         row.samples_per_s = static_cast<float>(static_cast<double>(row.samples) / std::max(1e-9, t_end - t_start));
         row.idle_frac = static_cast<float>(stats[kIdle] / (roles_.world_size * std::max(1e-9, t_end - t_start)));
         out.eval = stats[kEval] - 1.0;  // -1: no evaluation this step
-        out.signal = stats[kSigUsr1] > 0 ? SIGUSR1 : (stats[kSigTerm] > 0 ? SIGTERM : 0);
+        out.signal = stats[kSigUsr1] > 0   ? SIGUSR1
+                     : stats[kSigTerm] > 0 ? SIGTERM
+                     : stats[kSigInt] > 0  ? SIGINT
+                     : stats[kSigHup] > 0  ? SIGHUP
+                                           : 0;
 
         std::vector<io::SampleRecord> samples;
         // Every sample's requests are in this step's tree: its token columns come from there.

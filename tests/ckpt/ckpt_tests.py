@@ -10,7 +10,8 @@ CASE kill_<seed>: an uninterrupted reference run, then the same run SIGKILLed (e
   monotonic, a /resumes row, and the same per-sample rewards and per-step reward curve as the
   uninterrupted run (sync mode is deterministic per sample id).
 CASE signal: SIGTERM to one rank -> checkpoint, the contract line, exit 75; resumed, then SIGUSR1
-  to mpirun (forwarded to the ranks) -> exit 75 again; resumed to the end; same checks.
+  to mpirun (forwarded to the ranks) -> exit 75 again; then SIGINT and SIGHUP to one rank, each the
+  same; resumed to the end; same checks.
 CASE akill_<mode>_<seed> (mode disaggregated or multiplex): SIGKILL of every rank at a random
   moment after the checkpoint at step 3 (--ckpt-every 3), whose pool of untrained samples must be
   non-empty; resumed; async exactly-once checks (counts and identities, no reward comparison:
@@ -49,7 +50,7 @@ import tagflow_run  # noqa: E402  (share/python, put on sys.path by app_tests)
 STEPS, P, G, EVERY = 8, 4, 4, 3
 RUN = ["--prompts-per-step", str(P), "--group-size", str(G), "--eval-every", "2",
        "--eval-prompts", "8", "--gemm-check", "false"]
-CONTRACT = re.compile(r"tagflow: checkpoint at step (\d+) after (SIGTERM|SIGUSR1); exiting for requeue")
+CONTRACT = re.compile(r"tagflow: checkpoint at step (\d+) after (SIGTERM|SIGUSR1|SIGINT|SIGHUP); exiting for requeue")
 
 
 def fresh(a, name):
@@ -240,10 +241,14 @@ def case_signal(a):
     s1 = interrupt(a, out, "sigterm", signal.SIGTERM, False, 2, steps)
     s2 = interrupt(a, out, "sigusr1", signal.SIGUSR1, True, s1 + 2, steps)
     check(s2 > s1, f"the second run went on from step {s1} to {s2}")
+    # Ctrl-C or a closed terminal reaching a rank: the same checkpoint and exit 75, not a kill.
+    s3 = interrupt(a, out, "sigint", signal.SIGINT, False, s2 + 2, steps)
+    s4 = interrupt(a, out, "sighup", signal.SIGHUP, False, s3 + 2, steps)
+    check(s4 > s3 > s2, f"the SIGINT and SIGHUP runs went on: {s2} -> {s3} -> {s4}")
     p = train(a, out, steps=steps)
     check(p.returncode == 0, f"final resume exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
     d = read_run(out)
-    check([r[0] for r in d["resumes"]] == [s1, s2], f"/resumes rows from steps {s1} and {s2}: {d['resumes']}")
+    check([r[0] for r in d["resumes"]] == [s1, s2, s3, s4], f"/resumes rows from steps {s1}, {s2}, {s3}, {s4}: {d['resumes']}")
     check(all(r[2] == 0 for r in d["resumes"]), "nothing to discard after a signal checkpoint")
     check_exactly_once(d, "signal", steps)
 
