@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -60,7 +61,7 @@ po::variables_map parse(int argc, char** argv, const po::options_description& de
 
 int check(int argc, char** argv, bool root) {
     std::string file, tokenizer, chat_template;
-    int64_t max_tokens = 0;
+    int64_t max_tokens = 0, sample_reads = 0;
     bool sft = false;
     po::options_description desc("tagflow data check options");
     desc.add_options()
@@ -69,7 +70,9 @@ int check(int argc, char** argv, bool root) {
         ("tokenizer", po::value<std::string>(&tokenizer), "tokenizer.json or a model directory: count prompt tokens")
         ("chat-template", po::value<std::string>(&chat_template), "a Jinja chat template file instead of the tokenizer's")
         ("max-prompt-tokens", po::value<int64_t>(&max_tokens), "skip (and count) rows whose prompt is longer; needs --tokenizer")
-        ("sft", po::bool_switch(&sft), "rows must carry a response (response or extra_info.answer)");
+        ("sft", po::bool_switch(&sft), "rows must carry a response (response or extra_info.answer)")
+        ("sample-reads", po::value<int64_t>(&sample_reads),
+         "also read N random rows (seeded) after indexing and report the mean time per row");
     po::positional_options_description pos;
     pos.add("file", 1);
     auto vm = parse(argc, argv, desc, pos, "check");
@@ -82,6 +85,7 @@ int check(int argc, char** argv, bool root) {
     if (file.empty()) throw ConfigError("data check: FILE is required (try `tagflow data check --help`)");
     if (vm.count("max-prompt-tokens") && max_tokens <= 0)
         throw ConfigError("data check: --max-prompt-tokens must be positive, got " + std::to_string(max_tokens));
+    if (sample_reads < 0) throw ConfigError("data check: --sample-reads must not be negative");
     if (max_tokens > 0 && tokenizer.empty()) throw ConfigError("data check: --max-prompt-tokens needs --tokenizer PATH");
     if (!chat_template.empty() && tokenizer.empty()) throw ConfigError("data check: --chat-template needs --tokenizer PATH");
     // Every rank indexes (under mpirun a bad file is then the same error, exit 2, everywhere); rank 0 prints.
@@ -129,6 +133,13 @@ int check(int argc, char** argv, bool root) {
     j["index_bytes"] = d.index_bytes();
     j["index_seconds"] = std::round(secs * 1000) / 1000;
     j["index_mb_per_s"] = secs > 0 ? std::round(d.uncompressed_bytes() / 1e6 / secs * 10) / 10 : 0.0;
+    if (sample_reads > 0) {
+        std::mt19937_64 rng(12345);
+        const auto r0 = std::chrono::steady_clock::now();
+        for (int64_t k = 0; k < sample_reads; ++k) d.row(rng() % d.size());
+        const double rs = std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count();
+        j["row_read_ms"] = std::round(rs / static_cast<double>(sample_reads) * 1e6) / 1e3;
+    }
     j["peak_rss_bytes"] = peak_rss();
     j["peak_rss_before_index_bytes"] = rss_before;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
