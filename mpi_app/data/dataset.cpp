@@ -31,37 +31,6 @@ bool blank(const char* p, std::size_t n) {
     return true;
 }
 
-/// Deepest [ / { nesting outside strings (nlohmann's parser is iterative, but keeping rows shallow
-/// keeps every consumer of extra_info safe).
-int json_depth(const char* p, std::size_t n) {
-    int depth = 0, worst = 0;
-    bool in_str = false;
-    for (std::size_t i = 0; i < n; ++i) {
-        char c = p[i];
-        if (in_str) {
-            if (c == '\\') ++i;
-            else if (c == '"') in_str = false;
-        } else if (c == '"') {
-            in_str = true;
-        } else if (c == '[' || c == '{') {
-            worst = std::max(worst, ++depth);
-        } else if (c == ']' || c == '}') {
-            --depth;
-        }
-    }
-    return worst;
-}
-
-/// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
-std::string parse_message(const std::exception& e) {
-    std::string m = e.what();
-    if (m.rfind("[json.exception.", 0) == 0) {
-        auto k = m.find("] ");
-        if (k != std::string::npos) m = m.substr(k + 2);
-    }
-    return m;
-}
-
 // ---- index bytes ----
 
 void put_u64(std::string& s, uint64_t v) {
@@ -108,15 +77,47 @@ constexpr char kMagic[] = "tagflow-data-index-1";
 
 }  // namespace
 
+namespace detail {
+
+int json_depth(const char* p, std::size_t n) {
+    int depth = 0, worst = 0;
+    bool in_str = false;
+    for (std::size_t i = 0; i < n; ++i) {
+        char c = p[i];
+        if (in_str) {
+            if (c == '\\') ++i;
+            else if (c == '"') in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            worst = std::max(worst, ++depth);
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return worst;
+}
+
+std::string parse_message(const std::exception& e) {
+    std::string m = e.what();
+    if (m.rfind("[json.exception.", 0) == 0) {
+        auto k = m.find("] ");
+        if (k != std::string::npos) m = m.substr(k + 2);
+    }
+    return m;
+}
+
+}  // namespace detail
+
 Row parse_row(std::string_view text, const std::string& file, uint64_t line, bool sft) {
     const std::string where = file + ":" + std::to_string(line) + ": ";
-    if (json_depth(text.data(), text.size()) > kMaxJsonDepth)
+    if (detail::json_depth(text.data(), text.size()) > kMaxJsonDepth)
         throw ConfigError(where + "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels");
     ojson j;
     try {
         j = ojson::parse(text.begin(), text.end());
     } catch (const std::exception& e) {
-        throw ConfigError(where + "not JSON: " + parse_message(e));
+        throw ConfigError(where + "not JSON: " + detail::parse_message(e));
     }
     if (!j.is_object()) throw ConfigError(where + "a row must be a JSON object, not " + json_type(j));
     Row r;
@@ -191,40 +192,41 @@ Dataset Dataset::open(const std::string& path, const DatasetOptions& opts) {
     uint64_t shortest_over = std::numeric_limits<uint64_t>::max(), first_over_line = 0;
     std::string partial;        // a line cut by a block boundary
     uint64_t partial_start = 0;
-    auto handle = [&](const char* p, std::size_t n, uint64_t start) {
-        ++line;
-        if (n && p[n - 1] == '\r') --n;
-        if (blank(p, n)) return;
-        ++lines_seen_rows;
-        Row r = parse_row(std::string_view(p, n), path, line, opts.sft);
-        uint32_t ntok = 0;
-        if (opts.tokenizer) {
-            std::vector<int32_t> ids;
-            try {
-                ids = prompt_ids(r, *opts.tokenizer);
-            } catch (const Error& e) {
-                throw ConfigError(path + ":" + std::to_string(line) + ": prompt: " + e.what());
-            }
-            ntok = static_cast<uint32_t>(std::min<std::size_t>(ids.size(), UINT32_MAX));
-            if (opts.max_prompt_tokens > 0 && static_cast<int64_t>(ids.size()) > opts.max_prompt_tokens) {
-                if (opts.over_limit_is_error)
-                    throw ConfigError(path + ":" + std::to_string(line) + ": prompt has " + std::to_string(ids.size()) +
-                                      " tokens, over --max-prompt-tokens " + std::to_string(opts.max_prompt_tokens));
-                if (ids.size() < shortest_over) shortest_over = ids.size();
-                if (!first_over_line) first_over_line = line;
-                ++d.skipped_;  // the rows after it get their line kept below (line != index + 1)
-                return;
-            }
-        }
-        if (!d.lines_.empty() || line != d.starts_.size() + 1) {
+    auto keep = [&](uint64_t start, std::size_t n, const std::string& source) {
+        if (!d.lines_.empty() || line != d.starts_.size() + 1) {  // from here on lines differ from index + 1
             if (d.lines_.empty())
                 for (uint64_t i = 0; i < d.starts_.size(); ++i) d.lines_.push_back(i + 1);
             d.lines_.push_back(line);
         }
         d.starts_.push_back(start);
         d.lens_.push_back(static_cast<uint32_t>(n));
-        if (opts.tokenizer) d.tokens_.push_back(ntok);
-        ++d.sources_[r.data_source];
+        ++d.sources_[source];
+    };
+    auto handle = [&](const char* p, std::size_t n, uint64_t start) {
+        ++line;
+        if (n && p[n - 1] == '\r') --n;
+        if (blank(p, n)) return;
+        ++lines_seen_rows;
+        const std::string_view text(p, n);
+        if (!opts.tokenizer) return keep(start, n, check_row(text, path, line, opts.sft));  // no row built
+        Row r = parse_row(text, path, line, opts.sft);
+        std::vector<int32_t> ids;
+        try {
+            ids = prompt_ids(r, *opts.tokenizer);
+        } catch (const Error& e) {
+            throw ConfigError(path + ":" + std::to_string(line) + ": prompt: " + e.what());
+        }
+        if (opts.max_prompt_tokens > 0 && static_cast<int64_t>(ids.size()) > opts.max_prompt_tokens) {
+            if (opts.over_limit_is_error)
+                throw ConfigError(path + ":" + std::to_string(line) + ": prompt has " + std::to_string(ids.size()) +
+                                  " tokens, over --max-prompt-tokens " + std::to_string(opts.max_prompt_tokens));
+            shortest_over = std::min<uint64_t>(shortest_over, ids.size());
+            if (!first_over_line) first_over_line = line;
+            ++d.skipped_;
+            return;
+        }
+        keep(start, n, r.data_source);
+        d.tokens_.push_back(static_cast<uint32_t>(std::min<std::size_t>(ids.size(), UINT32_MAX)));
     };
     d.file_.scan([&](const char* data, std::size_t n) {
         const char* p = data;

@@ -11,6 +11,7 @@
 // Does NOT: shuffle or hand out rows (epoch.hpp), score answers (scorers.hpp).
 #pragma once
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <string>
@@ -57,6 +58,17 @@ constexpr int kMaxJsonDepth = 128;
 /// Checks one line of `file` (1-based `line`) and returns it as a Row (index 0);
 /// ConfigError "FILE:LINE: problem" when it is not a valid row.
 Row parse_row(std::string_view text, const std::string& file, uint64_t line, bool sft);
+
+/// What parse_row checks, in one SAX pass without building the row (the index pass's fast path):
+/// the same ConfigError for the same line. Returns the row's data_source ("" if none).
+std::string check_row(std::string_view text, const std::string& file, uint64_t line, bool sft);
+
+namespace detail {
+/// Deepest [ / { nesting outside strings (counted before parsing, cheaply).
+int json_depth(const char* p, std::size_t n);
+/// nlohmann's message without its "[json.exception.parse_error.101] " prefix.
+std::string parse_message(const std::exception& e);
+}  // namespace detail
 
 /// The prompt's token ids: a string is encoded as Hugging Face's tokenizer(prompt) does (special
 /// tokens added, e.g. Llama 3's BOS); messages through the chat template with the generation prompt.

@@ -324,3 +324,74 @@ TEST(Dataset, BadInputIsOneLineNamingFileAndLine) {
     EXPECT_NE(error_of(::testing::TempDir()).find("is a directory"), std::string::npos);
     EXPECT_NE(error_of(tmp("does_not_exist.jsonl")).find("cannot open: No such file"), std::string::npos);
 }
+
+namespace {
+std::string outcome(bool fast, const std::string& line, bool sft) {
+    try {
+        if (fast) return "ok " + check_row(line, "F", 9, sft);
+        return "ok " + parse_row(line, "F", 9, sft).data_source;
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+}
+}  // namespace
+
+// The index pass checks rows with check_row (SAX) when it renders no prompt, and parse_row
+// otherwise: both must say the same about every line.
+TEST(Dataset, CheckRowSaysWhatParseRowSays) {
+    std::vector<std::string> lines = {
+        R"({"prompt": "p", "data_source": "d"})",
+        R"({"prompt": 1, "prompt": "later wins"})",
+        R"({"prompt": "x", "prompt": 1})",
+        R"({"data_source": 5, "prompt": 3})",
+        R"({"prompt": [{"role": "user", "content": "a"}, 4, {"role": 1}]})",
+        R"({"prompt": [{"role": "user", "content": "a"}, {"content": "b"}]})",
+        R"({"prompt": [{"role": "user", "content": "a", "content": null}]})",
+        R"({"prompt": [{"role": "user", "content": {"nested": [1, {"role": 2}]}}]})",
+        R"({"prompt": [[{"role": "user", "content": "a"}]]})",
+        R"({"prompt": "p", "extra_info": {"answer": "a"}})",
+        R"({"prompt": "p", "extra_info": {"answer": {"x": "y"}}})",
+        R"({"prompt": "p", "extra_info": {"other": {"answer": "deep"}}})",
+        R"({"prompt": "p", "extra_info": [{"answer": "a"}]})",
+        R"({"prompt": "p", "response": null, "extra_info": {"answer": ""}})",
+        R"({"prompt": "p", "response": ""})",
+        R"({"prompt": "p", "reward_model": null, "data_source": null})",
+        R"({"prompt": "p", "reward_model": [1]})",
+        R"({"prompt": ""})",
+        R"({"prompt": []})",
+        R"([{"prompt": "p"}])",
+        R"(null)",
+        R"({"prompt": "p"} x)",
+        R"({"prompt": "p")",
+        R"({"prompt": "\ud800"})",
+        R"({"prompt": "p", "data_source": "a", "data_source": "b"})",
+    };
+    std::mt19937 rng(99);
+    const std::string base = make_rows(40, 12) +
+                             "{\"prompt\": [{\"role\": \"user\", \"content\": \"x\"}], \"response\": \"r\", "
+                             "\"extra_info\": {\"answer\": \"a\", \"k\": [1, {\"answer\": 2}]}, \"data_source\": \"s\"}\n";
+    auto good = lines_of(base);
+    const std::string alphabet = "{}[]\",:0123456789 nulltruefalse\\promptrolecontentanswerresponsedata_source";
+    for (int k = 0; k < 20000; ++k) {  // random edits of good rows
+        std::string l = good[rng() % good.size()];
+        int edits = 1 + static_cast<int>(rng() % 3);
+        for (int e = 0; e < edits && !l.empty(); ++e) {
+            std::size_t at = rng() % l.size();
+            switch (rng() % 3) {
+                case 0: l.erase(at, 1 + rng() % 8); break;
+                case 1: l.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+                default: l[at] = alphabet[rng() % alphabet.size()];
+            }
+        }
+        lines.push_back(l);
+    }
+    int differ = 0, bad = 0;
+    for (const auto& l : lines)
+        for (bool sft : {false, true}) {
+            std::string a = outcome(true, l, sft), b = outcome(false, l, sft);
+            if (a.rfind("ok ", 0) != 0) ++bad;
+            if (a != b && ++differ <= 10) ADD_FAILURE() << l << "\n  check_row: " << a << "\n  parse_row: " << b;
+        }
+    EXPECT_EQ(differ, 0);
+    EXPECT_GT(bad, 10000);  // the edits made plenty of bad rows
+}
