@@ -57,6 +57,7 @@ std::string deflate_window(const unsigned char* w, std::size_t n) {
     if (compress2(reinterpret_cast<Bytef*>(out.data()), &len, w, static_cast<uLong>(n), 1) != Z_OK)
         throw Error("zlib: compress2 of an index window failed");
     out.resize(len);
+    out.shrink_to_fit();  // compressBound's room is most of the window: give it back
     return out;
 }
 

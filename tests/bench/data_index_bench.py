@@ -9,7 +9,9 @@ Prints MB/s of both (tagflow: the index pass as the command times it, start-up e
 command's seconds are printed too), the ratio (tagflow / baseline), the index's memory against the
 data size, the process's peak RSS growth during indexing, and the mean time to read one random row.
 No timed assertions: exits non-zero only when the row counts disagree.
-  data_index_bench.py BUILD_DIR [--mb 200] [--repeat 3] [--work DIR]
+  data_index_bench.py BUILD_DIR [--mb 200] [--repeat 3] [--work DIR] [--tokenizer PATH]
+With --tokenizer a third row ("+tok") indexes the plain file rendering and counting every prompt
+(the chat template for message lists), as `--max-prompt-tokens` needs.
 """
 import argparse
 import json
@@ -60,6 +62,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--reads", type=int, default=200)
     ap.add_argument("--work")
+    ap.add_argument("--tokenizer", help="also index the plain file with this tokenizer (prompts rendered and counted)")
     a = ap.parse_args()
     tagflow = os.path.join(a.build, "mpi_app", "tagflow")
     if not os.access(tagflow, os.X_OK):
@@ -80,13 +83,16 @@ def main():
           f"{'index/data':>10} {'RSS +MB':>8} {'row read ms':>11}  baseline")
     subprocess.run(["cat", plain, gz], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
     status = 0
-    for name, path, base in (("plain", plain, ["wc", "-l", plain]), ("gzip", gz, f"gzip -dc '{gz}' | wc -l")):
+    runs = [("plain", plain, ["wc", "-l", plain], []), ("gzip", gz, f"gzip -dc '{gz}' | wc -l", [])]
+    if a.tokenizer:
+        runs.append(("+tok", plain, ["wc", "-l", plain], ["--tokenizer", a.tokenizer]))
+    for name, path, base, extra in runs:
         tb, out = best_time(base, a.repeat, shell=isinstance(base, str))
         wc_lines = int(out.split()[0])
         tt, j = None, None
         for _ in range(a.repeat):  # best index pass
             t0 = time.perf_counter()
-            out = subprocess.run([tagflow, "data", "check", path, "--sample-reads", str(a.reads)],
+            out = subprocess.run([tagflow, "data", "check", path, "--sample-reads", str(a.reads)] + extra,
                                  capture_output=True, check=True).stdout
             dt, jj = time.perf_counter() - t0, json.loads(out)
             if j is None or jj["index_mb_per_s"] > j["index_mb_per_s"]:
