@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,27 @@ TEST(Dataset, PlainAndGzipGiveTheSameRows) {
     // at the default span (1 MiB) the index is a small part of the data
     Dataset big = Dataset::open(tmp("s.jsonl.gz"));
     EXPECT_LT(big.index_bytes(), big.uncompressed_bytes() / 8);
+}
+
+TEST(Dataset, ConcurrentReadsOfAGzipFile) {
+    std::string plain = make_rows(3000, 21);
+    write(tmp("conc.jsonl.gz"), gzip_bytes(plain));
+    DatasetOptions o;
+    o.gzip_span = 1 << 16;
+    const Dataset d = Dataset::open(tmp("conc.jsonl.gz"), o);
+    const auto ls = lines_of(plain);
+    std::vector<int> wrong(4, 0);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t)
+        ts.emplace_back([&, t] {
+            std::mt19937 rng(static_cast<unsigned>(t));
+            for (int k = 0; k < 300; ++k) {
+                uint64_t i = rng() % d.size();
+                if (d.row(i).prompt != nlohmann::ordered_json::parse(ls[i])["prompt"]) ++wrong[t];
+            }
+        });
+    for (auto& t : ts) t.join();
+    for (int w : wrong) EXPECT_EQ(w, 0);
 }
 
 TEST(Dataset, RowShapes) {
