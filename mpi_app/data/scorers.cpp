@@ -271,9 +271,12 @@ std::string truth_answer(const std::string& t) {
 }
 
 double score_math(std::string_view, std::string_view solution, const ojson& gt, const ojson&) {
+    const auto ts = truths(gt);
+    for (const auto& t : ts)  // whatever veRL scores 1 scores 1 (by construction, not by argument)
+        if (verl_math_score(solution, t) == 1.0) return 1.0;
     auto a = math_answer(solution);
     if (!a) return 0.0;
-    for (const auto& t : truths(gt))
+    for (const auto& t : ts)
         if (math_equiv(*a, truth_answer(t))) return 1.0;
     return 0.0;
 }
@@ -385,6 +388,21 @@ std::optional<std::string> math_answer(std::string_view solution) {
         i = j;
     }
     return last;
+}
+
+double verl_math_score(std::string_view solution, std::string_view ground_truth) {
+    auto b = last_boxed_only(solution);
+    if (!b) return 0.0;
+    const std::string& x = *b;
+    std::string answer;
+    if (x.find("\\boxed ") != std::string::npos) {  // remove_boxed: asserts, which veRL's caller turns into 0
+        if (x.rfind("\\boxed ", 0) != 0) return 0.0;
+        answer = x.substr(7);
+    } else {
+        if (x.rfind("\\boxed{", 0) != 0 || x.back() != '}') return 0.0;
+        answer = x.substr(7, x.size() - 8);
+    }
+    return verl_math_equiv(answer, ground_truth) ? 1.0 : 0.0;
 }
 
 bool verl_math_equiv(std::string_view a, std::string_view b) {

@@ -52,6 +52,9 @@ std::optional<std::string> gsm8k_strict_answer(std::string_view solution);
 std::optional<std::string> last_boxed(std::string_view s);
 /// The final answer as `math` reads it (boxed, then ####, then the last number).
 std::optional<std::string> math_answer(std::string_view solution);
+/// veRL math.compute_score(solution_str, ground_truth): 1 when the content of the last \boxed{}
+/// (remove_boxed: \fbox and malformed boxes give 0) is_equiv the ground truth, else 0.
+double verl_math_score(std::string_view solution, std::string_view ground_truth);
 /// veRL math.is_equiv (strip_string on both, string compare; raw compare where it throws).
 bool verl_math_equiv(std::string_view a, std::string_view b);
 /// An exact fraction num/den (den > 0, reduced) for a numeric answer, else nullopt.

@@ -8,6 +8,9 @@ CASE check: a veRL-shaped data set written by pandas (`df.to_json(lines=True, or
   prompt token statistics and the rows skipped at --max-prompt-tokens equal those computed from
   Hugging Face `tokenizers` (hf_reference.js --add-special-tokens); --help exits 0.
 CASE score: `data score` with builtin:math / gsm8k / exact and the data_source defaults.
+CASE verl: seeded answer/ground-truth pairs through `data score`: builtin:gsm8k equals veRL's
+  gsm8k.compute_score on every pair, and builtin:math scores 1 wherever veRL's math.compute_score
+  does (verl_reference.py, transcribed from veRL); the pairs where math is more lenient are counted.
 CASE hostile (Hostile.data.files): not JSON, a missing prompt, a wrong type, an empty file, a gzip
   cut short, a row over the limit when every row is, bad flags; also under mpirun -n 2: exit 2,
   one stderr line naming FILE:LINE (or the file/flag) and the problem, nothing on stdout, no
@@ -133,6 +136,46 @@ def case_score(a):
     check(p.returncode == 2 and "unknown built-in scorer 'nope'" in p.stderr.decode(), "unknown scorer")
 
 
+def case_verl(a):
+    sys.path.insert(0, HERE)
+    import verl_reference as verl
+    rng = random.Random(31)
+    forms = ["1/2", "0.5", ".5", "0.50", "\\frac12", "\\frac{1}{2}", "\\dfrac{1}{2}", "\\tfrac{1}{2}", "x = 5", "5",
+             "5.0", "1,000", "1000", "-3", "- 3", "\\left(1,2\\right)", "(1,2)", "(1, 2)", "90^\\circ", "90", "50\\%",
+             "50%", "50", "10\\text{ cm}", "10", "\\sqrt2", "\\sqrt{2}", "a/b", "a / b", "3/4", "0.75", "\\frac{3}{4}",
+             "{a}+{b}", "x^2+1", "x^2 + 1", "", "\\$18", "18", "$18", "k = 7", "7", "1/0", "\\frac{1}", "\\sqrt"]
+    prefixes = ["", "The answer is ", "Step 1: 2+2=4.\nSo ", "x" * 320 + " ", "We get $", "#### 9\n"]
+    wraps = ["\\boxed{%s}", "\\boxed %s$", "\\fbox{%s}", "#### %s", "%s", "\\boxed{%s} and \\boxed{%s}",
+             "\\boxed{\\boxed{%s}}", "####%s", "#### %s."]
+    pairs = []
+    for _ in range(3000):
+        w = rng.choice(wraps)
+        ans = rng.choice(forms)
+        body = w % ((rng.choice(forms), ans) if w.count("%s") == 2 else (ans,))
+        # a third of the ground truths are the answer itself, a third it without commas (as gsm8k's
+        # preprocessing writes it), a third any form
+        gt = rng.choice([rng.choice(forms), ans, ans.replace(",", "")])
+        pairs.append((rng.choice(prefixes) + body + rng.choice(["", ".", " ", "\n"]), gt))
+    for spec, ref in (("builtin:gsm8k", verl.gsm8k_compute_score), ("builtin:math", verl.math_compute_score)):
+        lines = "".join(json.dumps({"solution": sol, "ground_truth": gt}) + "\n" for sol, gt in pairs).encode()
+        p = run([a.tagflow, "data", "score", "--reward", spec], lines)
+        got = [float(x) for x in p.stdout.decode().split()]
+        check(p.returncode == 0 and len(got) == len(pairs), f"{spec}: {len(got)} scores for {len(pairs)} pairs")
+        if len(got) != len(pairs):
+            continue
+        want = [float(ref(sol, gt)) for sol, gt in pairs]
+        if spec == "builtin:gsm8k":
+            bad = [(pairs[i], got[i], want[i]) for i in range(len(pairs)) if got[i] != want[i]]
+            check(not bad and sum(want) > 40, f"gsm8k = veRL's gsm8k on all {len(pairs)} pairs ({sum(want):.0f} score 1)"
+                  + (f"; first difference {bad[0]}" if bad else ""))
+        else:
+            bad = [(pairs[i], got[i]) for i in range(len(pairs)) if want[i] == 1.0 and got[i] != 1.0]
+            more = sum(1 for i in range(len(pairs)) if got[i] == 1.0 and want[i] != 1.0)
+            check(not bad and sum(want) > 300, f"math scores 1 wherever veRL's math does ({sum(want):.0f} pairs); "
+                  f"{more} more pairs accepted by math's extraction and numeric equivalence"
+                  + (f"; first miss {bad[0]}" if bad else ""))
+
+
 def expect_one_line(a, args, want, what, np_=None):
     p = run([a.tagflow] + args, np_=np_)
     lines = err_lines(p)
@@ -196,14 +239,14 @@ def case_hostile(a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["check", "score", "hostile"])
+    ap.add_argument("case", choices=["check", "score", "verl", "hostile"])
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--npm", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     shutil.rmtree(a.work, ignore_errors=True)
     os.makedirs(a.work)
-    {"check": case_check, "score": case_score, "hostile": case_hostile}[a.case](a)
+    {"check": case_check, "score": case_score, "verl": case_verl, "hostile": case_hostile}[a.case](a)
     if failures:
         print(f"{len(failures)} failure(s)")
         sys.exit(1)
