@@ -68,8 +68,10 @@ int check(int argc, char** argv, bool root) {
         ("help,h", "print this help and exit")
         ("file", po::value<std::string>(&file), "the data file (positional)")
         ("tokenizer", po::value<std::string>(&tokenizer), "tokenizer.json or a model directory: count prompt tokens")
-        ("chat-template", po::value<std::string>(&chat_template), "a Jinja chat template file instead of the tokenizer's")
-        ("max-prompt-tokens", po::value<int64_t>(&max_tokens), "skip (and count) rows whose prompt is longer; needs --tokenizer")
+        ("chat-template", po::value<std::string>(&chat_template),
+         "a Jinja chat template file instead of the tokenizer's")
+        ("max-prompt-tokens", po::value<int64_t>(&max_tokens),
+         "skip (and count) rows whose prompt is longer; needs --tokenizer")
         ("sft", po::bool_switch(&sft), "rows must carry a response (response or extra_info.answer)")
         ("sample-reads", po::value<int64_t>(&sample_reads),
          "also read N random rows (seeded) after indexing and report the mean time per row");
@@ -86,8 +88,10 @@ int check(int argc, char** argv, bool root) {
     if (vm.count("max-prompt-tokens") && max_tokens <= 0)
         throw ConfigError("data check: --max-prompt-tokens must be positive, got " + std::to_string(max_tokens));
     if (sample_reads < 0) throw ConfigError("data check: --sample-reads must not be negative");
-    if (max_tokens > 0 && tokenizer.empty()) throw ConfigError("data check: --max-prompt-tokens needs --tokenizer PATH");
-    if (!chat_template.empty() && tokenizer.empty()) throw ConfigError("data check: --chat-template needs --tokenizer PATH");
+    if (max_tokens > 0 && tokenizer.empty())
+        throw ConfigError("data check: --max-prompt-tokens needs --tokenizer PATH");
+    if (!chat_template.empty() && tokenizer.empty())
+        throw ConfigError("data check: --chat-template needs --tokenizer PATH");
     // Every rank indexes (under mpirun a bad file is then the same error, exit 2, everywhere); rank 0 prints.
 
     DatasetOptions o;
@@ -121,7 +125,9 @@ int check(int argc, char** argv, bool root) {
         std::sort(t.begin(), t.end());
         double sum = 0;
         for (uint32_t x : t) sum += x;
-        auto pct = [&](double p) { return t[std::min(t.size() - 1, static_cast<std::size_t>(p * (t.size() - 1) + 0.5))]; };
+        auto pct = [&](double p) {
+            return t[std::min(t.size() - 1, static_cast<std::size_t>(p * static_cast<double>(t.size() - 1) + 0.5))];
+        };
         j["tokenizer"] = o.tokenizer->name();
         j["prompt_tokens"] = {{"min", t.front()},     {"mean", std::round(sum / t.size() * 10) / 10},
                               {"p50", pct(0.5)},      {"p95", pct(0.95)},

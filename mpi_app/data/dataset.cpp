@@ -173,7 +173,8 @@ Row parse_row(std::string_view text, const std::string& file, uint64_t line, boo
         }
     }
     if (sft && !r.has_response)
-        throw ConfigError(where + "sft needs the answer to train on: a string \"response\" or \"extra_info\".\"answer\"");
+        throw ConfigError(where +
+                          "sft needs the answer to train on: a string \"response\" or \"extra_info\".\"answer\"");
     return r;
 }
 
@@ -264,7 +265,8 @@ Dataset Dataset::open(const std::string& path, const DatasetOptions& opts) {
     if (lines_seen_rows == 0) throw ConfigError(path + ": no rows (only blank lines)");
     if (d.starts_.empty())
         throw ConfigError(path + ": every row's prompt is over --max-prompt-tokens " +
-                          std::to_string(opts.max_prompt_tokens) + " (the shortest has " + std::to_string(shortest_over) +
+                          std::to_string(opts.max_prompt_tokens) + " (the shortest has " +
+                          std::to_string(shortest_over) +
                           " tokens, the first is line " + std::to_string(first_over_line) + ")");
     d.starts_.shrink_to_fit();
     d.lens_.shrink_to_fit();

@@ -122,7 +122,8 @@ EpochSampler EpochSampler::from_json(const nlohmann::json& j, uint64_t rows, uin
             for (const auto& e : list) {
                 Ticket t{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>()};
                 if (t.row >= rows || t.epoch > x.epoch_ || !seen.insert(t).second)
-                    throw ConfigError(what + "bad ticket [" + std::to_string(t.epoch) + ", " + std::to_string(t.row) + "]");
+                    throw ConfigError(what + "bad ticket [" + std::to_string(t.epoch) + ", " +
+                                      std::to_string(t.row) + "]");
                 x.requeued_[t.epoch].push_back(t.row);
             }
         };

@@ -82,7 +82,8 @@ struct RowSax {
             if (k == Kind::kObject) {
                 role = content = Kind::kNone;
             } else if (msg_error.empty()) {
-                msg_error = "\"prompt\"[" + std::to_string(idx) + "] must be a {role, content} object, not " + kind_name(k);
+                msg_error = "\"prompt\"[" + std::to_string(idx) + "] must be a {role, content} object, not " +
+                            kind_name(k);
             }
             return;
         }
@@ -187,7 +188,8 @@ std::string check_row(std::string_view text, const std::string& file, uint64_t l
         has_response = s.extra_is_object && s.extra_answer;
     }
     if (sft && !has_response)
-        throw ConfigError(where + "sft needs the answer to train on: a string \"response\" or \"extra_info\".\"answer\"");
+        throw ConfigError(where +
+                          "sft needs the answer to train on: a string \"response\" or \"extra_info\".\"answer\"");
     return is_string(s.data_source) ? s.data_source_value : std::string();
 }
 

@@ -329,7 +329,8 @@ std::optional<std::string> gsm8k_strict_answer(std::string_view solution) {
     // re.findall("#### (\-?[0-9\.\,]+)", solution_str[-300:]), the last match.
     if (solution.size() > 300) solution = solution.substr(solution.size() - 300);
     std::optional<std::string> last;
-    for (std::size_t pos = solution.find("#### "); pos != std::string_view::npos; pos = solution.find("#### ", pos + 1)) {
+    for (std::size_t pos = solution.find("#### "); pos != std::string_view::npos;
+         pos = solution.find("#### ", pos + 1)) {
         std::size_t i = pos + 5, j = i;
         if (j < solution.size() && solution[j] == '-') ++j;
         std::size_t k = j;
@@ -382,7 +383,8 @@ std::optional<std::string> math_answer(std::string_view solution) {
         if (digit) {
             if (i > 0 && solution[i - 1] == '-') tok = "-" + tok;
             // "3/4": a fraction when a number and '/' come just before
-            if (last && i > 0 && solution[i - 1] == '/' && i >= 2 && is_number_char(solution[i - 2])) tok = *last + "/" + tok;
+            if (last && i >= 2 && solution[i - 1] == '/' && is_number_char(solution[i - 2]))
+                tok = *last + "/" + tok;
             last = tok;
         }
         i = j;
