@@ -15,6 +15,7 @@
 #include "common/log.hpp"
 #include "common/malloc_tuning.hpp"
 #include "common/mpi_env.hpp"
+#include "data/data_command.hpp"
 #include "profile/trace_command.hpp"
 #include "rollout/generate_command.hpp"
 #include "sched/gemm_check.hpp"
@@ -36,6 +37,7 @@ const char kUsage[] =
     "  trace     write a run file's timeline as Chrome trace JSON (see `tagflow trace --help`)\n"
     "  sim       simulate the scheduling modes at scale in virtual time (see `tagflow sim --help`)\n"
     "  tokenize  JSON Lines of text <-> token ids with a tokenizer.json (see `tagflow tokenize --help`)\n"
+    "  data      check a JSON Lines data set, score answers with a built-in rule (see `tagflow data --help`)\n"
     "  version   print the version and build features\n"
     "\n"
     "options:\n"
@@ -63,6 +65,11 @@ int dispatch(int argc, char** argv) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         return tagflow::text::tokenize_command(argc - 1, argv + 1, rank == 0);
+    }
+    if (cmd == "data") {
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        return tagflow::data::data_command(argc - 1, argv + 1, rank == 0);
     }
     if (cmd == "sim") {
         int rank = 0;

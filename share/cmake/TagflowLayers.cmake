@@ -14,7 +14,7 @@
 # libraries before they land) is simply not checked.
 set(_TAGFLOW_LAYERS common foundation core engine role sched program)
 set(_TAGFLOW_LAYER_common     tagflow_common)
-set(_TAGFLOW_LAYER_foundation tagflow_traj tagflow_text tagflow_chat tagflow_tokenizer tagflow_task
+set(_TAGFLOW_LAYER_foundation tagflow_traj tagflow_text tagflow_chat tagflow_data tagflow_tokenizer tagflow_task
                               tagflow_config tagflow_cluster tagflow_health tagflow_io)
 set(_TAGFLOW_LAYER_core       tagflow_model tagflow_gpu tagflow_policy tagflow_profile tagflow_gateway)
 set(_TAGFLOW_LAYER_engine     tagflow_rollout tagflow_ckpt)
