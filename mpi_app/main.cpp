@@ -16,6 +16,7 @@
 #include "common/malloc_tuning.hpp"
 #include "common/mpi_env.hpp"
 #include "profile/trace_command.hpp"
+#include "reward/reward_command.hpp"
 #include "rollout/generate_command.hpp"
 #include "sched/gemm_check.hpp"
 #include "sched/sft_command.hpp"
@@ -36,6 +37,7 @@ const char kUsage[] =
     "  trace     write a run file's timeline as Chrome trace JSON (see `tagflow trace --help`)\n"
     "  sim       simulate the scheduling modes at scale in virtual time (see `tagflow sim --help`)\n"
     "  tokenize  JSON Lines of text <-> token ids with a tokenizer.json (see `tagflow tokenize --help`)\n"
+    "  reward    score JSON Lines samples with --reward-fn or --reward-url (see `tagflow reward --help`)\n"
     "  version   print the version and build features\n"
     "\n"
     "options:\n"
@@ -64,6 +66,7 @@ int dispatch(int argc, char** argv) {
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         return tagflow::text::tokenize_command(argc - 1, argv + 1, rank == 0);
     }
+    if (cmd == "reward") return tagflow::reward::reward_command(argc - 1, argv + 1);
     if (cmd == "sim") {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
