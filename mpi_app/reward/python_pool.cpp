@@ -177,7 +177,7 @@ void PythonPool::spawn(Worker& w) {
     posix_spawnattr_setpgroup(&attr, 0);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     const std::string ppid = std::to_string(getpid());
-    std::vector<std::string> args = {python_, "-u", script_, path_, name_, ppid};
+    std::vector<std::string> args = {python_, "-u", script_, path_, name_, ppid, log_fd_ >= 0 ? "1" : "0"};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -212,7 +212,10 @@ void UrlScorer::score_batch(void* curl, std::vector<Request> reqs) {
     }
     json j = json::parse(response, nullptr, false);
     if (!j.is_object() || !j.contains("results") || !j["results"].is_array()) {
-        for (const Request& r : sent) fail(r, where + ": response is not {\"results\": [...]}: " + clip(response, 120));
+        const bool nan = response.find("NaN") != std::string::npos || response.find("Infinity") != std::string::npos;
+        const std::string cause = where + ": response is not {\"results\": [...]}" +
+                                  (nan ? " (NaN and Infinity are not JSON)" : "") + ": " + clip(response, 120);
+        for (const Request& r : sent) fail(r, cause);
         return;
     }
     const json& res = j["results"];

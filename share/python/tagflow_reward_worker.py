@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """tagflow's reward worker: one long-lived process of the `--reward-fn FILE.py[:NAME]` pool.
 
-    tagflow_reward_worker.py FILE.py NAME [PARENT_PID]
+    tagflow_reward_worker.py FILE.py NAME [PARENT_PID [TRACEBACKS]]
 
 Loads FILE.py the way veRL loads a custom reward function (importlib, module name
 "custom_module"; FILE's folder is put first on sys.path so it can import its neighbours), checks
@@ -21,6 +21,8 @@ dict's other keys come back as "extras" (values JSON cannot hold become strings,
 floats null). A score that is not a number, NaN, infinite or too large for float32 is an error
 for that sample. What the function prints goes to stderr (tagflow's worker log), never into the
 protocol: the protocol uses private copies of fds 0 and 1, and fd 1 is pointed at stderr.
+With TRACEBACKS=1 (tagflow gives the workers a log file) the full traceback of every failure
+goes to stderr too; otherwise only the one-line cause reaches tagflow.
 
 Does not: retry, time anything out or restart itself (tagflow kills and restarts a worker that
 hangs or dies), or need anything beyond the standard library.
@@ -35,6 +37,8 @@ import signal
 import struct
 import sys
 import traceback
+
+TRACEBACKS = False
 
 
 def one_line(text, limit=400):
@@ -68,7 +72,8 @@ def load(path, name):
         sys.modules["custom_module"] = module
         spec.loader.exec_module(module)
     except BaseException as e:  # noqa: BLE001  (SystemExit at import is a bad file too)
-        traceback.print_exc()
+        if TRACEBACKS:
+            traceback.print_exc()
         where = ""
         if isinstance(e, SyntaxError) and e.lineno:
             where = f" (line {e.lineno})"
@@ -126,7 +131,8 @@ def score_one(fn, name, path, item):
     except BaseException as e:  # noqa: BLE001  (sys.exit() in the function is the sample's error)
         if isinstance(e, KeyboardInterrupt):
             raise
-        traceback.print_exc()
+        if TRACEBACKS:
+            traceback.print_exc()
         frames = traceback.extract_tb(e.__traceback__)
         ours = [f for f in frames if f.filename == path]
         at = ours[-1] if ours else (frames[-1] if frames else None)
@@ -156,9 +162,11 @@ def score_one(fn, name, path, item):
 
 def main():
     if len(sys.argv) < 3:
-        sys.stderr.write("usage: tagflow_reward_worker.py FILE.py NAME [PARENT_PID]\n")
+        sys.stderr.write("usage: tagflow_reward_worker.py FILE.py NAME [PARENT_PID [TRACEBACKS]]\n")
         return 2
+    global TRACEBACKS
     path, name = sys.argv[1], sys.argv[2]
+    TRACEBACKS = len(sys.argv) > 4 and sys.argv[4] == "1"
     die_with_parent(int(sys.argv[3]) if len(sys.argv) > 3 else 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # tagflow decides when a worker ends
     # The protocol gets private copies of stdin/stdout; what the function prints goes to stderr.
@@ -192,4 +200,7 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (BrokenPipeError, ConnectionResetError):
+        os._exit(0)  # tagflow closed the socket (it is ending, or gave up on this worker)
