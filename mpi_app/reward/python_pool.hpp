@@ -11,6 +11,9 @@
 // sample it was scoring the same way. The constructor starts the workers and waits for each
 // to import FILE.py and check NAME's signature; a problem there is a ConfigError naming FILE.
 //
+// Workers die with the thread that started them (PR_SET_PDEATHSIG): construct the pool on a
+// thread that outlives it (the main thread); restarts are started by the dispatcher thread.
+//
 // Does not: run the Python function in tagflow's process, retry a failed sample, or restart a
 // worker whose restart failed (the scorer then fails every request with that cause).
 #pragma once

@@ -4,6 +4,8 @@
 #include "reward/scorer.hpp"
 
 #include <cmath>
+#include <cstdio>
+#include <thread>
 #include <limits>
 #include <utility>
 
@@ -164,6 +166,58 @@ void Scorer::stop_waiters() {
 bool Scorer::stopping() const {
     std::lock_guard<std::mutex> lk(mu_);
     return stop_;
+}
+
+namespace {
+
+class FunctionScorer final : public Scorer {
+public:
+    FunctionScorer(std::string name, ScoreFn fn, ErrorPolicy policy)
+        : Scorer(policy), name_(std::move(name)), fn_(std::move(fn)), thread_([this] { run(); }) {}
+    ~FunctionScorer() override {
+        stop_waiters();
+        thread_.join();
+    }
+    std::string describe() const override { return "builtin " + name_; }
+
+private:
+    void wake() override {}
+    void run() {
+        while (wait_for_work(std::chrono::milliseconds(500))) {
+            for (Request& req : take(64)) {
+                Result r;
+                r.id = req.id;
+                r.row = req.row;
+                std::string extras = "{}";
+                try {
+                    const double d = fn_(req, extras);
+                    if (!finite_in_float32(d)) {
+                        char buf[64];
+                        std::snprintf(buf, sizeof buf, "%g", d);
+                        fail(req, name_ + " returned " + buf + ", not finite in float32");
+                        continue;
+                    }
+                    r.ok = true;
+                    r.score = static_cast<float>(d);
+                    r.extras = std::move(extras);
+                } catch (const std::exception& e) {
+                    fail(req, name_ + ": " + e.what());
+                    continue;
+                }
+                finish(std::move(r));
+            }
+        }
+    }
+
+    std::string name_;
+    ScoreFn fn_;
+    std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scorer> make_function_scorer(std::string name, ScoreFn fn, ErrorPolicy policy) {
+    return std::make_unique<FunctionScorer>(std::move(name), std::move(fn), policy);
 }
 
 std::unique_ptr<Scorer> make_scorer(const Options& opt) {

@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -139,6 +140,14 @@ private:
     std::string broken_;
     bool stop_ = false;
 };
+
+/// A scorer over a C++ function (the built-in rule scorers of mpi_app/data, or a test's): one
+/// thread of its own calls `fn` for each queued request, so submit() stays a queue operation.
+/// `fn` returns the score and may set `extras` (a JSON object's text); an exception it throws
+/// (its what() is the cause) or a score not finite in float32 fails that request alone.
+/// `name` names the function in causes and describe().
+using ScoreFn = std::function<double(const Request&, std::string& extras)>;
+std::unique_ptr<Scorer> make_function_scorer(std::string name, ScoreFn fn, ErrorPolicy policy = ErrorPolicy::kFail);
 
 /// The scorer the options ask for (exactly one of fn / url must be set). Starts the workers and
 /// checks FILE.py's import and signature before returning; bad options throw ConfigError with

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -266,4 +267,23 @@ TEST(Reward, Float32Bounds) {
     EXPECT_FALSE(finite_in_float32(1e39));
     EXPECT_FALSE(finite_in_float32(-1e39));
     EXPECT_TRUE(finite_in_float32(-1e-45));
+}
+
+TEST(Reward, FunctionScorerChecksWhatItReturns) {
+    auto s = make_function_scorer("exact", [](const Request& r, std::string& extras) -> double {
+        if (r.solution_str == "throw") throw std::runtime_error("no answer found");
+        if (r.solution_str == "big") return 1e39;
+        extras = R"({"len":)" + std::to_string(r.solution_str.size()) + "}";
+        return r.solution_str == r.ground_truth ? 1.0 : 0.0;
+    });
+    auto m = run(*s, {req(1, "72", "72"), req(2, "throw"), req(3, "big"), req(4, "7", "72")});
+    EXPECT_TRUE(m[1].ok);
+    EXPECT_EQ(m[1].score, 1.0f);
+    EXPECT_EQ(m[1].extras, R"({"len":2})");
+    EXPECT_EQ(m[2].cause, "row 102: exact: no answer found");
+    EXPECT_EQ(m[3].cause, "row 103: exact returned 1e+39, not finite in float32");
+    EXPECT_TRUE(m[4].ok);
+    EXPECT_EQ(m[4].score, 0.0f);
+    EXPECT_TRUE(s->fatal(m[2]));
+    EXPECT_EQ(s->describe(), "builtin exact");
 }
