@@ -287,3 +287,16 @@ TEST(Reward, FunctionScorerChecksWhatItReturns) {
     EXPECT_TRUE(s->fatal(m[2]));
     EXPECT_EQ(s->describe(), "builtin exact");
 }
+
+TEST(Reward, LargeSamplesPassThroughTheSocket) {
+    // Frames far larger than a socket buffer: written in pieces as the worker reads them.
+    auto s = make_scorer(pool("hostile_reward.py", 2));
+    std::vector<Request> reqs;
+    for (int i = 0; i < 6; ++i) reqs.push_back(req(i, std::string((2u << 20) + i, 'a' + i)));
+    auto m = run(*s, reqs);
+    ASSERT_EQ(m.size(), 6u);
+    for (int i = 0; i < 6; ++i) {
+        EXPECT_TRUE(m[i].ok) << m[i].cause;
+        EXPECT_EQ(m[i].score, static_cast<float>((2u << 20) + i));
+    }
+}
