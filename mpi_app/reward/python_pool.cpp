@@ -268,7 +268,8 @@ void PythonPool::loop() {
             (void)r;
         }
         for (std::size_t i = 1; i < fds.size(); ++i) {
-            auto it = std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.fd == fds[i].fd; });
+            auto it = std::find_if(workers_.begin(), workers_.end(),
+                                   [&](const Worker& w) { return w.fd == fds[i].fd; });
             if (it == workers_.end()) continue;
             Worker& w = *it;
             const short re = fds[i].revents;
@@ -438,7 +439,8 @@ bool PythonPool::on_line(Worker& w, const std::string& line, std::string& why) {
     r.row = req.row;
     r.ok = true;
     r.score = static_cast<float>(d);
-    if (j.contains("extras") && j["extras"].is_object()) r.extras = j["extras"].dump(-1, ' ', false, json::error_handler_t::replace);
+    if (j.contains("extras") && j["extras"].is_object())
+        r.extras = j["extras"].dump(-1, ' ', false, json::error_handler_t::replace);
     finish(std::move(r));
     return true;
 }

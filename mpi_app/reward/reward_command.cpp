@@ -101,7 +101,8 @@ int reward_command(int argc, char** argv) {
                    j["reward_model"].contains("ground_truth")) {
             r.ground_truth = j["reward_model"]["ground_truth"].dump(-1, ' ', false, json::error_handler_t::replace);
         }
-        if (j.contains("extra_info")) r.extra_info = j["extra_info"].dump(-1, ' ', false, json::error_handler_t::replace);
+        if (j.contains("extra_info"))
+            r.extra_info = j["extra_info"].dump(-1, ' ', false, json::error_handler_t::replace);
         reqs.push_back(std::move(r));
     }
 

@@ -237,7 +237,8 @@ void UrlScorer::score_batch(void* curl, std::vector<Request> reqs) {
                 continue;
             }
             if (e.contains("error")) {
-                fail(req, where + ": " + clip(e["error"].is_string() ? e["error"].get<std::string>() : e["error"].dump(), 300));
+                const json& err = e["error"];
+                fail(req, where + ": " + clip(err.is_string() ? err.get<std::string>() : err.dump(), 300));
                 continue;
             }
             if (!e.contains("score")) {

@@ -209,7 +209,8 @@ TEST(Reward, StartupChecksNameTheFileAndTheProblem) {
         std::vector<std::string> words;
     };
     const std::vector<Case> cases = {
-        {"bad_import.py", {"bad_import.py: does not import", "ModuleNotFoundError", "tagflow_no_such_module", "line 3"}},
+        {"bad_import.py",
+         {"bad_import.py: does not import", "ModuleNotFoundError", "tagflow_no_such_module", "line 3"}},
         {"bad_syntax.py", {"bad_syntax.py: does not import", "SyntaxError", "line 3"}},
         {"wrong_signature.py", {"wrong_signature.py: compute_score(solution_str, ground_truth) cannot be called as",
                                 "data_source"}},
