@@ -17,6 +17,7 @@
 #include "common/mpi_env.hpp"
 #include "data/data_command.hpp"
 #include "profile/trace_command.hpp"
+#include "reward/reward_command.hpp"
 #include "rollout/generate_command.hpp"
 #include "sched/gemm_check.hpp"
 #include "sched/sft_command.hpp"
@@ -38,6 +39,7 @@ const char kUsage[] =
     "  sim       simulate the scheduling modes at scale in virtual time (see `tagflow sim --help`)\n"
     "  tokenize  JSON Lines of text <-> token ids with a tokenizer.json (see `tagflow tokenize --help`)\n"
     "  data      check a JSON Lines data set, score answers with a built-in rule (see `tagflow data --help`)\n"
+    "  reward    score JSON Lines samples with --reward-fn or --reward-url (see `tagflow reward --help`)\n"
     "  version   print the version and build features\n"
     "\n"
     "options:\n"
@@ -71,6 +73,7 @@ int dispatch(int argc, char** argv) {
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         return tagflow::data::data_command(argc - 1, argv + 1, rank == 0);
     }
+    if (cmd == "reward") return tagflow::reward::reward_command(argc - 1, argv + 1);
     if (cmd == "sim") {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);

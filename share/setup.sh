@@ -24,6 +24,8 @@ pkgs=(cmake ninja-build g++ pkg-config
       libhdf5-openmpi-dev hdf5-tools
       libboost-program-options-dev libgtest-dev nlohmann-json3-dev
       libpcre2-dev libicu-dev   # text/: the pre-tokenizer regexes (PCRE2, JIT) and NFC (ICU)
+      libcurl4-openssl-dev      # reward/: --reward-url (HTTP and HTTPS)
+      zlib1g-dev                # data/: gzip JSON Lines data sets
       python3-h5py python3-numpy python3-matplotlib python3-pandas)
 if [ "$with_tests" = 1 ]; then
     # npm (Hugging Face tokenizers for tests/text): comes with NodeSource's nodejs; Debian's own

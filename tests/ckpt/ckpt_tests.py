@@ -541,6 +541,65 @@ def case_asignal(a):
     check_async_once(d, "signal", end, ASYNC[mode][1], discarded(p.stdout))
 
 
+# ---------------------------------------------------------------- full disk
+NOISE = re.compile(r"HDF5-DIAG|HDF5 error stack|#\d{3} |terminate called|c10::Error|Exception raised from|"
+                   r"MPI_ABORT|Segmentation|core dumped|Traceback")
+
+
+def case_full_disk(a):
+    """The disk fills up after the checkpoint at step 2 (a 48 MiB tmpfs, filled by the test):
+    the run stops with a short error naming the path and "No space left on device" (no abort,
+    no HDF5 or c10 stack on the terminal), no checkpoint.tmp-* is left, the step-2 checkpoint is
+    intact; with space again the same command resumes and the run is exactly-once."""
+    mnt = os.path.join(a.workdir, "tmpfs")
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run(["umount", mnt], capture_output=True)
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m,mode=0755", "tmpfs", mnt], capture_output=True, text=True)
+    if m.returncode != 0:
+        raise Failure(f"this test mounts a tmpfs and needs root (CI runs as root): {m.stderr.strip()}")
+    try:
+        out = os.path.join(mnt, "run")
+        steps = 40
+        proc = start(a, out, "full_disk.log", every=2, steps=steps)
+        at = wait_for_checkpoint(proc, out, 2)
+        filler = os.path.join(mnt, "filler")
+        with open(filler, "wb") as f:  # fill every byte the tmpfs has left
+            block = b"\0" * (1 << 16)
+            try:
+                while True:
+                    f.write(block)
+                    f.flush()
+            except OSError:
+                pass
+        try:
+            rest, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise Failure("full disk: the run still runs 120 s after the disk filled up")
+        err = open(os.path.join(a.workdir, "full_disk.log")).read()
+        text = rest + err
+        check(proc.returncode not in (0, 75) and proc.returncode < 128 and proc.returncode != 134,
+              f"full disk: the run stops with an error exit, not a signal or abort (exit {proc.returncode})")
+        nospace = [l for l in text.splitlines() if "No space left on device" in l]
+        check(nospace and any(mnt in l for l in nospace),
+              f"full disk: an error line names the path and 'No space left on device': {nospace[:2]}")
+        noise = [l for l in text.splitlines() if NOISE.search(l)]
+        check(not noise, f"full disk: no stack dump or abort on the terminal: {noise[:3]}")
+        ckpt_dir = os.path.join(out, "checkpoint")
+        left = [n for n in os.listdir(out) + os.listdir(ckpt_dir) if ".tmp" in n]
+        check(not left, f"full disk: no partial checkpoint left behind: {left}")
+        step = manifest_step(out)
+        check(step is not None and step >= at, f"full disk: the last good checkpoint (step {step}) is intact")
+        os.remove(filler)
+        p = train(a, out, steps=steps, every=2)
+        check(p.returncode == 0, f"full disk: with space again the same command resumes and ends (exit {p.returncode})"
+              + ("" if p.returncode == 0 else p.stderr[-2000:]))
+        d = read_run(out)
+        check_exactly_once(d, "full disk", steps)
+    finally:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
