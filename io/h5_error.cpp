@@ -2,7 +2,9 @@
 // h5_error: walks the HDF5 error stack (H5Ewalk2 on a copied stack) into H5Error text.
 #include "io/h5_error.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "common/log.hpp"
 
@@ -51,6 +53,8 @@ WalkState walk_current() noexcept {
 }  // namespace
 
 H5Error H5Error::from_stack(const char* what, const char* file, int line) {
+    const int err = errno;  // what the failing write(2)/pwrite(2) below HDF5 left, before anything else runs
+    const bool disk = err == ENOSPC || err == EDQUOT || err == EIO || err == EROFS || err == EFBIG;
     WalkState st = walk_current();
     std::string msg = "HDF5: ";
     msg += what ? what : "?";
@@ -58,8 +62,8 @@ H5Error H5Error::from_stack(const char* what, const char* file, int line) {
     else msg += " failed";
     msg += " (rank " + std::to_string(log_rank()) + ")";
     if (st.min >= 0) msg += ": " + message_of(st.maj) + ": " + message_of(st.min);
-    if (!st.text.empty()) msg += "\nHDF5 error stack:\n" + st.text;
-    return H5Error(msg, st.maj, st.min, std::move(st.text));
+    if (disk) msg += std::string(": ") + std::strerror(err);
+    return H5Error(msg, st.maj, st.min, std::move(st.text), disk ? err : 0);
 }
 
 void silence_auto_print() noexcept { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }

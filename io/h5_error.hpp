@@ -12,14 +12,18 @@ namespace tagflow::io {
 
 /// A failing HDF5 call. `maj`/`min` are the innermost (deepest) error's major/minor message ids
 /// (H5I_INVALID_HID when the stack was empty); `stack` is the whole stack, one line per frame.
+/// what() is one line (the stack is not in it: it belongs in a log, not on a terminal);
+/// `sys_errno` is the errno the failing call left when it names a disk problem (ENOSPC,
+/// EDQUOT, EIO, EROFS, EFBIG), else 0, and what() ends with its text then.
 struct H5Error : Error {
-    H5Error(const std::string& what, hid_t maj_, hid_t min_, std::string stack_)
-        : Error(what), maj(maj_), min(min_), stack(std::move(stack_)) {}
+    H5Error(const std::string& what, hid_t maj_, hid_t min_, std::string stack_, int sys_errno_ = 0)
+        : Error(what), maj(maj_), min(min_), stack(std::move(stack_)), sys_errno(sys_errno_) {}
     /// Builds an H5Error from (and clears) the current HDF5 error stack of this thread.
     static H5Error from_stack(const char* what, const char* file = nullptr, int line = 0);
     hid_t maj;
     hid_t min;
     std::string stack;
+    int sys_errno = 0;
 };
 
 /// Turns off HDF5's automatic error printing (otherwise every rank dumps its stack to stderr).

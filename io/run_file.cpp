@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // run_file: RunFile life cycle: create (root attributes, groups, empty datasets), open_append
 // (schema check, current sizes), flush, truncate, close. The appends are in run_file_append.cpp.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -238,6 +240,28 @@ long long stored_eof_past_the_end(const std::string& stack) {
 }
 
 }  // namespace
+
+void RunFile::Impl::rethrow_naming_file(const char* what, const H5Error& e) const {
+    const auto slash = path.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+    std::string cause;
+    if (e.sys_errno != 0) {
+        cause = std::strerror(e.sys_errno);
+    } else {
+        // Below MPI-IO the write's errno is often lost; a file system with no block left is the cause.
+        struct statvfs fs {};
+        if (::statvfs(dir.c_str(), &fs) == 0 && fs.f_bavail == 0) cause = std::strerror(ENOSPC);
+    }
+    std::string log = dir + "/hdf5-errors.log";
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0640);
+    const std::string text = "rank " + std::to_string(rank) + ", " + what + ": " + e.what() + "\n" + e.stack + "\n";
+    bool logged = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    if (fd >= 0 && ::close(fd) != 0) logged = false;
+    if (!logged) log.clear();
+    std::string msg = "run file " + path + ": " + what + " failed: " + (cause.empty() ? e.what() : cause);
+    msg += log.empty() ? " (HDF5 error stack not saved)" : " (HDF5 error stack in " + log + ")";
+    throw H5Error(msg, e.maj, e.min, e.stack, e.sys_errno != 0 ? e.sys_errno : cause.empty() ? 0 : ENOSPC);
+}
 
 RunFile RunFile::open_append(MPI_Comm io_comm, const std::string& path) {
     try {

@@ -66,6 +66,10 @@ struct RunFile::Impl {
     std::vector<int64_t> allgather(const std::vector<int64_t>& local) const;
     /// Slot of this rank for per-rank counts `counts[r*stride + k]` appended after `base`.
     Slot slot(hsize_t base, const std::vector<int64_t>& counts, size_t stride, size_t k) const;
+    /// Throws `e` again as one line naming the run file, the operation and the cause ("No space
+    /// left on device" when the disk is full); appends the HDF5 error stack to hdf5-errors.log
+    /// beside the run file (when it can be written) and names that log.
+    [[noreturn]] void rethrow_naming_file(const char* what, const H5Error& e) const;
     /// Runs `f` (a collective operation); an H5Error/MpiError marks the file broken.
     template <class F>
     void collective(const char* what, F&& f);
@@ -87,9 +91,9 @@ void RunFile::Impl::collective(const char* what, F&& f) {
                     " is unusable after an earlier I/O error");
     try {
         f();
-    } catch (const H5Error&) {
+    } catch (const H5Error& e) {
         broken = true;
-        throw;
+        rethrow_naming_file(what, e);
     } catch (const MpiError&) {
         broken = true;
         throw;

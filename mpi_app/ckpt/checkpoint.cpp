@@ -14,6 +14,8 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -182,6 +184,14 @@ void prepare_staging(const std::string& dir) {
     make_dirs(dir);
 }
 
+StagingCleanup::StagingCleanup(std::string dir) : dir_(std::move(dir)), exceptions_(std::uncaught_exceptions()) {}
+
+StagingCleanup::~StagingCleanup() {
+    if (std::uncaught_exceptions() <= exceptions_) return;  // left normally: committed (renamed away) or not ours
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+}
+
 // ---- manifest file ----
 
 void write_manifest(const std::string& dir, const Manifest& m) {
@@ -200,7 +210,7 @@ void write_manifest(const std::string& dir, const Manifest& m) {
         std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
         o << s.str();
         o.flush();
-        if (!o) throw Error("checkpoint: cannot write " + tmp);
+        if (!o) throw Error("checkpoint: cannot write " + tmp + ": " + errno_text());
     }
     fsync_path(tmp);
     if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("checkpoint: cannot rename " + tmp + ": " + errno_text());

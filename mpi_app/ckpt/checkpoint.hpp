@@ -73,6 +73,22 @@ void make_dirs(const std::string& path);
 
 /// Removes a stale staging dir and creates `dir` empty.
 void prepare_staging(const std::string& dir);
+
+/// Removes the staging dir `dir` when the scope is left by an exception (a full disk in the
+/// middle of a checkpoint): no partial `checkpoint.tmp-*` is left behind. Every rank that
+/// writes into it holds one (the failing rank cleans up before the job is aborted); a failure
+/// to remove is ignored (remove_stale() catches it on the next resume).
+class StagingCleanup {
+public:
+    explicit StagingCleanup(std::string dir);
+    ~StagingCleanup();
+    StagingCleanup(const StagingCleanup&) = delete;
+    StagingCleanup& operator=(const StagingCleanup&) = delete;
+
+private:
+    std::string dir_;
+    int exceptions_;
+};
 /// Writes `dir`/manifest.txt (via a temporary, fsynced, renamed) and fsyncs `dir`.
 void write_manifest(const std::string& dir, const Manifest& m);
 /// Reads and parses `dir`/manifest.txt. Throws ConfigError naming the file on: missing file,

@@ -6,7 +6,9 @@
 #include "model/safetensors_header.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <set>
 
@@ -260,7 +262,11 @@ void write_file(const std::string& path, const std::vector<TensorView>& tensors,
         for (const auto& t : tensors)
             out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.nbytes));
         out.flush();
-        if (!out) fail(tmp, "write failed");
+        if (!out) {
+            const int err = errno;
+            std::remove(tmp.c_str());
+            fail(tmp, std::string("write failed: ") + std::strerror(err));
+        }
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "cannot rename " + tmp + " into place");
 }

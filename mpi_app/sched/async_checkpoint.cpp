@@ -4,6 +4,14 @@
 // Part of the async scheduler (sched/async_scheduler_impl.hpp).
 #include "sched/async_scheduler_impl.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+#include "common/safe_file.hpp"
+
 namespace tagflow::sched::async {
 
 bool AsyncScheduler::first_receipt(int64_t id, int64_t g) {
@@ -57,10 +65,15 @@ void AsyncScheduler::checkpoint_now(const RunSummary& sum) {
 
 ckpt::FileEntry AsyncScheduler::write_staged(const std::string& tmp, const std::string& name, const char* data,
                                              size_t n) {
-    std::ofstream f(tmp + "/" + name, std::ios::binary);
-    f.write(data, static_cast<std::streamsize>(n));
-    f.close();
-    if (!f) throw Error("checkpoint: cannot write " + tmp + "/" + name);
+    const std::string path = tmp + "/" + name;
+    const int fd = create_new_file(path, 0640);  // the staging dir is fresh: nothing may be there
+    try {
+        write_all(fd, std::string_view(data, n), "checkpoint: " + path);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    if (::close(fd) != 0) throw Error("checkpoint: " + path + ": " + std::strerror(errno));
     return ckpt::describe_file(tmp, name);
 }
 
@@ -69,6 +82,7 @@ void AsyncScheduler::write_checkpoint(const RunSummary& sum) {
     enter(SpanKind::kCheckpoint, static_cast<int32_t>(step_));
     const std::string tmp = ckpt::staging_dir(ckpt_.out, step_);
     ckpt::prepare_staging(tmp);
+    ckpt::StagingCleanup cleanup(tmp);  // a failed write (a full disk) leaves no partial dir
     std::vector<ckpt::FileEntry> files;
     policy_->save_pretrained(tmp + "/policy");
     ckpt::fsync_path(tmp + "/policy");

@@ -9,6 +9,8 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -301,10 +303,14 @@ namespace {
 void save_engine(const train::Engine& e, const std::string& dir, const std::string& name) {
     const std::string path = dir + "/" + name;
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("checkpoint: cannot create " + path);
-    e.save(out);
+    if (!out) throw Error("checkpoint: cannot create " + path + ": " + std::strerror(errno));
+    try {
+        e.save(out);
+    } catch (const std::exception& ex) {
+        throw Error("checkpoint: writing " + path + " failed (" + ex.what() + ")");
+    }
     out.flush();
-    if (!out) throw Error("checkpoint: writing " + path + " failed");
+    if (!out) throw Error("checkpoint: writing " + path + " failed: " + std::strerror(errno));
 }
 
 void load_engine(train::Engine& e, const std::string& dir, const std::string& name) {

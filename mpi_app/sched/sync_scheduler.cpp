@@ -192,6 +192,7 @@ class SyncScheduler final : public Scheduler {
         const bool root = roles_.world_rank == 0;
         if (root) ckpt::prepare_staging(tmp);
         TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        ckpt::StagingCleanup cleanup(tmp);  // a rank whose write fails (a full disk) removes the partial dir
         std::vector<ckpt::FileEntry> files;
         if (roles_.is_train_root()) {
             policy_->save_pretrained(tmp + "/policy");

@@ -3,6 +3,9 @@
 // through Collectives, clipped AdamW, and archive save/load. See torch_engine.hpp.
 #include "train/torch_engine.hpp"
 
+#include <cerrno>
+#include <cstring>
+
 #include <cmath>
 #include <istream>
 #include <ostream>
@@ -180,8 +183,20 @@ void TorchEngine::save(std::ostream& out) const {
     ar.write("meta_step", c10::IValue(step_));
     ar.write("meta_lr", c10::IValue(cfg_.optim.lr));
     ar.write("meta_kind", c10::IValue(model_.kind));
-    ar.save_to(out);
-    if (!out) throw Error("engine: writing the " + model_.kind + " state failed");
+    // LibTorch's archive writer must never see a short write: it throws, then throws again from
+    // its destructor while unwinding (std::terminate, exit 134 on a full disk). The function takes
+    // every byte, stops writing at the first failure and keeps its errno; the error is ours to throw.
+    int err = 0;
+    ar.save_to([&](const void* buf, size_t n) -> size_t {
+        if (err == 0 && n > 0) {
+            errno = 0;
+            out.write(static_cast<const char*>(buf), static_cast<std::streamsize>(n));
+            if (!out) err = errno != 0 ? errno : EIO;
+        }
+        return n;
+    });
+    if (err == 0 && !out.flush()) err = errno != 0 ? errno : EIO;
+    if (err != 0) throw Error("engine: writing the " + model_.kind + " state failed: " + std::strerror(err));
 }
 
 void TorchEngine::load(std::istream& in) {
