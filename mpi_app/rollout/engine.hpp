@@ -5,8 +5,7 @@
 // waiting request (its prompt is prefilled) while the others keep decoding. Each request
 // samples from its own counter-based random stream, so its completion does not depend on the
 // batch size, the slot it got or the other requests (up to float rounding of batched GEMMs).
-// Also the convenience generate()/evaluate() built on it, next to the old Policy ones in
-// generate.hpp. Per-rank and single-threaded: no MPI, no locking (one engine per thread).
+// Also the convenience generate()/evaluate() built on it. Per-rank and single-threaded: no MPI, no locking (one engine per thread).
 // Partial rollout: new weights can arrive while generations are in flight; update_weights()
 // (between steps) swaps them at a token boundary and the generations resume (kept or
 // recomputed KV caches), every response token tagged with the policy version that sampled it.
@@ -26,7 +25,7 @@
 
 namespace tagflow::rollout {
 
-/// How one request is sampled (the engine's counterpart of generate.hpp's SamplingParams).
+/// How one request is sampled.
 struct GenParams {
     double temperature = 1.0;      ///< 0 = greedy (argmax)
     double top_p = 1.0;            ///< nucleus mass kept, in (0, 1]; 1 = no filtering

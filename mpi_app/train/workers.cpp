@@ -21,14 +21,6 @@ ModelHandle policy_handle(model::LlamaModel m) {
     return h;
 }
 
-ModelHandle policy_handle(model::Policy m) {
-    ModelHandle h;
-    h.module = m.ptr();
-    h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
-    h.kind = "policy";
-    return h;
-}
-
 ModelHandle value_handle(model::ValueModel m) {
     ModelHandle h;
     h.module = m.ptr();

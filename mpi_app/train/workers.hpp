@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "model/llama.hpp"
-#include "model/policy.hpp"
 #include "model/value_model.hpp"
 #include "train/algorithms.hpp"
 #include "train/engine.hpp"
@@ -25,8 +24,6 @@ namespace tagflow::train {
 
 /// A Llama/Qwen2 policy: forward = logits [B,T,V].
 ModelHandle policy_handle(model::LlamaModel m);
-/// The legacy GPT policy (model::Policy), for the old scheduler path and tests.
-ModelHandle policy_handle(model::Policy m);
 /// A critic: forward = values [B,T].
 ModelHandle value_handle(model::ValueModel m);
 /// A frozen-weights copy of a Llama policy (same config, parameters copied).
