@@ -140,8 +140,8 @@ void EngineBackend::Impl::run() {
         for (std::size_t i = 0; i < res.response.size(); ++i)
             toks.push_back({res.response[i], i < res.logprobs.size() ? res.logprobs[i] : 0.0f, v});
         Finish f;
-        f.reason = rollout::finish_reason_name(res.finish);
-        const bool cancelled = res.finish == rollout::FinishReason::kCancelled;
+        f.reason = finish_reason_name(res.finish);
+        const bool cancelled = res.finish == FinishReason::kCancelled;
         {
             std::lock_guard<std::mutex> lk(mu);
             --pending;

@@ -18,14 +18,6 @@
 
 namespace tagflow::rollout {
 
-const char* finish_reason_name(FinishReason r) {
-    switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kCancelled: return "cancelled";
-    default: return "length";
-    }
-}
-
 struct Engine::Impl {
     struct Seq {
         int64_t order = 0;  ///< submission number

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/finish_reason.hpp"
 #include "model/llama.hpp"
 #include "rollout/task.hpp"
 
@@ -41,11 +42,6 @@ struct GenRequest {
     GenParams params;
 };
 
-/// kCancelled: only the partial result Engine::cancel() hands back (never passed to on_finish).
-enum class FinishReason { kStop, kLength, kCancelled };
-/// "stop" / "length" (the run file's finish_reason names) / "cancelled".
-const char* finish_reason_name(FinishReason r);
-
 struct GenResult {
     int64_t id = 0;
     std::vector<int32_t> response;  ///< generated tokens; ends with the stop token iff finish == kStop
@@ -56,7 +52,7 @@ struct GenResult {
     /// One per response token: the engine's policy version when the token was sampled (see
     /// Engine::update_weights); a generation interrupted by a weight update has two or more.
     std::vector<int32_t> versions;
-    FinishReason finish = FinishReason::kLength;
+    FinishReason finish = FinishReason::kLength;  ///< kStop, kLength, or kCancelled from cancel()
     int32_t prompt_tokens = 0;
     int32_t num_tokens = 0;  ///< response.size()
 };

@@ -55,7 +55,7 @@ void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
         r.prompt = task_->train_prompt(r.group);
         r.response = g.response;
         r.logprobs = g.logprobs;
-        r.hit_eos = g.finish == rollout::FinishReason::kStop;
+        r.hit_eos = g.finish == FinishReason::kStop;
         r.reward = task_->reward(r.prompt, r.response);
         r.t_done = clock_.now();
         // Per-token versions: the engine's (GenResult::versions, set by update_weights);

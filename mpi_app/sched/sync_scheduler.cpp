@@ -316,7 +316,7 @@ class SyncScheduler final : public Scheduler {
             r.prompt = prompts[i];
             r.response = g.response;
             r.logprobs = g.logprobs;
-            r.hit_eos = g.finish == rollout::FinishReason::kStop;
+            r.hit_eos = g.finish == FinishReason::kStop;
             r.reward = task_->reward(r.prompt, r.response);
             r.t_done = clock_.now();
             // Token-level record of the request (prompt shared by its group in the prefix tree).
