@@ -50,20 +50,20 @@ struct GenResult {
     /// the trainer computes, so PPO ratios are exactly 1 on-policy without filtering.
     std::vector<float> logprobs;
     /// One per response token: the engine's policy version when the token was sampled (see
-    /// Engine::update_weights); a generation interrupted by a weight update has two or more.
+    /// InferenceEngine::update_weights); a generation interrupted by a weight update has two or more.
     std::vector<int32_t> versions;
     FinishReason finish = FinishReason::kLength;  ///< kStop, kLength, or kCancelled from cancel()
     int32_t prompt_tokens = 0;
     int32_t num_tokens = 0;  ///< response.size()
 };
 
-struct EngineConfig {
+struct InferenceConfig {
     int64_t max_batch = 64;  ///< sequences decoding together (KV-cache slots)
     bool bf16 = false;       ///< compute in bf16 (weights snapshot, cache, activations); logits fp32
 };
 
 /// Counters since construction (for tests and benchmarks).
-struct EngineStats {
+struct InferenceStats {
     int64_t steps = 0;            ///< calls of step() that did work
     int64_t decode_steps = 0;     ///< batched decode steps
     int64_t decode_rows = 0;      ///< sum over decode steps of the rows decoded
@@ -102,16 +102,16 @@ struct TokenEvent {
     int32_t version = 0;
 };
 
-class Engine {
+class InferenceEngine {
 public:
     using Callback = std::function<void(const GenResult&)>;
     using TokenCallback = std::function<void(const TokenEvent&)>;
 
     /// Shares `model` (no copy of the module; its weights are snapshotted for decoding).
-    explicit Engine(model::LlamaModel model, EngineConfig cfg = EngineConfig{});
-    ~Engine();
-    Engine(const Engine&) = delete;
-    Engine& operator=(const Engine&) = delete;
+    explicit InferenceEngine(model::LlamaModel model, InferenceConfig cfg = InferenceConfig{});
+    ~InferenceEngine();
+    InferenceEngine(const InferenceEngine&) = delete;
+    InferenceEngine& operator=(const InferenceEngine&) = delete;
 
     /// Queues a request (first come, first served). Throws tagflow::Error naming the request on
     /// an empty prompt, a token id outside the vocabulary, bad sampling parameters, or
@@ -152,8 +152,8 @@ public:
 
     int64_t active() const;   ///< sequences decoding
     int64_t waiting() const;  ///< requests not admitted yet
-    const EngineStats& stats() const;
-    const EngineConfig& config() const;
+    const InferenceStats& stats() const;
+    const InferenceConfig& config() const;
 
 private:
     struct Impl;
@@ -161,14 +161,14 @@ private:
 };
 
 /// One completion per prompt, all with `params`; request i uses the stream
-/// derive_seed(params.seed, i). A fresh Engine per call (it re-snapshots the weights): keep an
-/// Engine instead when calling repeatedly with large models.
+/// derive_seed(params.seed, i). A fresh InferenceEngine per call (it re-snapshots the weights): keep an
+/// InferenceEngine instead when calling repeatedly with large models.
 std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                const GenParams& params, const EngineConfig& cfg = EngineConfig{});
+                                const GenParams& params, const InferenceConfig& cfg = InferenceConfig{});
 /// Same with an explicit seed per prompt (seeds.size() == prompts.size()).
 std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                 const GenParams& params, const std::vector<uint64_t>& seeds,
-                                const EngineConfig& cfg = EngineConfig{});
+                                const InferenceConfig& cfg = InferenceConfig{});
 
 /// Mean reward of greedy completions (stop at the task's EOS, at most max_response_tokens())
 /// on eval prompts [first, first + n_prompts), decoded with up to `batch_size` in flight.

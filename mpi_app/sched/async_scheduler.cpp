@@ -130,9 +130,9 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
         });
     }
     if (is_gen_) {
-        rollout::EngineConfig ec;
+        rollout::InferenceConfig ec;
         ec.max_batch = opt.max_batch;
-        engine_ = std::make_unique<rollout::Engine>(policy_, ec);
+        engine_ = std::make_unique<rollout::InferenceEngine>(policy_, ec);
         setup_agent_sessions();
         gen_index_ = static_cast<int64_t>(std::find(gens_.begin(), gens_.end(), me_) - gens_.begin());
         // --rollout-ahead: when every generator trains too, each starts only about its share
@@ -266,9 +266,9 @@ double AsyncScheduler::evaluate(int32_t step) {
     if (const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_)) {
         // Multi-turn: greedy sessions with the tool, on an engine of their own (engine_
         // holds the generations in flight).
-        rollout::EngineConfig ec;
+        rollout::InferenceConfig ec;
         ec.max_batch = opt_.max_batch;
-        rollout::Engine eng(policy_, ec);
+        rollout::InferenceEngine eng(policy_, ec);
         e = evaluate_agent_task(eng, *task_, *loop, opt_.eval_prompts);
     } else {
         e = rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);

@@ -266,7 +266,7 @@ class AsyncScheduler final : public Scheduler {
     std::vector<std::pair<size_t, size_t>> buckets_;
     std::unique_ptr<train::WeightSync> wsync_;
     std::unique_ptr<RlTrainer> trainer_;
-    std::unique_ptr<rollout::Engine> engine_;
+    std::unique_ptr<rollout::InferenceEngine> engine_;
     Comm p2p_, bcast_, train_comm_;
 
     // span recorder
