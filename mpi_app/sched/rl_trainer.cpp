@@ -22,7 +22,7 @@
 #include "model/value_model.hpp"
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
-#include "sched/policy.hpp"
+#include "sched/sched_policy.hpp"
 #include "train/algorithms.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/workers.hpp"
@@ -362,7 +362,7 @@ rollout::GenParams rollout_params(const config::Options& opt, const rollout::Tas
     p.seed = rollout::derive_seed(static_cast<uint64_t>(opt.seed), static_cast<uint64_t>(id));
     const config::ResponseLengths lengths = config::parse_response_lengths(opt.response_lengths);
     if (lengths.forced) {
-        p.max_tokens = policy::lognormal_length(lengths.median, lengths.p99_ratio, max_new,
+        p.max_tokens = sched_policy::lognormal_length(lengths.median, lengths.p99_ratio, max_new,
                                                 static_cast<uint64_t>(opt.seed), id);
     } else {
         p.max_tokens = max_new;
