@@ -16,24 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "sched/scheduler.hpp"
-
-namespace tagflow::config {
-struct Options;
-}
-namespace tagflow::cluster {
-struct Roles;
-}
-namespace tagflow::io {
-class RunFile;
-}
-namespace tagflow::rollout {
-class Task;
-}
-namespace tagflow::ckpt {
-struct Plan;
-struct Manifest;
-}
+#include "sched/scheduler.hpp"  // Scheduler, RunSummary and the forward declarations
 
 namespace tagflow::sched {
 

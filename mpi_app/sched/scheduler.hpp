@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+// The forward declarations every scheduler header needs (sync_scheduler.hpp and
+// async_scheduler.hpp include this header and declare no others).
 namespace tagflow::config {
 struct Options;
 }
@@ -15,9 +17,16 @@ struct Roles;
 }
 namespace tagflow::ckpt {
 struct Manifest;
+struct Plan;
 }
 namespace tagflow::model {
 struct HfConfig;
+}
+namespace tagflow::io {
+class RunFile;
+}
+namespace tagflow::rollout {
+class Task;
 }
 
 namespace tagflow::sched {
