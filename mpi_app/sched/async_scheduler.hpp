@@ -11,7 +11,7 @@
 // with non-blocking point-to-point bucket messages (they swap them in at a token boundary),
 // and is the only rank that writes the run file. Shares RlTrainer, rollout::InferenceEngine, the flat
 // weight buffer and its buckets, the tasks and the run-file schema with `sync`.
-// Does not choose tags or create the run file (train_command.cpp does).
+// Does not choose tags or create the run file (cmd/train_command.cpp does).
 #pragma once
 #include <memory>
 #include <vector>

@@ -2,7 +2,7 @@
 // scheduler: the interface every scheduling mode implements (sync: sync_scheduler.hpp;
 // disaggregated and multiplex: async_scheduler.hpp), the run summary it returns, and the
 // pieces every mode shares: the checkpoint manifest's run keys and the model/algorithm lines
-// of the log. Does not pick a mode (train_command.cpp does) and knows no LibTorch.
+// of the log. Does not pick a mode (cmd/train_command.cpp does) and knows no LibTorch.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -20,7 +20,7 @@ set(_TAGFLOW_LAYER_core       tagflow_model tagflow_gpu tagflow_sched_policy tag
 set(_TAGFLOW_LAYER_engine     tagflow_rollout tagflow_ckpt)
 set(_TAGFLOW_LAYER_role       tagflow_train tagflow_gateway_engine tagflow_sim)
 set(_TAGFLOW_LAYER_sched      tagflow_sched)
-set(_TAGFLOW_LAYER_program    tagflow)
+set(_TAGFLOW_LAYER_program    tagflow_cmd tagflow)
 
 # Appends to `out` every target declared in `dir` and the folders below it.
 function(_tagflow_targets_below dir out)

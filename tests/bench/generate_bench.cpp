@@ -26,7 +26,7 @@
 #include "common/error.hpp"
 #include "model/llama.hpp"
 #include "rollout/engine.hpp"
-#include "sched/gemm_check.hpp"
+#include "cmd/gemm_check.hpp"
 
 #ifndef TAGFLOW_BENCH_SOURCE_DIR
 #define TAGFLOW_BENCH_SOURCE_DIR "tests/bench"

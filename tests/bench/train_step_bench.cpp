@@ -15,7 +15,7 @@
 #include "bench_common.hpp"
 #include "common/error.hpp"
 #include "model/llama.hpp"
-#include "sched/gemm_check.hpp"
+#include "cmd/gemm_check.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/workers.hpp"
 

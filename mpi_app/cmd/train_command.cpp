@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sched/train_command.hpp"
+#include "cmd/train_command.hpp"
 
 #include <ATen/Parallel.h>
 #include <sched.h>
@@ -30,7 +30,7 @@
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
 #include "sched/async_scheduler.hpp"
-#include "sched/gemm_check.hpp"
+#include "cmd/gemm_check.hpp"
 #include "sched/sched_policy.hpp"
 #include "sched/rl_trainer.hpp"
 #include "sched/sync_scheduler.hpp"
