@@ -17,14 +17,7 @@
 
 namespace tagflow::io {
 
-const char* to_string(FinishReason r) {
-    switch (r) {
-        case FinishReason::kStop: return "stop";
-        case FinishReason::kLength: return "length";
-        case FinishReason::kAbort: return "abort";
-    }
-    return "unknown";
-}
+const char* to_string(FinishReason r) { return finish_reason_name(r); }
 
 const char* to_string(SpanKind k) {
     switch (k) {

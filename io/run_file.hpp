@@ -11,10 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "common/finish_reason.hpp"
+
 namespace tagflow::io {
 
-/// finish_reason enum stored as uint8; names in the dataset attribute `enum_names`.
-enum class FinishReason : uint8_t { kStop = 0, kLength = 1, kAbort = 2 };
+/// finish_reason stored as uint8 (kStop, kLength or kAbort); names in the dataset attribute
+/// `enum_names`. The one enum of common/finish_reason.hpp.
+using tagflow::FinishReason;
 /// /timeline kind enum stored as uint8; names in the dataset attribute `enum_names`.
 enum class SpanKind : uint8_t {
     kRollout = 0, kTrain = 1, kWeightSync = 2, kResplit = 3, kIdle = 4, kIo = 5, kCheckpoint = 6

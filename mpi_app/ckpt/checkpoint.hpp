@@ -45,7 +45,7 @@ struct Manifest {
     const FileEntry* find_file(const std::string& name) const;
 };
 
-/// What a scheduler is told about checkpoints (train_command.cpp fills it).
+/// What a scheduler is told about checkpoints (cmd/train_command.cpp fills it).
 struct Plan {
     std::string out;      ///< run directory: the checkpoint is out/checkpoint
     int32_t every = 0;    ///< --ckpt-every (0: only on a signal and at the end)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// engine_backend: the engine thread (queue -> Engine::submit, Engine::step, each sampled token
+// engine_backend: the engine thread (queue -> InferenceEngine::submit, InferenceEngine::step, each sampled token
 // -> its sink at once, the finish after the request's last token)
 // and the JSON-lines record of completions and rewards (see engine_backend.hpp).
 #include "gateway/engine_backend.hpp"
@@ -22,14 +22,14 @@ namespace tagflow::gateway {
 struct EngineBackend::Impl {
     EngineBackendOptions opt;
     model::LlamaModel model{nullptr};
-    std::unique_ptr<rollout::Engine> engine;
+    std::unique_ptr<rollout::InferenceEngine> engine;
     int64_t context = 0, vocab = 0, created = 0;
 
     mutable std::mutex mu;  // guards everything below
     std::condition_variable cv;
     std::deque<std::pair<CompletionRequest, TokenSinkPtr>> incoming;
     std::vector<uint64_t> cancels;  // cancel() ids not handled yet
-    int64_t n_cancelled = 0;        // generations Engine::cancel stopped
+    int64_t n_cancelled = 0;        // generations InferenceEngine::cancel stopped
     std::set<std::string> sessions, completion_ids;
     std::ofstream record;
     bool stop = false;
@@ -37,7 +37,7 @@ struct EngineBackend::Impl {
     int64_t done = 0;
     std::atomic<int32_t> version{0};
 
-    // Engine-thread only.
+    // Engine thread only.
     struct Live {
         CompletionRequest req;
         TokenSinkPtr sink;
@@ -65,7 +65,7 @@ EngineBackend::EngineBackend(model::LlamaModel model, EngineBackendOptions opt) 
         m.record.open(m.opt.record_path, std::ios::out | std::ios::app);
         if (!m.record) throw Error("gateway: cannot open record file " + m.opt.record_path);
     }
-    m.engine = std::make_unique<rollout::Engine>(model, m.opt.engine);
+    m.engine = std::make_unique<rollout::InferenceEngine>(model, m.opt.engine);
     m.thread = std::thread([&m] { m.run(); });
 }
 
@@ -140,8 +140,8 @@ void EngineBackend::Impl::run() {
         for (std::size_t i = 0; i < res.response.size(); ++i)
             toks.push_back({res.response[i], i < res.logprobs.size() ? res.logprobs[i] : 0.0f, v});
         Finish f;
-        f.reason = rollout::finish_reason_name(res.finish);
-        const bool cancelled = res.finish == rollout::FinishReason::kCancelled;
+        f.reason = finish_reason_name(res.finish);
+        const bool cancelled = res.finish == FinishReason::kCancelled;
         {
             std::lock_guard<std::mutex> lk(mu);
             --pending;
@@ -233,7 +233,7 @@ void EngineBackend::Impl::run() {
             }
             for (auto& [id, l] : live) l.sink->finish(f);
             live.clear();
-            engine = std::make_unique<rollout::Engine>(model, opt.engine);
+            engine = std::make_unique<rollout::InferenceEngine>(model, opt.engine);
         }
     }
 }

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// engine_backend: a gateway Backend that runs a rollout::Engine on its own thread (one rank,
+// engine_backend: a gateway Backend that runs a rollout::InferenceEngine on its own thread (one rank,
 // one model). submit() only queues; the thread admits queued requests into the engine, steps
 // it, and delivers every token to its sink in the engine step that sampled it (token,
-// log-probability, policy version; Engine::step's on_token), so `stream: true` answers one SSE
+// log-probability, policy version; InferenceEngine::step's on_token), so `stream: true` answers one SSE
 // chunk per token; finish() follows the last one. Optionally records every completion and
 // reward as JSON lines.
 // cancel() (the client went away) stops the generation at the next token boundary with
-// Engine::cancel, freeing its slot; the record says finish_reason "cancelled".
+// InferenceEngine::cancel, freeing its slot; the record says finish_reason "cancelled".
 // Does not route between ranks or update weights (set_policy_version() only labels tokens).
 #pragma once
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace tagflow::gateway {
 
 struct EngineBackendOptions {
     std::string model_id = "tagflow-policy";  ///< the `model` clients send
-    rollout::EngineConfig engine;
+    rollout::InferenceConfig engine;
     /// JSON lines, one per finished completion ({"type":"completion", "id", "session",
     /// "prompt_ids", "token_ids", "logprobs", "versions", "finish_reason"}) and per accepted
     /// reward ({"type":"reward", "session", "id", "reward"}); "" = none.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// agent_loop: the multi-turn session runner on one Engine (see agent_loop.hpp). Each session
+// agent_loop: the multi-turn session runner on one InferenceEngine (see agent_loop.hpp). Each session
 // owns its flat columns; a model turn is one engine request whose prompt is the whole session
 // so far and whose id is the session's (AgentSessions: the caller's request id; run_agent_sessions:
 // the job's index), so the engine's callback finds the session,
@@ -57,7 +57,7 @@ struct AgentSessions::Impl {
     double now() const { return cfg.clock ? cfg.clock() : 0.0; }
 
     // Queues the next model turn of session `id` (the whole session is the prompt).
-    void submit(Engine& engine, int64_t id, Live& L) {
+    void submit(InferenceEngine& engine, int64_t id, Live& L) {
         GenRequest rq;
         rq.id = id;
         rq.prompt = L.s.tokens;
@@ -108,7 +108,7 @@ AgentSessions::~AgentSessions() = default;
 bool AgentSessions::owns(int64_t request_id) const { return impl_->live.count(request_id) > 0; }
 size_t AgentSessions::live() const { return impl_->live.size(); }
 
-void AgentSessions::start(Engine& engine, int64_t request_id, const AgentJob& j) {
+void AgentSessions::start(InferenceEngine& engine, int64_t request_id, const AgentJob& j) {
     Impl& m = *impl_;
     if (j.prompt.empty()) throw Error("agent session " + std::to_string(j.id) + " has an empty prompt");
     if (static_cast<int64_t>(j.prompt.size()) >= m.cfg.max_session_tokens)
@@ -128,7 +128,7 @@ void AgentSessions::start(Engine& engine, int64_t request_id, const AgentJob& j)
     m.submit(engine, request_id, L);
 }
 
-bool AgentSessions::on_result(Engine& engine, const GenResult& g, std::vector<AgentResult>& done) {
+bool AgentSessions::on_result(InferenceEngine& engine, const GenResult& g, std::vector<AgentResult>& done) {
     Impl& m = *impl_;
     auto it = m.live.find(g.id);
     if (it == m.live.end()) return false;
@@ -177,7 +177,7 @@ bool AgentSessions::on_result(Engine& engine, const GenResult& g, std::vector<Ag
     return true;
 }
 
-std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
+std::vector<AgentResult> run_agent_sessions(InferenceEngine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
                                             const AgentRunConfig& cfg, traj::TrajectoryManager* tm) {
     if (engine.active() != 0 || engine.waiting() != 0)
         throw Error("run_agent_sessions: the engine is busy (" + std::to_string(engine.active() + engine.waiting()) +
@@ -205,7 +205,7 @@ std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loo
     return out;
 }
 
-AgentEval evaluate_agent(Engine& engine, const Task& task, const AgentLoop& loop, int64_t n_prompts, int64_t first) {
+AgentEval evaluate_agent(InferenceEngine& engine, const Task& task, const AgentLoop& loop, int64_t n_prompts, int64_t first) {
     AgentEval ev;
     if (n_prompts <= 0) return ev;
     std::vector<AgentJob> jobs(static_cast<size_t>(n_prompts));

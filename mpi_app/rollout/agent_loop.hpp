@@ -2,7 +2,7 @@
 // agent_loop: multi-turn rollout (veRL 0.7's AgentLoop, in C++). An AgentLoop is the rollout
 // logic of one multi-turn task: after every model turn it looks at the session so far and
 // either ends it or appends environment / tool tokens, after which the model continues. The
-// runner (run_agent_sessions) drives many sessions at once on ONE rollout Engine with
+// runner (run_agent_sessions) drives many sessions at once on ONE rollout InferenceEngine with
 // continuous batching: a session whose turn finished gets its environment tokens appended and
 // is resubmitted as a continuation request whose prompt is the whole session so far, while
 // the other sessions keep decoding. Every model request can go through a trajectory manager,
@@ -19,7 +19,7 @@
 // (every mode) and `tagflow sft` find the loop with as_agent_loop(task). share/doc/tasks.md
 // has a worked example; task_calc.cpp is the built-in one.
 //
-// Does not train, tokenize or do MPI; the runner is single-threaded like the Engine.
+// Does not train, tokenize or do MPI; the runner is single-threaded like the InferenceEngine.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +34,7 @@
 
 namespace tagflow::rollout {
 
-class Engine;
+class InferenceEngine;
 struct GenResult;
 
 /// What ended a session.
@@ -148,7 +148,7 @@ struct AgentResult {
 /// finished turn's continuation is queued at once. Each model request is inserted into `tm`
 /// when given (input = the session so far, output = the turn). Throws tagflow::Error on an
 /// empty prompt, a prompt not shorter than max_session_tokens, or bad sampling parameters.
-std::vector<AgentResult> run_agent_sessions(Engine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
+std::vector<AgentResult> run_agent_sessions(InferenceEngine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
                                             const AgentRunConfig& cfg, traj::TrajectoryManager* tm = nullptr);
 
 /// The runner in incremental form, for a caller that owns the engine loop (the async
@@ -168,11 +168,11 @@ public:
     /// (every turn of the session uses it; it must differ from every other request's id).
     /// Throws tagflow::Error (nothing queued) on an empty prompt, a prompt not shorter than
     /// max_session_tokens, or a request id already in use by a live session.
-    void start(Engine& engine, int64_t request_id, const AgentJob& job);
+    void start(InferenceEngine& engine, int64_t request_id, const AgentJob& job);
     /// One finished engine request: false when it is no session's turn. Otherwise the turn
     /// joins its session, which either continues (next turn submitted to `engine`) or ends
     /// (its AgentResult appended to `done`). Call it from engine.step()'s callback.
-    bool on_result(Engine& engine, const GenResult& g, std::vector<AgentResult>& done);
+    bool on_result(InferenceEngine& engine, const GenResult& g, std::vector<AgentResult>& done);
     bool owns(int64_t request_id) const;
     size_t live() const;  ///< sessions started and not ended
 
@@ -190,7 +190,7 @@ struct AgentEval {
     int64_t n = 0;
 };
 /// Greedy (temperature 0) sessions, session budget max_prompt_tokens + max_response_tokens.
-AgentEval evaluate_agent(Engine& engine, const Task& task, const AgentLoop& loop, int64_t n_prompts,
+AgentEval evaluate_agent(InferenceEngine& engine, const Task& task, const AgentLoop& loop, int64_t n_prompts,
                          int64_t first = 0);
 
 }  // namespace tagflow::rollout

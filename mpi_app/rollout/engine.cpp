@@ -18,15 +18,7 @@
 
 namespace tagflow::rollout {
 
-const char* finish_reason_name(FinishReason r) {
-    switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kCancelled: return "cancelled";
-    default: return "length";
-    }
-}
-
-struct Engine::Impl {
+struct InferenceEngine::Impl {
     struct Seq {
         int64_t order = 0;  ///< submission number
         GenRequest req;
@@ -36,14 +28,14 @@ struct Engine::Impl {
     };
 
     model::LlamaModel model{nullptr};
-    EngineConfig cfg;
+    InferenceConfig cfg;
     std::unique_ptr<model::LlamaSlotDecoder> dec;
     std::deque<Seq> waiting;
     std::vector<Seq> active;
     std::vector<std::pair<int64_t, GenResult>> done;
     int64_t submitted = 0;
     int32_t version = 0;  ///< policy version of the tokens sampled now
-    EngineStats stats;
+    InferenceStats stats;
     std::vector<TokenEvent>* token_log = nullptr;  ///< set during a streaming step()
 
     static int64_t need(const GenRequest& r) {
@@ -171,16 +163,16 @@ struct Engine::Impl {
     }
 };
 
-Engine::Engine(model::LlamaModel model, EngineConfig cfg) : impl_(std::make_unique<Impl>()) {
+InferenceEngine::InferenceEngine(model::LlamaModel model, InferenceConfig cfg) : impl_(std::make_unique<Impl>()) {
     if (!model) throw Error("Engine: no model");
     if (cfg.max_batch < 1) throw Error("Engine: max_batch must be >= 1, got " + std::to_string(cfg.max_batch));
     impl_->model = std::move(model);
     impl_->cfg = cfg;
 }
 
-Engine::~Engine() = default;
+InferenceEngine::~InferenceEngine() = default;
 
-void Engine::submit(GenRequest r) {
+void InferenceEngine::submit(GenRequest r) {
     const model::HfConfig& c = impl_->model->config();
     const std::string who = "Engine: request " + std::to_string(r.id) + ": ";
     if (r.prompt.empty()) throw Error(who + "empty prompt");
@@ -202,9 +194,9 @@ void Engine::submit(GenRequest r) {
     impl_->waiting.push_back(std::move(s));
 }
 
-bool Engine::step(const Callback& on_finish) { return step(on_finish, TokenCallback{}); }
+bool InferenceEngine::step(const Callback& on_finish) { return step(on_finish, TokenCallback{}); }
 
-bool Engine::step(const Callback& on_finish, const TokenCallback& on_token) {
+bool InferenceEngine::step(const Callback& on_finish, const TokenCallback& on_token) {
     Impl& m = *impl_;
     if (m.active.empty() && m.waiting.empty()) return false;
     std::vector<Impl::Seq> finished;
@@ -230,7 +222,7 @@ bool Engine::step(const Callback& on_finish, const TokenCallback& on_token) {
     return !(m.active.empty() && m.waiting.empty());
 }
 
-std::vector<GenResult> Engine::run(const Callback& on_finish) {
+std::vector<GenResult> InferenceEngine::run(const Callback& on_finish) {
     while (step(on_finish)) {
     }
     auto& d = impl_->done;
@@ -242,7 +234,7 @@ std::vector<GenResult> Engine::run(const Callback& on_finish) {
     return out;
 }
 
-void Engine::update_weights(int32_t new_version, ResumeMode mode, int64_t recompute_window) {
+void InferenceEngine::update_weights(int32_t new_version, ResumeMode mode, int64_t recompute_window) {
     Impl& m = *impl_;
     if (recompute_window < 0)
         throw Error("Engine::update_weights: recompute_window must be >= 0, got " + std::to_string(recompute_window));
@@ -270,7 +262,7 @@ void Engine::update_weights(int32_t new_version, ResumeMode mode, int64_t recomp
     m.dec->extend(slots, seqs, starts);
 }
 
-bool Engine::cancel(int64_t id, GenResult* partial) {
+bool InferenceEngine::cancel(int64_t id, GenResult* partial) {
     Impl& m = *impl_;
     // The first submitted match: admission is FIFO, so every active row precedes the queue.
     std::vector<Impl::Seq> out;
@@ -300,22 +292,22 @@ bool Engine::cancel(int64_t id, GenResult* partial) {
     return true;
 }
 
-void Engine::set_policy_version(int32_t version) { impl_->version = version; }
-int32_t Engine::policy_version() const { return impl_->version; }
+void InferenceEngine::set_policy_version(int32_t version) { impl_->version = version; }
+int32_t InferenceEngine::policy_version() const { return impl_->version; }
 
-int64_t Engine::active() const { return static_cast<int64_t>(impl_->active.size()); }
-int64_t Engine::waiting() const { return static_cast<int64_t>(impl_->waiting.size()); }
-const EngineStats& Engine::stats() const { return impl_->stats; }
-const EngineConfig& Engine::config() const { return impl_->cfg; }
+int64_t InferenceEngine::active() const { return static_cast<int64_t>(impl_->active.size()); }
+int64_t InferenceEngine::waiting() const { return static_cast<int64_t>(impl_->waiting.size()); }
+const InferenceStats& InferenceEngine::stats() const { return impl_->stats; }
+const InferenceConfig& InferenceEngine::config() const { return impl_->cfg; }
 
 std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                const GenParams& params, const std::vector<uint64_t>& seeds, const EngineConfig& cfg) {
+                                const GenParams& params, const std::vector<uint64_t>& seeds, const InferenceConfig& cfg) {
     if (seeds.size() != prompts.size())
         throw Error("generate: " + std::to_string(seeds.size()) + " seeds for " + std::to_string(prompts.size()) +
                     " prompts");
-    EngineConfig c = cfg;
+    InferenceConfig c = cfg;
     c.max_batch = std::max<int64_t>(1, std::min<int64_t>(cfg.max_batch, static_cast<int64_t>(prompts.size())));
-    Engine engine(model, c);
+    InferenceEngine engine(model, c);
     for (std::size_t i = 0; i < prompts.size(); ++i) {
         GenRequest r;
         r.id = static_cast<int64_t>(i);
@@ -328,7 +320,7 @@ std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std:
 }
 
 std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                const GenParams& params, const EngineConfig& cfg) {
+                                const GenParams& params, const InferenceConfig& cfg) {
     std::vector<uint64_t> seeds(prompts.size());
     for (std::size_t i = 0; i < seeds.size(); ++i) seeds[i] = derive_seed(params.seed, i);
     return generate(model, prompts, params, seeds, cfg);
@@ -345,7 +337,7 @@ double evaluate(model::LlamaModel& model, const Task& task, int64_t n_prompts, i
     greedy.stop_ids = {task.eos_token()};
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i = 0; i < n_prompts; ++i) prompts.push_back(task.eval_prompt(first + i));
-    EngineConfig cfg;
+    InferenceConfig cfg;
     cfg.max_batch = std::max<int64_t>(1, batch_size);
     cfg.bf16 = bf16;
     const auto comps = generate(model, prompts, greedy, cfg);

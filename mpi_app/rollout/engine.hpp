@@ -5,8 +5,7 @@
 // waiting request (its prompt is prefilled) while the others keep decoding. Each request
 // samples from its own counter-based random stream, so its completion does not depend on the
 // batch size, the slot it got or the other requests (up to float rounding of batched GEMMs).
-// Also the convenience generate()/evaluate() built on it, next to the old Policy ones in
-// generate.hpp. Per-rank and single-threaded: no MPI, no locking (one engine per thread).
+// Also the convenience generate()/evaluate() built on it. Per-rank and single-threaded: no MPI, no locking (one engine per thread).
 // Partial rollout: new weights can arrive while generations are in flight; update_weights()
 // (between steps) swaps them at a token boundary and the generations resume (kept or
 // recomputed KV caches), every response token tagged with the policy version that sampled it.
@@ -21,12 +20,13 @@
 #include <string>
 #include <vector>
 
+#include "common/finish_reason.hpp"
 #include "model/llama.hpp"
 #include "rollout/task.hpp"
 
 namespace tagflow::rollout {
 
-/// How one request is sampled (the engine's counterpart of generate.hpp's SamplingParams).
+/// How one request is sampled.
 struct GenParams {
     double temperature = 1.0;      ///< 0 = greedy (argmax)
     double top_p = 1.0;            ///< nucleus mass kept, in (0, 1]; 1 = no filtering
@@ -42,11 +42,6 @@ struct GenRequest {
     GenParams params;
 };
 
-/// kCancelled: only the partial result Engine::cancel() hands back (never passed to on_finish).
-enum class FinishReason { kStop, kLength, kCancelled };
-/// "stop" / "length" (the run file's finish_reason names) / "cancelled".
-const char* finish_reason_name(FinishReason r);
-
 struct GenResult {
     int64_t id = 0;
     std::vector<int32_t> response;  ///< generated tokens; ends with the stop token iff finish == kStop
@@ -55,20 +50,20 @@ struct GenResult {
     /// the trainer computes, so PPO ratios are exactly 1 on-policy without filtering.
     std::vector<float> logprobs;
     /// One per response token: the engine's policy version when the token was sampled (see
-    /// Engine::update_weights); a generation interrupted by a weight update has two or more.
+    /// InferenceEngine::update_weights); a generation interrupted by a weight update has two or more.
     std::vector<int32_t> versions;
-    FinishReason finish = FinishReason::kLength;
+    FinishReason finish = FinishReason::kLength;  ///< kStop, kLength, or kCancelled from cancel()
     int32_t prompt_tokens = 0;
     int32_t num_tokens = 0;  ///< response.size()
 };
 
-struct EngineConfig {
+struct InferenceConfig {
     int64_t max_batch = 64;  ///< sequences decoding together (KV-cache slots)
     bool bf16 = false;       ///< compute in bf16 (weights snapshot, cache, activations); logits fp32
 };
 
 /// Counters since construction (for tests and benchmarks).
-struct EngineStats {
+struct InferenceStats {
     int64_t steps = 0;            ///< calls of step() that did work
     int64_t decode_steps = 0;     ///< batched decode steps
     int64_t decode_rows = 0;      ///< sum over decode steps of the rows decoded
@@ -107,16 +102,16 @@ struct TokenEvent {
     int32_t version = 0;
 };
 
-class Engine {
+class InferenceEngine {
 public:
     using Callback = std::function<void(const GenResult&)>;
     using TokenCallback = std::function<void(const TokenEvent&)>;
 
     /// Shares `model` (no copy of the module; its weights are snapshotted for decoding).
-    explicit Engine(model::LlamaModel model, EngineConfig cfg = EngineConfig{});
-    ~Engine();
-    Engine(const Engine&) = delete;
-    Engine& operator=(const Engine&) = delete;
+    explicit InferenceEngine(model::LlamaModel model, InferenceConfig cfg = InferenceConfig{});
+    ~InferenceEngine();
+    InferenceEngine(const InferenceEngine&) = delete;
+    InferenceEngine& operator=(const InferenceEngine&) = delete;
 
     /// Queues a request (first come, first served). Throws tagflow::Error naming the request on
     /// an empty prompt, a token id outside the vocabulary, bad sampling parameters, or
@@ -157,8 +152,8 @@ public:
 
     int64_t active() const;   ///< sequences decoding
     int64_t waiting() const;  ///< requests not admitted yet
-    const EngineStats& stats() const;
-    const EngineConfig& config() const;
+    const InferenceStats& stats() const;
+    const InferenceConfig& config() const;
 
 private:
     struct Impl;
@@ -166,14 +161,14 @@ private:
 };
 
 /// One completion per prompt, all with `params`; request i uses the stream
-/// derive_seed(params.seed, i). A fresh Engine per call (it re-snapshots the weights): keep an
-/// Engine instead when calling repeatedly with large models.
+/// derive_seed(params.seed, i). A fresh InferenceEngine per call (it re-snapshots the weights): keep an
+/// InferenceEngine instead when calling repeatedly with large models.
 std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                const GenParams& params, const EngineConfig& cfg = EngineConfig{});
+                                const GenParams& params, const InferenceConfig& cfg = InferenceConfig{});
 /// Same with an explicit seed per prompt (seeds.size() == prompts.size()).
 std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                 const GenParams& params, const std::vector<uint64_t>& seeds,
-                                const EngineConfig& cfg = EngineConfig{});
+                                const InferenceConfig& cfg = InferenceConfig{});
 
 /// Mean reward of greedy completions (stop at the task's EOS, at most max_response_tokens())
 /// on eval prompts [first, first + n_prompts), decoded with up to `batch_size` in flight.

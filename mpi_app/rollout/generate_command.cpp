@@ -155,10 +155,10 @@ int generate_command(int argc, char** argv) {
     if (log_rank() != 0) return 0;  // the same work on every rank would only be repeated
     if (threads > 0) at::set_num_threads(threads);
     model::LlamaModel model(model::LlamaModelImpl::from_pretrained(model_dir));
-    EngineConfig ec;
+    InferenceConfig ec;
     ec.max_batch = 1;
     ec.bf16 = bf16;
-    Engine engine(model, ec);
+    InferenceEngine engine(model, ec);
     req.params = p;
     engine.submit(req);
     const GenResult r = engine.run().at(0);

@@ -13,7 +13,7 @@
 
 namespace tagflow::sched {
 
-std::vector<RolloutSample> generate_agent_samples(rollout::Engine& engine, const rollout::Task& task,
+std::vector<RolloutSample> generate_agent_samples(rollout::InferenceEngine& engine, const rollout::Task& task,
                                                   const rollout::AgentLoop& loop, const config::Options& opt,
                                                   const std::vector<std::vector<int32_t>>& prompts,
                                                   const std::vector<int64_t>& groups, int32_t max_new_tokens,
@@ -72,7 +72,7 @@ RolloutSample agent_sample(const rollout::AgentResult& a, int64_t group, int32_t
     return r;
 }
 
-double evaluate_agent_task(rollout::Engine& engine, const rollout::Task& task, const rollout::AgentLoop& loop,
+double evaluate_agent_task(rollout::InferenceEngine& engine, const rollout::Task& task, const rollout::AgentLoop& loop,
                            int64_t n) {
     return rollout::evaluate_agent(engine, task, loop, n).reward_mean;
 }
@@ -81,9 +81,9 @@ GreedyScore score_agent_greedy(model::LlamaModelImpl& model, const rollout::Task
                                const std::vector<int64_t>& indices) {
     GreedyScore sc;
     if (indices.empty()) return sc;
-    rollout::EngineConfig ec;
+    rollout::InferenceConfig ec;
     ec.max_batch = 256;
-    rollout::Engine engine(model::LlamaModel(std::static_pointer_cast<model::LlamaModelImpl>(model.shared_from_this())),
+    rollout::InferenceEngine engine(model::LlamaModel(std::static_pointer_cast<model::LlamaModelImpl>(model.shared_from_this())),
                            ec);
     std::vector<rollout::AgentJob> jobs(indices.size());
     for (size_t k = 0; k < indices.size(); ++k) {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // agent_rollout: the sync scheduler's rollout for multi-turn tasks (a Task that is also a
 // rollout::AgentLoop): one step's sessions run through rollout::run_agent_sessions on the
-// rank's Engine, every model turn recorded in the step's trajectory manager, and come back as
+// rank's InferenceEngine, every model turn recorded in the step's trajectory manager, and come back as
 // RolloutSamples whose response is everything after the prompt (model turns and tool output)
 // with a per-token loss_mask (0 on tool/environment tokens, which the trainer leaves out of
 // the loss). agent_sample, the session -> sample conversion, is shared with the async
@@ -24,7 +24,7 @@ namespace tagflow::model {
 class LlamaModelImpl;
 }
 namespace tagflow::rollout {
-class Engine;
+class InferenceEngine;
 class Task;
 class AgentLoop;
 struct AgentResult;
@@ -37,7 +37,7 @@ namespace tagflow::sched {
 /// policy version `version`, sampled with opt's temperature/top_p/top_k; session budget
 /// task.max_prompt_tokens() + max_new_tokens. Inserts every model request into `tm` and
 /// sets leaf[id] to each session's trajectory.
-std::vector<RolloutSample> generate_agent_samples(rollout::Engine& engine, const rollout::Task& task,
+std::vector<RolloutSample> generate_agent_samples(rollout::InferenceEngine& engine, const rollout::Task& task,
                                                   const rollout::AgentLoop& loop, const config::Options& opt,
                                                   const std::vector<std::vector<int32_t>>& prompts,
                                                   const std::vector<int64_t>& groups, int32_t max_new_tokens,
@@ -53,11 +53,11 @@ RolloutSample agent_sample(const rollout::AgentResult& a, int64_t group, int32_t
                            int32_t version_if_none);
 
 /// Held-out greedy score of a multi-turn task on eval prompts [0, n) (mean reward).
-double evaluate_agent_task(rollout::Engine& engine, const rollout::Task& task, const rollout::AgentLoop& loop,
+double evaluate_agent_task(rollout::InferenceEngine& engine, const rollout::Task& task, const rollout::AgentLoop& loop,
                            int64_t n);
 
 /// `tagflow sft`'s held-out score for a multi-turn task: greedy sessions on eval prompts
-/// `indices` with a fresh Engine on `model` (which must be owned by a shared_ptr); exact =
+/// `indices` with a fresh InferenceEngine on `model` (which must be owned by a shared_ptr); exact =
 /// sessions with reward 1. Local, not collective.
 GreedyScore score_agent_greedy(model::LlamaModelImpl& model, const rollout::Task& task, const rollout::AgentLoop& loop,
                                const std::vector<int64_t>& indices);

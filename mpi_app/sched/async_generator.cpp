@@ -32,7 +32,7 @@ void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
     enter(SpanKind::kRollout);
     step_versions_.push_back(version_);
     const size_t f = step_versions_.size() - 1;
-    rollout::Engine::TokenCallback on_token;
+    rollout::InferenceEngine::TokenCallback on_token;
     if (gw_router_) on_token = [&](const rollout::TokenEvent& e) {
         if (is_gateway_id(e.id)) gw_router_->on_token(e);
     };
@@ -55,7 +55,7 @@ void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
         r.prompt = task_->train_prompt(r.group);
         r.response = g.response;
         r.logprobs = g.logprobs;
-        r.hit_eos = g.finish == rollout::FinishReason::kStop;
+        r.hit_eos = g.finish == FinishReason::kStop;
         r.reward = task_->reward(r.prompt, r.response);
         r.t_done = clock_.now();
         // Per-token versions: the engine's (GenResult::versions, set by update_weights);

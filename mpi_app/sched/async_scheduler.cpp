@@ -30,11 +30,11 @@ namespace tagflow::sched {
 int async_coordinator(const cluster::Roles& roles) { return roles.train_root; }
 
 std::vector<int> async_train_group(const config::Options& opt, const cluster::Roles& roles) {
-    return policy::train_group(opt, roles.all_tags);  // pure: shared with the simulator (sim/)
+    return sched_policy::train_group(opt, roles.all_tags);  // pure: shared with the simulator (sim/)
 }
 
 void check_async_roles(const config::Options& opt, const cluster::Roles& roles) {
-    policy::check_roles(opt, roles.all_tags);
+    sched_policy::check_roles(opt, roles.all_tags);
 }
 
 void check_async_resume(const config::Options& opt, const cluster::Roles& roles, const ckpt::Manifest& m) {
@@ -88,7 +88,7 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
     }
     is_gen_ = std::count(gens_.begin(), gens_.end(), me_) > 0;
     is_recv_ = std::count(receivers_.begin(), receivers_.end(), me_) > 0;
-    threshold_ = policy::train_threshold(opt);
+    threshold_ = sched_policy::train_threshold(opt);
 
     max_new_ = opt.max_new_tokens > 0 ? opt.max_new_tokens : task_->max_response_tokens();
     policy_ = make_policy(opt, *task_, task_->max_prompt_tokens() + max_new_);
@@ -130,9 +130,9 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
         });
     }
     if (is_gen_) {
-        rollout::EngineConfig ec;
+        rollout::InferenceConfig ec;
         ec.max_batch = opt.max_batch;
-        engine_ = std::make_unique<rollout::Engine>(policy_, ec);
+        engine_ = std::make_unique<rollout::InferenceEngine>(policy_, ec);
         setup_agent_sessions();
         gen_index_ = static_cast<int64_t>(std::find(gens_.begin(), gens_.end(), me_) - gens_.begin());
         // --rollout-ahead: when every generator trains too, each starts only about its share
@@ -141,7 +141,7 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
         int64_t training_gens = 0;
         for (int r : gens_) training_gens += std::count(members_.begin(), members_.end(), r) > 0;
         if (in_train_)
-            quota_ = policy::rollout_quota(opt, threshold_, static_cast<int64_t>(gens_.size()), training_gens);
+            quota_ = sched_policy::rollout_quota(opt, threshold_, static_cast<int64_t>(gens_.size()), training_gens);
     }
     if (me_ == coord_) {
         std::string ms, rs;
@@ -266,9 +266,9 @@ double AsyncScheduler::evaluate(int32_t step) {
     if (const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_)) {
         // Multi-turn: greedy sessions with the tool, on an engine of their own (engine_
         // holds the generations in flight).
-        rollout::EngineConfig ec;
+        rollout::InferenceConfig ec;
         ec.max_batch = opt_.max_batch;
-        rollout::Engine eng(policy_, ec);
+        rollout::InferenceEngine eng(policy_, ec);
         e = evaluate_agent_task(eng, *task_, *loop, opt_.eval_prompts);
     } else {
         e = rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);

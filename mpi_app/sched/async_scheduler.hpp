@@ -9,31 +9,14 @@
 // The coordinator (world rank of train-group rank 0) owns the sample pool, announces every role
 // change point-to-point (epoch = training step), sends new weights to the rollout-only ranks
 // with non-blocking point-to-point bucket messages (they swap them in at a token boundary),
-// and is the only rank that writes the run file. Shares RlTrainer, rollout::Engine, the flat
+// and is the only rank that writes the run file. Shares RlTrainer, rollout::InferenceEngine, the flat
 // weight buffer and its buckets, the tasks and the run-file schema with `sync`.
-// Does not choose tags or create the run file (train_command.cpp does).
+// Does not choose tags or create the run file (cmd/train_command.cpp does).
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "sched/scheduler.hpp"
-
-namespace tagflow::config {
-struct Options;
-}
-namespace tagflow::cluster {
-struct Roles;
-}
-namespace tagflow::io {
-class RunFile;
-}
-namespace tagflow::rollout {
-class Task;
-}
-namespace tagflow::ckpt {
-struct Plan;
-struct Manifest;
-}
+#include "sched/scheduler.hpp"  // Scheduler, RunSummary and the forward declarations
 
 namespace tagflow::sched {
 

@@ -46,7 +46,7 @@
 #include "sched/agent_stream.hpp"
 #include "sched/exchange.hpp"
 #include "sched/gateway_router.hpp"
-#include "sched/policy.hpp"
+#include "sched/sched_policy.hpp"
 #include "sched/rl_trainer.hpp"
 #include "sched/sample_pool.hpp"
 #include "sched/sample_row.hpp"
@@ -169,7 +169,7 @@ class AsyncScheduler final : public Scheduler {
     void poll_messages();
 
     // Samples of complete groups that would be trained now. --stale weight: weight
-    // (eta+1)/(age+1); below policy::kMinStaleWeight the sample is dropped anyway, so a rollout
+    // (eta+1)/(age+1); below sched_policy::kMinStaleWeight the sample is dropped anyway, so a rollout
     // side much faster than training cannot make the backlog ever staler.
     int64_t usable() const { return pool_.usable(version_); }
 
@@ -266,7 +266,7 @@ class AsyncScheduler final : public Scheduler {
     std::vector<std::pair<size_t, size_t>> buckets_;
     std::unique_ptr<train::WeightSync> wsync_;
     std::unique_ptr<RlTrainer> trainer_;
-    std::unique_ptr<rollout::Engine> engine_;
+    std::unique_ptr<rollout::InferenceEngine> engine_;
     Comm p2p_, bcast_, train_comm_;
 
     // span recorder

@@ -47,11 +47,6 @@ bool try_recv(MPI_Comm comm, int src, int tag, std::vector<char>& b, int* from) 
     return true;
 }
 
-uint8_t fin_code(rollout::FinishReason r) {
-    if (r == rollout::FinishReason::kStop) return kFinStop;
-    return r == rollout::FinishReason::kCancelled ? kFinCancelled : kFinLength;
-}
-
 rollout::GenRequest to_gen(const gateway::CompletionRequest& q) {
     rollout::GenRequest g;
     g.id = kGatewayIdBase + static_cast<int64_t>(q.request_id);

@@ -31,9 +31,10 @@ struct Sends {
 // Receives one message of `tag` from `src` (MPI_ANY_SOURCE allowed) if one has arrived.
 bool try_recv(MPI_Comm comm, int src, int tag, std::vector<char>& b, int* from = nullptr);
 
-// Finish codes on the wire.
-inline constexpr uint8_t kFinStop = 0, kFinLength = 1, kFinError = 2, kFinCancelled = 3;
-uint8_t fin_code(rollout::FinishReason r);
+// Finish codes on the wire: the FinishReason's value.
+inline constexpr uint8_t fin_code(FinishReason r) { return static_cast<uint8_t>(r); }
+inline constexpr uint8_t kFinStop = fin_code(FinishReason::kStop), kFinLength = fin_code(FinishReason::kLength),
+                         kFinError = fin_code(FinishReason::kError), kFinCancelled = fin_code(FinishReason::kCancelled);
 // kTagGwReq kinds.
 inline constexpr uint8_t kReqGenerate = 0, kReqCancel = 1;
 

@@ -266,7 +266,7 @@ int64_t GatewayRouter::served() const { return impl_->served; }
 int64_t GatewayRouter::cancelled() const { return impl_->n_cancelled; }
 int64_t GatewayRouter::live_sessions() const { return static_cast<int64_t>(impl_->sess.size()); }
 
-void GatewayRouter::poll(rollout::Engine& engine, double now, int32_t version) {
+void GatewayRouter::poll(rollout::InferenceEngine& engine, double now, int32_t version) {
     Impl& m = *impl_;
     if (m.stopped) return;
     m.inbox->version = version;

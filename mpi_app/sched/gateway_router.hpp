@@ -18,7 +18,7 @@
 //                     generate) and /samples rows.
 // Cancel: a client that goes away (the HTTP thread sees the connection close) cancels its
 // request: the router cancels it in its own engine or sends the cancel to the worker rank that
-// runs it, which cancels it there (Engine::cancel: the slot is free at the next step). A
+// runs it, which cancels it there (InferenceEngine::cancel: the slot is free at the next step). A
 // cancelled request is not recorded (no /tree row, no sample); /health "cancelled" counts them.
 // Session lifetime: the router forgets a session (routing, reward validation) when a
 // session-level reward closed it and none of its requests is in flight, or when it has been
@@ -46,7 +46,7 @@
 
 namespace tagflow::sched {
 
-/// Engine request ids and sample ids/groups of gateway traffic start here (task ids stay below).
+/// InferenceEngine request ids and sample ids/groups of gateway traffic start here (task ids stay below).
 inline constexpr int64_t kGatewayIdBase = int64_t{1} << 60;
 inline bool is_gateway_id(int64_t id) { return id >= kGatewayIdBase; }
 /// Point-to-point tags (on the async scheduler's p2p communicator).
@@ -76,8 +76,8 @@ public:
     /// Between engine steps: routes queued requests (local ones into `engine`), relays tokens
     /// that other ranks sent, forwards queued rewards. `now`: the run clock; `version`: the
     /// policy version of this rank (for /health).
-    void poll(rollout::Engine& engine, double now, int32_t version);
-    /// Engine callbacks for this rank's gateway requests (is_gateway_id ids).
+    void poll(rollout::InferenceEngine& engine, double now, int32_t version);
+    /// InferenceEngine callbacks for this rank's gateway requests (is_gateway_id ids).
     void on_token(const rollout::TokenEvent& e);
     void on_finish(const rollout::GenResult& g, double now);
     /// End of run: stops the HTTP thread; requests in flight end with finish_reason "abort".
@@ -97,7 +97,7 @@ public:
     GatewayWorker(int gateway_rank, MPI_Comm comm);
     ~GatewayWorker();
     /// Receives routed requests into `engine` (never waits).
-    void poll(rollout::Engine& engine);
+    void poll(rollout::InferenceEngine& engine);
     void on_token(const rollout::TokenEvent& e);
     void on_finish(const rollout::GenResult& g);
     /// Sends this step's tokens and finishes to the gateway rank (one message, non-blocking).

@@ -31,7 +31,7 @@ GatewayWorker::GatewayWorker(int gateway_rank, MPI_Comm comm) : impl_(std::make_
 }
 GatewayWorker::~GatewayWorker() = default;
 
-void GatewayWorker::poll(rollout::Engine& engine) {
+void GatewayWorker::poll(rollout::InferenceEngine& engine) {
     Impl& m = *impl_;
     std::vector<char> b;
     while (try_recv(m.comm, m.gw, kTagGwReq, b)) {

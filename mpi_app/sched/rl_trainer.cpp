@@ -24,7 +24,7 @@
 #include "model/value_model.hpp"
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
-#include "sched/policy.hpp"
+#include "sched/sched_policy.hpp"
 #include "train/algorithms.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/workers.hpp"
@@ -134,7 +134,7 @@ struct RlTrainer::Impl {
         schedule.epochs = opt.ppo_epochs;
         const size_t bucket = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
 
-        train::EngineConfig ec;
+        train::TrainEngineConfig ec;
         ec.optim.lr = opt.lr;
         ec.optim.beta1 = 0.9;
         ec.optim.beta2 = 0.99;
@@ -145,7 +145,7 @@ struct RlTrainer::Impl {
         if (in_train) {
             train_comm = std::make_unique<WaitTimedCollectives>(train_c, bucket, wait_hook);
             if (opt.kl_coef > 0) {
-                train::EngineConfig rc = ec;
+                train::TrainEngineConfig rc = ec;
                 rc.trainable = false;
                 ref = std::make_unique<train::ReferenceWorker>(
                     train::make_engine(train::policy_handle(train::clone_llama(policy)), rc), opt.temperature);
@@ -164,7 +164,7 @@ struct RlTrainer::Impl {
             // veRL starts the critic from the actor's weights; its value head starts at 0.
             model::ValueModel vm(policy->config(), static_cast<uint64_t>(opt.seed) + 17);
             vm->init_from_policy(*policy);
-            train::EngineConfig cc = ec;
+            train::TrainEngineConfig cc = ec;
             cc.optim.lr = opt.critic_lr;
             train::CriticConfig crc;
             crc.clip_range = opt.value_clip;
@@ -300,7 +300,7 @@ bool RlTrainer::has_actor() const { return impl_->actor != nullptr; }
 // ---- checkpoints (mpi_app/ckpt, share/doc/checkpoints.md) ----
 namespace {
 
-void save_engine(const train::Engine& e, const std::string& dir, const std::string& name) {
+void save_engine(const train::TrainEngine& e, const std::string& dir, const std::string& name) {
     const std::string path = dir + "/" + name;
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) throw Error("checkpoint: cannot create " + path + ": " + std::strerror(errno));
@@ -313,7 +313,7 @@ void save_engine(const train::Engine& e, const std::string& dir, const std::stri
     if (!out) throw Error("checkpoint: writing " + path + " failed: " + std::strerror(errno));
 }
 
-void load_engine(train::Engine& e, const std::string& dir, const std::string& name) {
+void load_engine(train::TrainEngine& e, const std::string& dir, const std::string& name) {
     const std::string path = dir + "/" + name;
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error("checkpoint " + path + ": cannot open");
@@ -368,7 +368,7 @@ rollout::GenParams rollout_params(const config::Options& opt, const rollout::Tas
     p.seed = rollout::derive_seed(static_cast<uint64_t>(opt.seed), static_cast<uint64_t>(id));
     const config::ResponseLengths lengths = config::parse_response_lengths(opt.response_lengths);
     if (lengths.forced) {
-        p.max_tokens = policy::lognormal_length(lengths.median, lengths.p99_ratio, max_new,
+        p.max_tokens = sched_policy::lognormal_length(lengths.median, lengths.p99_ratio, max_new,
                                                 static_cast<uint64_t>(opt.seed), id);
     } else {
         p.max_tokens = max_new;

@@ -38,7 +38,7 @@ model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& t
 /// The sampling parameters of training sample `id` in every mode: the options' temperature /
 /// top-p / top-k, a random stream from the run seed and the id (so a sample does not depend on
 /// the rank count or the batch it ran in), at most `max_new` tokens ending at the task's EOS —
-/// or, with --response-lengths lognormal:M:R, exactly its drawn length (policy::lognormal_length,
+/// or, with --response-lengths lognormal:M:R, exactly its drawn length (sched_policy::lognormal_length,
 /// capped at max_new) with no stop token.
 rollout::GenParams rollout_params(const config::Options& opt, const rollout::Task& task, int32_t max_new, int64_t id);
 

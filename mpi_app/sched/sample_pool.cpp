@@ -6,7 +6,7 @@
 
 #include "common/error.hpp"
 #include "config/options.hpp"
-#include "sched/policy.hpp"
+#include "sched/sched_policy.hpp"
 
 namespace tagflow::sched {
 
@@ -34,7 +34,7 @@ void SamplePool::add_group(std::vector<RolloutSample> g) {
 int64_t SamplePool::usable(int64_t version) const {
     int64_t n = 0;
     for (const auto& [v, k] : ready_by_version_)
-        if (policy::stale_weight(opt_, version - v) > 0) n += k;
+        if (sched_policy::stale_weight(opt_, version - v) > 0) n += k;
     return n;
 }
 
@@ -51,7 +51,7 @@ PoolBatch SamplePool::take_batch(int64_t threshold, int64_t version) {
                 throw InternalError("sample pool: ready counts out of step with group " + std::to_string(g));
             if (--it->second == 0) ready_by_version_.erase(it);
             const int64_t a = version - r.version;
-            const double w = policy::stale_weight(opt_, a);
+            const double w = sched_policy::stale_weight(opt_, a);
             if (w <= 0) {
                 b.dropped_ids.push_back(r.id);
                 continue;

@@ -3,7 +3,7 @@
 // what `tagflow sim` (sim/simulator.cpp) runs the same way. Owns admission (a sample joins its
 // prompt group; a group is trainable once complete), staleness (a sample's age is the trained
 // policy version minus its oldest token's version; --staleness/--stale give its weight through
-// policy::stale_weight) and batch selection (complete groups, oldest first, until the threshold;
+// sched_policy::stale_weight) and batch selection (complete groups, oldest first, until the threshold;
 // too-stale samples dropped, older ones weighted). Pure C++ (no MPI, no LibTorch). Does not
 // decide when to train (the caller compares usable() with its threshold), deduplicate samples
 // generated again after a resume, or write anything.

@@ -2,11 +2,13 @@
 // scheduler: the interface every scheduling mode implements (sync: sync_scheduler.hpp;
 // disaggregated and multiplex: async_scheduler.hpp), the run summary it returns, and the
 // pieces every mode shares: the checkpoint manifest's run keys and the model/algorithm lines
-// of the log. Does not pick a mode (train_command.cpp does) and knows no LibTorch.
+// of the log. Does not pick a mode (cmd/train_command.cpp does) and knows no LibTorch.
 #pragma once
 #include <cstdint>
 #include <string>
 
+// The forward declarations every scheduler header needs (sync_scheduler.hpp and
+// async_scheduler.hpp include this header and declare no others).
 namespace tagflow::config {
 struct Options;
 }
@@ -15,9 +17,16 @@ struct Roles;
 }
 namespace tagflow::ckpt {
 struct Manifest;
+struct Plan;
 }
 namespace tagflow::model {
 struct HfConfig;
+}
+namespace tagflow::io {
+class RunFile;
+}
+namespace tagflow::rollout {
+class Task;
 }
 
 namespace tagflow::sched {

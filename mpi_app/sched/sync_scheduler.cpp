@@ -61,9 +61,9 @@ class SyncScheduler final : public Scheduler {
         train::share_one_buffer(policy_->parameters());
         trainer_ = std::make_unique<RlTrainer>(opt, roles, policy_);
         if (roles.is_rollout()) {
-            rollout::EngineConfig ec;
+            rollout::InferenceConfig ec;
             ec.max_batch = opt.max_batch;
-            engine_ = std::make_unique<rollout::Engine>(policy_, ec);
+            engine_ = std::make_unique<rollout::InferenceEngine>(policy_, ec);
         }
         train::WeightSync::Options so;
         so.bucket_bytes = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
@@ -317,7 +317,7 @@ class SyncScheduler final : public Scheduler {
             r.prompt = prompts[i];
             r.response = g.response;
             r.logprobs = g.logprobs;
-            r.hit_eos = g.finish == rollout::FinishReason::kStop;
+            r.hit_eos = g.finish == FinishReason::kStop;
             r.reward = task_->reward(r.prompt, r.response);
             r.t_done = clock_.now();
             // Token-level record of the request (prompt shared by its group in the prefix tree).
@@ -496,7 +496,7 @@ class SyncScheduler final : public Scheduler {
     std::unique_ptr<rollout::Task> task_;
     model::LlamaModel policy_{nullptr};
     std::unique_ptr<RlTrainer> trainer_;
-    std::unique_ptr<rollout::Engine> engine_;  // rollout ranks only
+    std::unique_ptr<rollout::InferenceEngine> engine_;  // rollout ranks only
     std::unique_ptr<train::WeightSync> wsync_;
     traj::TrajectoryManager traj_;                    // this rank's requests of the current step
     std::unordered_map<int64_t, traj::NodeId> traj_leaf_;  // sample id -> its trajectory

@@ -10,23 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "sched/scheduler.hpp"
-
-namespace tagflow::config {
-struct Options;
-}
-namespace tagflow::cluster {
-struct Roles;
-}
-namespace tagflow::io {
-class RunFile;
-}
-namespace tagflow::rollout {
-class Task;
-}
-namespace tagflow::ckpt {
-struct Plan;
-}
+#include "sched/scheduler.hpp"  // Scheduler and the forward declarations
 
 namespace tagflow::sched {
 

@@ -12,7 +12,7 @@
 
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
-#include "sched/policy.hpp"
+#include "sched/sched_policy.hpp"
 
 namespace tagflow::sim {
 
@@ -49,7 +49,7 @@ int64_t to_int(const std::string& opt, const std::string& v, int64_t lo, int64_t
 std::string sim_help() {
     return "usage: tagflow sim [options]   (runs on one process: no MPI, virtual time)\n"
            "Simulates sync, disaggregated and multiplex on N nodes with the scheduler's own decisions\n"
-           "(sched/policy.hpp) and a cost model; see share/doc/sim.md.\n"
+           "(sched/sched_policy.hpp) and a cost model; see share/doc/sim.md.\n"
            "  --nodes LIST           node counts, e.g. 8,32,64,128,200,256 (default)\n"
            "  --hw SPEC              TYPE:TAGS:SHARE;... (default h100:rollout,train:0.5;t4:rollout:0.5);\n"
            "                         nodes are numbered in this order (the coordinator is the first train node)\n"
@@ -152,7 +152,7 @@ SimArgs parse_sim_args(int argc, const char* const* argv) {
         } else if (o == "rollout-ahead") {
             a.base.rollout_ahead = to_double(o, v, 0, false);
         } else if (o == "train-priority") {
-            sched::policy::parse_train_priority(v);  // the syntax now; nodes are checked per run
+            sched::sched_policy::parse_train_priority(v);  // the syntax now; nodes are checked per run
             a.base.train_priority = v;
         } else if (o == "seed") {
             a.base.seed = static_cast<uint64_t>(to_int(o, v, 0, INT64_MAX));

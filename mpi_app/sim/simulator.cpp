@@ -23,7 +23,7 @@
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
 #include "config/options.hpp"
-#include "sched/policy.hpp"
+#include "sched/sched_policy.hpp"
 #include "sched/sample_pool.hpp"
 
 namespace tagflow::sim {
@@ -83,7 +83,7 @@ std::vector<int> group_counts(const std::vector<NodeGroup>& groups, int nodes) {
 
 
 int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
-    const uint64_t h = sched::policy::sample_hash(seed, id);
+    const uint64_t h = sched::sched_policy::sample_hash(seed, id);
     if (w.lengths == "file") {
         if (w.length_table.empty()) throw ConfigError("lengths file: no lengths loaded");
         const int32_t len = w.length_table[h % w.length_table.size()];
@@ -99,13 +99,13 @@ int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
             c.back() = 1.0;
             return c;
         }();
-        const int n = 1 + static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), sched::policy::unit_interval(h)) - cdf.begin());
+        const int n = 1 + static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), sched::sched_policy::unit_interval(h)) - cdf.begin());
         const int32_t len = 2 * std::min(n, 60) + 1;
         return w.max_new > 0 ? std::min(len, w.max_new) : len;
     }
     // Lognormal, drawn as tagflow train --response-lengths lognormal:M:R draws it.
     const double cap = w.max_new > 0 ? w.max_new : std::ceil(4.0 * w.median * w.p99_ratio);
-    return sched::policy::lognormal_length(w.median, w.p99_ratio, cap, seed, id);
+    return sched::sched_policy::lognormal_length(w.median, w.p99_ratio, cap, seed, id);
 }
 
 std::vector<int32_t> load_lengths(const std::string& path) {
@@ -185,7 +185,7 @@ public:
         const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
         opt_.prompts_per_step = static_cast<int32_t>((batch + cfg.work.group_size - 1) / cfg.work.group_size);
         opt_.train_threshold = 0;
-        threshold_ = sched::policy::train_threshold(opt_);
+        threshold_ = sched::sched_policy::train_threshold(opt_);
         G_ = cfg.work.group_size;
 
         const std::vector<int> counts = group_counts(cfg.hw, cfg.nodes);
@@ -199,13 +199,13 @@ public:
             }
         res_.group_nodes = counts;
         for (const Node& n : nodes_) tags_.push_back(n.tags);
-        // The real modes' checks and choices (sched/policy.hpp), then the run-wide ones of roles.cpp.
-        if (sched::policy::coordinator(tags_) < 0)
+        // The real modes' checks and choices (sched/sched_policy.hpp), then the run-wide ones of roles.cpp.
+        if (sched::sched_policy::coordinator(tags_) < 0)
             throw ConfigError("--hw: no node is tagged train at " + std::to_string(cfg.nodes) + " nodes");
         if (std::none_of(tags_.begin(), tags_.end(), [](uint32_t b) { return (b & cluster::kRollout) != 0; }))
             throw ConfigError("--hw: no node is tagged rollout at " + std::to_string(cfg.nodes) + " nodes");
-        sched::policy::check_roles(opt_, tags_);
-        members_ = sched::policy::train_group(opt_, tags_);
+        sched::sched_policy::check_roles(opt_, tags_);
+        members_ = sched::sched_policy::train_group(opt_, tags_);
         coord_ = members_.front();
         for (int r : members_) nodes_[static_cast<size_t>(r)].member = true;
         int gi = 0;
@@ -218,7 +218,7 @@ public:
         int64_t training_gens = 0;
         for (int r : members_) training_gens += nodes_[static_cast<size_t>(r)].gen;
         for (int r : members_)
-            nodes_[static_cast<size_t>(r)].quota = sched::policy::rollout_quota(opt_, threshold_, n_gens_, training_gens);
+            nodes_[static_cast<size_t>(r)].quota = sched::sched_policy::rollout_quota(opt_, threshold_, n_gens_, training_gens);
     }
 
     ModeResult run() {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // simulator: a discrete-event simulation, in virtual seconds, of the three scheduling modes of
 // `tagflow train` on N nodes of given hardware types and tags. The decisions are the real ones
-// (sched/policy.hpp: train group, tag checks, sample threshold, staleness rule; the async
+// (sched/sched_policy.hpp: train group, tag checks, sample threshold, staleness rule; the async
 // coordinator's sched/sample_pool.hpp: which samples a step trains or drops); the work is a
 // cost model (cost_model.hpp): every rollout node runs a continuous-batching engine (one engine
 // step = the prefill of the sequences admitted now + one decode step of all active ones;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// collectives: the communication backend seen by the training Engine and the weight sync —
+// collectives: the communication backend seen by the TrainEngine and the weight sync —
 // bucketed all-reduce and broadcast of many tensors over one group of ranks. Implemented over
 // MPI (train/collectives_mpi.hpp) and over NCCL on device buffers (gpu/nccl_collectives.hpp).
 // No MPI or CUDA in this header, so the model/engine code builds without either.

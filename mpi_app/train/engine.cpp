@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// engine: the backend-independent half of the Engine interface — building and counting
+// engine: the backend-independent half of the TrainEngine interface — building and counting
 // training sequences, splitting them into micro-batches, packing them right-padded onto a
 // device and back, and the directory form of save/load. See engine.hpp.
 #include "train/engine.hpp"
@@ -162,7 +162,7 @@ void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>&
     }
 }
 
-void Engine::save_dir(const std::string& dir) const {
+void TrainEngine::save_dir(const std::string& dir) const {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw Error("engine: cannot create " + dir + ": " + ec.message());
@@ -174,7 +174,7 @@ void Engine::save_dir(const std::string& dir) const {
     if (!out) throw Error("engine: cannot write " + p.string());
 }
 
-void Engine::load_dir(const std::string& dir) {
+void TrainEngine::load_dir(const std::string& dir) {
     const fs::path p = fs::path(dir) / "engine_state.pt";
     std::ifstream in(p, std::ios::binary);
     if (!in) throw Error("engine: cannot read " + p.string());

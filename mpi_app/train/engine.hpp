@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // engine: the ONE interface every training backend implements (veRL 0.7's BaseEngine): given
-// a module (policy or critic) and its forward, an Engine runs micro-batched forward/backward
+// a module (policy or critic) and its forward, a TrainEngine runs micro-batched forward/backward
 // with gradient accumulation over right-padded sequences, sums gradients over a data-parallel
 // group through train::Collectives, takes clipped AdamW steps, and saves/loads weights plus
 // optimiser state. Also here: the training-sequence type every worker consumes, its packing
@@ -22,7 +22,7 @@
 
 namespace tagflow::train {
 
-/// What an Engine trains: the module (its parameters are trained in place, so the caller's
+/// What a TrainEngine trains: the module (its parameters are trained in place, so the caller's
 /// handle sees every step) and its forward, tokens [B,T] int64 on the module's device ->
 /// logits [B,T,V] (a policy) or values [B,T] (a critic). See workers.hpp for ready handles.
 struct ModelHandle {
@@ -39,7 +39,7 @@ struct OptimConfig {
     double grad_clip = 1.0;      ///< max global L2 norm; <= 0 disables clipping
 };
 
-struct EngineConfig {
+struct TrainEngineConfig {
     OptimConfig optim;
     int64_t micro_batch = 8;         ///< sequences per forward/backward (>= 1)
     int64_t micro_batch_tokens = 0;  ///< padded tokens (rows x longest) per micro-batch; 0 = no budget
@@ -111,18 +111,18 @@ void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>&
 /// undefined tensor in forward-only passes.
 using LossFn = std::function<torch::Tensor(const MicroBatch& mb, const torch::Tensor& out)>;
 
-class Engine {
+class TrainEngine {
 public:
-    virtual ~Engine() = default;
+    virtual ~TrainEngine() = default;
     virtual std::string backend() const = 0;  ///< e.g. "torch"
     virtual torch::Device device() const = 0;
-    virtual const EngineConfig& config() const = 0;
+    virtual const TrainEngineConfig& config() const = 0;
     virtual torch::nn::Module& module() = 0;
 
     /// The module's forward on tokens [B,T] (moved to device), bf16 autocast when configured;
     /// output in fp32. Gradients flow unless the caller holds a NoGradGuard.
     virtual torch::Tensor forward(const torch::Tensor& tokens) = 0;
-    /// Micro-batches `batch` (EngineConfig::micro_batch / micro_batch_tokens), runs forward and
+    /// Micro-batches `batch` (TrainEngineConfig::micro_batch / micro_batch_tokens), runs forward and
     /// `fn` on each, and with `train` adds the gradient of each returned loss to the gradients
     /// (gradient accumulation); without `train` runs under NoGradGuard. Returns the sum of the
     /// returned losses (0 for undefined ones).
@@ -150,8 +150,8 @@ public:
     void load_dir(const std::string& dir);
 };
 
-/// The LibTorch engine (CPU, or CUDA in a CUDA build: see EngineConfig::device). Moves the
+/// The LibTorch engine (CPU, or CUDA in a CUDA build: see TrainEngineConfig::device). Moves the
 /// module to the device. Throws ConfigError on a bad config.
-std::unique_ptr<Engine> make_engine(ModelHandle model, const EngineConfig& cfg);
+std::unique_ptr<TrainEngine> make_engine(ModelHandle model, const TrainEngineConfig& cfg);
 
 }  // namespace tagflow::train

@@ -55,7 +55,7 @@ torch::Device parse_device(const std::string& s) {
 
 }  // namespace
 
-TorchEngine::TorchEngine(ModelHandle model, const EngineConfig& cfg)
+TorchEngine::TorchEngine(ModelHandle model, const TrainEngineConfig& cfg)
     : model_(std::move(model)), cfg_(cfg), device_(parse_device(cfg.device)) {
     if (!model_.module || !model_.forward) throw ConfigError("engine: the " + model_.kind + " handle is empty");
     if (cfg.micro_batch < 1) throw ConfigError("engine: micro_batch must be >= 1");
@@ -231,7 +231,7 @@ void TorchEngine::load(std::istream& in) {
     zero_grad();
 }
 
-std::unique_ptr<Engine> make_engine(ModelHandle model, const EngineConfig& cfg) {
+std::unique_ptr<TrainEngine> make_engine(ModelHandle model, const TrainEngineConfig& cfg) {
     return std::make_unique<TorchEngine>(std::move(model), cfg);
 }
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// torch_engine: the LibTorch backend of train::Engine — fp32 master weights on one device
+// torch_engine: the LibTorch backend of train::TrainEngine — fp32 master weights on one device
 // (CPU here; any CUDA device in a CUDA LibTorch build, with no CUDA header needed), optional
 // bf16 autocast for the forward, AdamW with decay/no-decay groups, global-norm clipping, and
 // save/load through torch's archives. Data parallelism is the caller's Collectives (gradients
@@ -15,15 +15,15 @@
 
 namespace tagflow::train {
 
-class TorchEngine final : public Engine {
+class TorchEngine final : public TrainEngine {
 public:
     /// Moves `model.module` to cfg.device; trainable: zero gradients + AdamW, else frozen
     /// (requires_grad off). Throws ConfigError on a bad config or device string.
-    TorchEngine(ModelHandle model, const EngineConfig& cfg);
+    TorchEngine(ModelHandle model, const TrainEngineConfig& cfg);
 
     std::string backend() const override { return "torch"; }
     torch::Device device() const override { return device_; }
-    const EngineConfig& config() const override { return cfg_; }
+    const TrainEngineConfig& config() const override { return cfg_; }
     torch::nn::Module& module() override { return *model_.module; }
 
     torch::Tensor forward(const torch::Tensor& tokens) override;
@@ -43,7 +43,7 @@ public:
 private:
     void require_trainable(const char* what) const;
     ModelHandle model_;
-    EngineConfig cfg_;
+    TrainEngineConfig cfg_;
     torch::Device device_;
     std::unique_ptr<torch::optim::AdamW> opt_;
     int64_t step_ = 0;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // workers: model handles, and the actor / critic / reference workers' loss functions,
-// statistics and mini-batch/epoch update loops on top of an Engine. See workers.hpp.
+// statistics and mini-batch/epoch update loops on top of a TrainEngine. See workers.hpp.
 #include "train/workers.hpp"
 
 #include <algorithm>
@@ -14,14 +14,6 @@
 namespace tagflow::train {
 
 ModelHandle policy_handle(model::LlamaModel m) {
-    ModelHandle h;
-    h.module = m.ptr();
-    h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
-    h.kind = "policy";
-    return h;
-}
-
-ModelHandle policy_handle(model::Policy m) {
     ModelHandle h;
     h.module = m.ptr();
     h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
@@ -85,7 +77,7 @@ double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 // ---- actor ----
 
-ActorWorker::ActorWorker(std::unique_ptr<Engine> engine, const ActorConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
+ActorWorker::ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
     if (!engine_) throw ConfigError("actor: no engine");
     if (!engine_->config().trainable) throw ConfigError("actor: the engine is frozen (trainable = false)");
     if (!(cfg.temperature > 0.0)) throw ConfigError("actor: temperature must be > 0");
@@ -128,7 +120,7 @@ ActorStats actor_stats(const std::vector<double>& s, double steps) {
     return st;
 }
 
-std::vector<double> actor_sums(Engine& engine, const ActorConfig& cfg, const std::vector<TrainSeq>& local,
+std::vector<double> actor_sums(TrainEngine& engine, const ActorConfig& cfg, const std::vector<TrainSeq>& local,
                                const BatchCounts& global) {
     std::vector<double> s(aNumSums, 0.0);
     if (local.empty()) return s;
@@ -200,7 +192,7 @@ ActorStats ActorWorker::update(const std::vector<TrainSeq>& local, Collectives* 
 
 // ---- critic ----
 
-CriticWorker::CriticWorker(std::unique_ptr<Engine> engine, const CriticConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
+CriticWorker::CriticWorker(std::unique_ptr<TrainEngine> engine, const CriticConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
     if (!engine_) throw ConfigError("critic: no engine");
     if (!engine_->config().trainable) throw ConfigError("critic: the engine is frozen (trainable = false)");
 }
@@ -219,7 +211,7 @@ std::vector<std::vector<float>> CriticWorker::compute_values(const std::vector<T
 
 namespace {
 
-std::vector<double> critic_sums(Engine& engine, const CriticConfig& cfg, const std::vector<TrainSeq>& local,
+std::vector<double> critic_sums(TrainEngine& engine, const CriticConfig& cfg, const std::vector<TrainSeq>& local,
                                 const BatchCounts& global, bool explained_var) {
     std::vector<double> s(cNumSums, 0.0);
     if (local.empty()) return s;
@@ -297,7 +289,7 @@ CriticStats CriticWorker::update(const std::vector<TrainSeq>& local, Collectives
 
 // ---- reference ----
 
-ReferenceWorker::ReferenceWorker(std::unique_ptr<Engine> engine, double temperature)
+ReferenceWorker::ReferenceWorker(std::unique_ptr<TrainEngine> engine, double temperature)
     : engine_(std::move(engine)), temperature_(temperature) {
     if (!engine_) throw ConfigError("reference: no engine");
     if (!(temperature > 0.0)) throw ConfigError("reference: temperature must be > 0");

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// workers: the RL roles on top of an Engine (veRL 0.7's Actor/Critic/Reference workers).
+// workers: the RL roles on top of a TrainEngine (veRL 0.7's Actor/Critic/Reference workers).
 // ActorWorker: policy log-probs and entropy, the PPO clipped surrogate (asymmetric and dual
 // clip), entropy bonus, optional KL loss to the reference, micro-batched updates with mini-
 // batches and epochs. CriticWorker: per-token values and the clipped value loss with its own
@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "model/llama.hpp"
-#include "model/policy.hpp"
 #include "model/value_model.hpp"
 #include "train/algorithms.hpp"
 #include "train/engine.hpp"
@@ -25,8 +24,6 @@ namespace tagflow::train {
 
 /// A Llama/Qwen2 policy: forward = logits [B,T,V].
 ModelHandle policy_handle(model::LlamaModel m);
-/// The legacy GPT policy (model::Policy), for the old scheduler path and tests.
-ModelHandle policy_handle(model::Policy m);
 /// A critic: forward = values [B,T].
 ModelHandle value_handle(model::ValueModel m);
 /// A frozen-weights copy of a Llama policy (same config, parameters copied).
@@ -85,7 +82,7 @@ struct ActorConfig {
 class ActorWorker {
 public:
     /// Throws ConfigError on a bad config or a frozen engine.
-    ActorWorker(std::unique_ptr<Engine> engine, const ActorConfig& cfg);
+    ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig& cfg);
 
     /// Log-probs of each sequence's response tokens under the current weights (no grad); with
     /// `entropy` also the per-token entropies. Local: no communication.
@@ -102,11 +99,11 @@ public:
     /// share: per mini-batch, global counts, accumulate, gradient all-reduce, one step.
     ActorStats update(const std::vector<TrainSeq>& local, Collectives* comm, const UpdateSchedule& sched = {});
 
-    Engine& engine() { return *engine_; }
+    TrainEngine& engine() { return *engine_; }
     const ActorConfig& config() const { return cfg_; }
 
 private:
-    std::unique_ptr<Engine> engine_;
+    std::unique_ptr<TrainEngine> engine_;
     ActorConfig cfg_;
 };
 
@@ -117,7 +114,7 @@ struct CriticConfig {
 
 class CriticWorker {
 public:
-    CriticWorker(std::unique_ptr<Engine> engine, const CriticConfig& cfg);
+    CriticWorker(std::unique_ptr<TrainEngine> engine, const CriticConfig& cfg);
 
     /// Value of the state before each response token (slot prompt_len - 1 + j), no grad.
     std::vector<std::vector<float>> compute_values(const std::vector<TrainSeq>& batch);
@@ -128,27 +125,27 @@ public:
     /// COLLECTIVE over comm (the critic group; nullptr = one rank): the whole value update.
     CriticStats update(const std::vector<TrainSeq>& local, Collectives* comm, const UpdateSchedule& sched = {});
 
-    Engine& engine() { return *engine_; }
+    TrainEngine& engine() { return *engine_; }
     const CriticConfig& config() const { return cfg_; }
 
 private:
-    std::unique_ptr<Engine> engine_;
+    std::unique_ptr<TrainEngine> engine_;
     CriticConfig cfg_;
 };
 
 class ReferenceWorker {
 public:
-    /// `engine` should be built with EngineConfig::trainable = false (a frozen copy, e.g.
+    /// `engine` should be built with TrainEngineConfig::trainable = false (a frozen copy, e.g.
     /// policy_handle(clone_llama(policy))). `temperature` as in ActorConfig.
-    ReferenceWorker(std::unique_ptr<Engine> engine, double temperature);
+    ReferenceWorker(std::unique_ptr<TrainEngine> engine, double temperature);
 
     /// Reference log-probs of each sequence's response tokens. Local: no communication.
     std::vector<std::vector<float>> compute_ref_log_probs(const std::vector<TrainSeq>& batch);
 
-    Engine& engine() { return *engine_; }
+    TrainEngine& engine() { return *engine_; }
 
 private:
-    std::unique_ptr<Engine> engine_;
+    std::unique_ptr<TrainEngine> engine_;
     double temperature_;
 };
 

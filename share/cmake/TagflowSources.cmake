@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # tagflow_drop_mpi_sources(<list var>): in a build without MPI (TAGFLOW_HAVE_MPI 0), removes
-# from the list every source that needs MPI, so a folder that globs *.cpp still builds:
+# from the list every source that needs MPI, so a folder's source list still builds:
 #   - files named *_mpi.cpp (the agreed convention), and
 #   - any other file that includes <mpi.h> directly or through a project header
 #     ("folder/x.hpp" under mpi_app/ or the top level); those get a warning asking for the

@@ -3,7 +3,7 @@
 // 64 concurrent clients (--clients), each sending its share of --requests one after another,
 // measures requests/s and the median latency (a) calling Backend::submit directly and waiting
 // on the sink (the baseline, same run) and (b) through the gateway: POST /v1/completions with
-// keep-alive over loopback TCP, JSON in and out. Two backends: `engine` (a real rollout::Engine
+// keep-alive over loopback TCP, JSON in and out. Two backends: `engine` (a real rollout::InferenceEngine
 // on a small random model, greedy) and `instant` (answers max_tokens fixed tokens at once from
 // its own thread, so the columns show the gateway's own cost). #wrong counts HTTP answers that
 // are not 200 or whose token ids differ from the direct call's for the same prompt and seed.

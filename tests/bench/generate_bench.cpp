@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// generate_bench: tokens/s of the rollout engine (rollout::Engine, continuous batching over
+// generate_bench: tokens/s of the rollout engine (rollout::InferenceEngine, continuous batching over
 // LlamaSlotDecoder) per batch size ("size" = batch = requests in flight; -b 1 -e 256 -f 4).
 // Each timed iteration generates `new` greedy tokens for `batch` prompts of `prompt` tokens
 // (prefill included). Baselines in the same run: (a) generate_ref.py, a plain PyTorch eager loop
@@ -26,7 +26,7 @@
 #include "common/error.hpp"
 #include "model/llama.hpp"
 #include "rollout/engine.hpp"
-#include "sched/gemm_check.hpp"
+#include "cmd/gemm_check.hpp"
 
 #ifndef TAGFLOW_BENCH_SOURCE_DIR
 #define TAGFLOW_BENCH_SOURCE_DIR "tests/bench"
@@ -39,7 +39,7 @@ namespace {
 
 struct Data {
     model::LlamaModel model{nullptr};
-    std::unique_ptr<rollout::Engine> engine;
+    std::unique_ptr<rollout::InferenceEngine> engine;
     std::vector<std::vector<int32_t>> prompts;
     std::vector<rollout::GenResult> res;
     nlohmann::json ref;
@@ -97,10 +97,10 @@ void setup(BenchState& s) {
         for (int64_t t = 0; t < P; ++t) p.push_back(static_cast<int32_t>((7 * b + 13 * t + 3) % c.vocab_size));
         d.prompts.push_back(p);
     }
-    rollout::EngineConfig ec;
+    rollout::InferenceConfig ec;
     ec.max_batch = B;
     ec.bf16 = a.opt_int("bf16", 0) != 0;
-    d.engine = std::make_unique<rollout::Engine>(d.model, ec);
+    d.engine = std::make_unique<rollout::InferenceEngine>(d.model, ec);
 
     // Model FLOPs per request and iteration: every matmul weight twice (multiply-add) for each
     // token that passes through the model (the prompt, then each fed-back token), lm_head for

@@ -106,7 +106,7 @@ lat = sy[0]["time_us"] * 1e-6
 bw = (sy[-1]["size"] - sy[0]["size"]) / max(1e-9, (sy[-1]["time_us"] - sy[0]["time_us"]) * 1e-6)
 d, L, V, F, P = $D_MODEL, $LAYERS, $VOCAB, $D_FF, $MAX_POS
 params = 2 * V * d + P * d + L * (4 * d * d + 3 * d * F + 2 * d) + d
-cost = {"model_bytes": 4 * params, "train_padded": True,  # tagflow pads each local batch (train/grpo.cpp)
+cost = {"model_bytes": 4 * params, "train_padded": True,  # tagflow pads each micro-batch (pack_micro_batch, train/engine.cpp)
         "link": {"latency_s": lat, "bandwidth_Bps": bw},
         "hw": {"cpu": {"decode_batch": batches, "decode_s": dec, "decode_s_per_ctx_token": ctx,
                        "prefill_s_per_token": pre,

@@ -15,7 +15,7 @@
 #include "bench_common.hpp"
 #include "common/error.hpp"
 #include "model/llama.hpp"
-#include "sched/gemm_check.hpp"
+#include "cmd/gemm_check.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/workers.hpp"
 
@@ -52,7 +52,7 @@ void setup(BenchState& s) {
     c.abs_positions = s.args->opt_int("abs_positions", 0) != 0;
     d.policy = model::LlamaModel(c, 1);
     for (const auto& p : d.policy->parameters()) d.params += static_cast<double>(p.numel());
-    train::EngineConfig ec;
+    train::TrainEngineConfig ec;
     ec.optim.lr = 1e-4;
     ec.micro_batch = s.args->opt_int("micro_batch", 1 << 20);
     ec.bf16 = dtype == "bf16";

@@ -28,7 +28,7 @@ using tagflow::model::LlamaSlotDecoder;
 
 namespace {
 
-/// Engine logits [2, T, V] of `tokens` [2, T] as described above (NaN where not produced).
+/// InferenceEngine logits [2, T, V] of `tokens` [2, T] as described above (NaN where not produced).
 torch::Tensor engine_logits(LlamaModel m, const torch::Tensor& tokens) {
     const int64_t T = tokens.size(1), V = m->config().vocab_size;
     torch::Tensor out = torch::full({2, T, V}, std::numeric_limits<float>::quiet_NaN());

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// test_agent_loop: the multi-turn runner (rollout/agent_loop.hpp) on a real Engine with a tiny
+// test_agent_loop: the multi-turn runner (rollout/agent_loop.hpp) on a real InferenceEngine with a tiny
 // random Llama — per-token columns (loss_mask 1 exactly on sampled tokens, NaN/-1 elsewhere),
 // environment tokens where the loop put them, turn and token budgets, continuous batching
 // across sessions (more sessions than slots), the incremental AgentSessions interleaved with
@@ -111,9 +111,9 @@ void check_columns(const AgentResult& r) {
 TEST(AgentLoop, EnvironmentTokensAreMaskedAndSessionsRebuildFromTheTree) {
     const int64_t vocab = 12;
     model::LlamaModel m = tiny_model(vocab, 96, 3);
-    EngineConfig ec;
+    InferenceConfig ec;
     ec.max_batch = 4;  // fewer slots than sessions: continuations queue behind others
-    Engine engine(m, ec);
+    InferenceEngine engine(m, ec);
     engine.set_policy_version(5);
     EchoLoop loop(4);
     const auto jobs = jobs_for(10, static_cast<int>(vocab));
@@ -192,7 +192,7 @@ TEST(AgentLoop, EachTurnIsTheRequestOnTheSessionSoFar) {
     // rerunning that request alone on a fresh engine gives the same tokens and logprobs.
     const int64_t vocab = 12;
     model::LlamaModel m = tiny_model(vocab, 96, 4);
-    Engine engine(m, EngineConfig{});
+    InferenceEngine engine(m, InferenceConfig{});
     EchoLoop loop(3);
     const auto jobs = jobs_for(6, static_cast<int>(vocab));
     AgentRunConfig cfg;
@@ -207,7 +207,7 @@ TEST(AgentLoop, EachTurnIsTheRequestOnTheSessionSoFar) {
         for (int32_t k = 0; t < r.tokens.size(); ++k) {
             size_t end = t;
             while (end < r.tokens.size() && r.loss_mask[end]) ++end;
-            Engine fresh(m, EngineConfig{});
+            InferenceEngine fresh(m, InferenceConfig{});
             GenRequest rq;
             rq.prompt.assign(r.tokens.begin(), r.tokens.begin() + static_cast<long>(t));
             rq.params.max_tokens = static_cast<int32_t>(std::min<int64_t>(10, 50 - static_cast<int64_t>(t)));
@@ -230,7 +230,7 @@ TEST(AgentLoop, EachTurnIsTheRequestOnTheSessionSoFar) {
 TEST(AgentLoop, TurnAndTokenBudgets) {
     const int64_t vocab = 12;
     model::LlamaModel m = tiny_model(vocab, 96, 5);
-    Engine engine(m, EngineConfig{});
+    InferenceEngine engine(m, InferenceConfig{});
     ForeverLoop loop;
     AgentRunConfig cfg;
     cfg.stop_ids = {0};
@@ -275,12 +275,12 @@ TEST(AgentSessions, InterleaveWithOtherRequestsAndSpanAWeightUpdate) {
     cfg.stop_ids = {0};
     cfg.max_session_tokens = 60;
     cfg.max_turn_tokens = 12;
-    Engine ref_engine(m, EngineConfig{});
+    InferenceEngine ref_engine(m, InferenceConfig{});
     const auto ref = run_agent_sessions(ref_engine, loop, jobs, cfg);
 
-    EngineConfig ec;
+    InferenceConfig ec;
     ec.max_batch = 4;
-    Engine engine(m, ec);
+    InferenceEngine engine(m, ec);
     traj::TrajectoryManager tm;
     AgentSessions sessions(loop, cfg, &tm);
     for (size_t i = 0; i < jobs.size(); ++i) sessions.start(engine, 5000 + static_cast<int64_t>(i), jobs[i]);
@@ -454,9 +454,9 @@ TEST(CalcTask, SessionsOnTheEngineFollowTheToolProtocol) {
     const AgentLoop& loop = *as_agent_loop(*task);
     const int32_t budget = task->max_prompt_tokens() + task->max_response_tokens();
     model::LlamaModel m = tiny_model(calc::kVocab, budget, 9);
-    EngineConfig ec;
+    InferenceConfig ec;
     ec.max_batch = 8;
-    Engine engine(m, ec);
+    InferenceEngine engine(m, ec);
     std::vector<AgentJob> jobs;
     for (int i = 0; i < 40; ++i) jobs.push_back({i, task->train_prompt(i), static_cast<uint64_t>(77 + i)});
     AgentRunConfig cfg;

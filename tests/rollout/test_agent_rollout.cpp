@@ -40,7 +40,7 @@ TEST(AgentRollout, SamplesCarryTheToolMaskIntoTheTrainer) {
     c.max_position_embeddings = task->max_prompt_tokens() + task->max_response_tokens();
     model::LlamaModel m(c, 0);
     m->reset_parameters(6, 0.3);
-    rollout::Engine engine(m, rollout::EngineConfig{});
+    rollout::InferenceEngine engine(m, rollout::InferenceConfig{});
     config::Options opt;
     opt.group_size = 4;
     opt.temperature = 1.5;

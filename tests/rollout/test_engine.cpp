@@ -170,7 +170,7 @@ TEST(Engine, GreedyEqualsArgmaxLoopOverFullForward) {
     for (const HfConfig& c : {model::fixtures::qwen2_config(), model::fixtures::llama_tied_config(), abs_pos}) {
         LlamaModel m = make_model(c, 11);
         const auto prompts = prompts_for(c.vocab_size, {3, 9, 1, 14, 6});
-        EngineConfig ec;
+        InferenceConfig ec;
         ec.max_batch = 2;  // forces refills while other rows decode
         const auto res = generate(m, prompts, greedy(12), ec);
         ASSERT_EQ(res.size(), prompts.size());
@@ -200,7 +200,7 @@ TEST(Engine, SampledLogprobsEqualFullForward) {
     const auto prompts = prompts_for(c.vocab_size, {4, 11, 2, 7, 5, 8}, 1);
     for (const GenParams& base : {GenParams{0.7, 0.9, 0, 10, {}, 3}, GenParams{1.3, 1.0, 8, 10, {}, 4},
                                   GenParams{1.0, 1.0, 0, 10, {}, 5}}) {
-        EngineConfig ec;
+        InferenceConfig ec;
         ec.max_batch = 4;
         const auto res = generate(m, prompts, base, ec);
         for (std::size_t i = 0; i < prompts.size(); ++i)
@@ -214,7 +214,7 @@ TEST(Engine, SameCompletionsForAnyBatchSize) {
     const auto prompts = prompts_for(c.vocab_size, {5, 1, 12, 3, 8, 2, 9, 4, 6, 10, 7, 3}, 2);
     std::vector<std::vector<GenResult>> runs;
     for (int64_t mb : {1, 3, 16}) {
-        Engine engine(m, EngineConfig{mb, false});
+        InferenceEngine engine(m, InferenceConfig{mb, false});
         for (std::size_t i = 0; i < prompts.size(); ++i) {
             GenRequest r;
             r.id = static_cast<int64_t>(100 + i);
@@ -322,7 +322,7 @@ TEST(Engine, TopK1IsGreedyAndFiltersNeverLeak) {
 TEST(Engine, SlotsAreRefilledWhileOthersDecode) {
     const HfConfig c = model::fixtures::llama_tied_config();
     LlamaModel m = make_model(c, 4);
-    Engine engine(m, EngineConfig{4, false});
+    InferenceEngine engine(m, InferenceConfig{4, false});
     const int n = 16;
     std::vector<int32_t> max_tokens;
     int64_t per_request_steps = 0;
@@ -337,7 +337,7 @@ TEST(Engine, SlotsAreRefilledWhileOthersDecode) {
     }
     std::vector<int64_t> order;
     const auto res = engine.run([&](const GenResult& r) { order.push_back(r.id); });
-    const EngineStats& st = engine.stats();
+    const InferenceStats& st = engine.stats();
     // Static batches of 4 in submission order would each take 29 decode steps: 4 * 29 = 116.
     int64_t static_steps = 0;
     for (int b = 0; b < n; b += 4) static_steps += *std::max_element(max_tokens.begin() + b, max_tokens.begin() + b + 4) - 1;
@@ -364,7 +364,7 @@ TEST(Engine, SlotsAreRefilledWhileOthersDecode) {
 TEST(Engine, CallbackCanSubmitMoreWork) {
     const HfConfig c = model::fixtures::qwen2_config();
     LlamaModel m = make_model(c, 9);
-    Engine engine(m, EngineConfig{2, false});
+    InferenceEngine engine(m, InferenceConfig{2, false});
     GenRequest r;
     r.prompt = {1, 2, 3};
     r.params = greedy(4);
@@ -389,7 +389,7 @@ TEST(Engine, Bf16IsCloseToFp32) {
     const HfConfig c = model::fixtures::qwen2_config();
     LlamaModel m = make_model(c, 13);
     const auto prompts = prompts_for(c.vocab_size, {5, 9, 2}, 5);
-    EngineConfig ec;
+    InferenceConfig ec;
     ec.bf16 = true;
     for (double T : {0.0, 1.0}) {
         GenParams p{T, 1.0, 0, 10, {}, 17};
@@ -406,7 +406,7 @@ TEST(Engine, Bf16IsCloseToFp32) {
 TEST(Engine, NoticesWeightChanges) {
     const HfConfig c = model::fixtures::qwen2_config();
     LlamaModel m = make_model(c, 1);
-    Engine engine(m, EngineConfig{4, false});
+    InferenceEngine engine(m, InferenceConfig{4, false});
     const auto prompts = prompts_for(c.vocab_size, {4, 6}, 6);
     auto submit_all = [&]() {
         for (std::size_t i = 0; i < prompts.size(); ++i) engine.submit(GenRequest{static_cast<int64_t>(i), prompts[i], greedy(8)});
@@ -429,7 +429,7 @@ TEST(Engine, NoticesWeightChanges) {
 TEST(Engine, RejectsBadRequests) {
     const HfConfig c = model::fixtures::qwen2_config();  // vocab 97, 64 positions
     LlamaModel m = make_model(c, 1);
-    Engine engine(m);
+    InferenceEngine engine(m);
     auto req = [](std::vector<int32_t> prompt, GenParams p) { return GenRequest{7, std::move(prompt), p}; };
     EXPECT_THROW(engine.submit(req({}, greedy(4))), Error);
     EXPECT_THROW(engine.submit(req({1, 97}, greedy(4))), Error);

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// test_engine_cancel: Engine::cancel (Serial.engine_cancel.*). A running request cancelled at a
+// test_engine_cancel: InferenceEngine::cancel (Serial.engine_cancel.*). A running request cancelled at a
 // token boundary leaves its slot at once: the others finish with exactly the tokens of a run
 // without it (greedy), the freed slot is refilled by the next waiting request, and the
 // cancelled request's on_finish never comes. Also: cancelling a queued request, an unknown or
@@ -50,13 +50,13 @@ TEST(EngineCancel, RunningRequestFreesItsSlotOthersUnchanged) {
     const int64_t V = m->config().vocab_size;
     // Reference: requests 0, 2, 3, 4, 5 without request 1, 3 slots.
     const std::vector<int64_t> others{0, 2, 3, 4, 5};
-    Engine ref(m, EngineConfig{3, false});
+    InferenceEngine ref(m, InferenceConfig{3, false});
     for (int64_t id : others) ref.submit(request(id, V, 3 + static_cast<int>(id), 20));
     const auto want = by_id(ref.run());
 
     // Request 1 (long) in the middle row, between requests 0 and 2; cancelled after 5 of its
     // tokens, so request 2's cache row moves into its slot.
-    Engine e(m, EngineConfig{3, false});
+    InferenceEngine e(m, InferenceConfig{3, false});
     e.submit(request(0, V, 3, 20));
     e.submit(request(1, V, 4, 40));
     for (int64_t id : {2, 3, 4, 5}) e.submit(request(id, V, 3 + static_cast<int>(id), 20));
@@ -92,7 +92,7 @@ TEST(EngineCancel, RunningRequestFreesItsSlotOthersUnchanged) {
         EXPECT_EQ(got.at(id).finish, want.at(id).finish);
     }
     // Its partial tokens are the first tokens of the same request run to its end.
-    Engine solo(m, EngineConfig{3, false});
+    InferenceEngine solo(m, InferenceConfig{3, false});
     solo.submit(request(1, V, 4, 40));
     const auto full = solo.run();
     ASSERT_EQ(full.size(), 1u);
@@ -102,7 +102,7 @@ TEST(EngineCancel, RunningRequestFreesItsSlotOthersUnchanged) {
 TEST(EngineCancel, QueuedUnknownAndFinished) {
     LlamaModel m = make_model(7);
     const int64_t V = m->config().vocab_size;
-    Engine e(m, EngineConfig{1, false});
+    InferenceEngine e(m, InferenceConfig{1, false});
     for (int64_t id : {10, 11, 12}) e.submit(request(id, V, 3, 4));
     ASSERT_TRUE(e.step());  // 10 admitted; 11, 12 wait
     EXPECT_EQ(e.waiting(), 2);
@@ -127,10 +127,10 @@ TEST(EngineCancel, FromTheTokenCallbackAndLastRow) {
     // disconnects mid-stream); the request that stays keeps its tokens.
     LlamaModel m = make_model(9);
     const int64_t V = m->config().vocab_size;
-    Engine ref(m, EngineConfig{3, false});
+    InferenceEngine ref(m, InferenceConfig{3, false});
     ref.submit(request(0, V, 5, 12));
     const auto want = ref.run();
-    Engine e(m, EngineConfig{3, false});
+    InferenceEngine e(m, InferenceConfig{3, false});
     e.submit(request(0, V, 5, 12));
     e.submit(request(1, V, 2, 30));
     e.submit(request(2, V, 6, 30));

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// test_partial_rollout: Engine::update_weights (partial rollout: weights swapped at a token
+// test_partial_rollout: InferenceEngine::update_weights (partial rollout: weights swapped at a token
 // boundary while generations are in flight) and the decoder's extend() it builds on. Checks:
 // interrupted generations finish with tokens of two versions and nothing dropped; keep mode with
 // unchanged weights reproduces the uninterrupted run exactly (same batch composition) or within
@@ -61,8 +61,8 @@ GenRequest request(int64_t id, const std::vector<int32_t>& prompt, double temper
 /// update_weights(1, mode, window); pause < 0: no update.
 std::vector<GenResult> run(LlamaModel& m, int64_t max_batch, const std::vector<GenRequest>& reqs, int pause,
                            ResumeMode mode = ResumeMode::kKeep, int64_t window = 0,
-                           const std::function<void()>& before_update = {}, EngineStats* stats = nullptr) {
-    Engine e(m, EngineConfig{max_batch, false});
+                           const std::function<void()>& before_update = {}, InferenceStats* stats = nullptr) {
+    InferenceEngine e(m, InferenceConfig{max_batch, false});
     for (const auto& r : reqs) e.submit(r);
     for (int i = 0; i < pause; ++i) e.step();
     if (pause >= 0) {
@@ -102,7 +102,7 @@ TEST(PartialRollout, InterruptedGenerationsFinishWithTwoVersions) {
         const auto prompts = prompts_for(c.vocab_size, {4, 7, 2, 5, 3});
         std::vector<GenRequest> reqs;
         for (std::size_t i = 0; i < prompts.size(); ++i) reqs.push_back(request(static_cast<int64_t>(i), prompts[i], 1.0, 10));
-        EngineStats st;
+        InferenceStats st;
         // max_batch 3: requests 3 and 4 are still waiting at the update.
         const auto res = run(m, 3, reqs, 4, mode, 0, [&] { m->reset_parameters(4, 0.1); }, &st);
         ASSERT_EQ(res.size(), prompts.size());  // nothing dropped
@@ -135,7 +135,7 @@ TEST(PartialRollout, KeepWithUnchangedWeightsReproducesTheUninterruptedRun) {
         reqs.push_back(request(static_cast<int64_t>(i), prompts[i], i % 2 ? 1.0 : 0.0, 12));
     const auto base = run(m, 4, reqs, -1);
     // Same batch composition: bit for bit.
-    EngineStats st;
+    InferenceStats st;
     const auto same = run(m, 4, reqs, 5, ResumeMode::kKeep, 0, {}, &st);
     EXPECT_EQ(st.weight_refreshes, 0);
     ASSERT_EQ(same.size(), base.size());
@@ -212,7 +212,7 @@ TEST(PartialRollout, RecomputeContinuesLikeAFreshPrefillUnderTheNewWeights) {
 TEST(PartialRollout, UpdateWeightsRejectsANegativeWindowAndWorksWhenIdle) {
     const HfConfig c = model::fixtures::qwen2_config();
     LlamaModel m = make_model(c, 1);
-    Engine e(m, EngineConfig{2, false});
+    InferenceEngine e(m, InferenceConfig{2, false});
     EXPECT_THROW(e.update_weights(1, ResumeMode::kRecompute, -1), Error);
     e.update_weights(5, ResumeMode::kRecompute);  // nothing in flight, no decoder yet
     EXPECT_EQ(e.policy_version(), 5);
@@ -264,7 +264,7 @@ TEST(SlotDecoder, ScalarAttentionKernelMatchesTheFullForward) {
     c.head_dim = 6;  // not a multiple of 8: the portable kernel
     LlamaModel m = make_model(c, 4);
     const auto prompts = prompts_for(c.vocab_size, {3, 7, 1});
-    const auto res = generate(m, prompts, GenParams{0.0, 1.0, 0, 8, {}, 0}, EngineConfig{2, false});
+    const auto res = generate(m, prompts, GenParams{0.0, 1.0, 0, 8, {}, 0}, InferenceConfig{2, false});
     for (std::size_t i = 0; i < prompts.size(); ++i) {
         ASSERT_EQ(res[i].response.size(), 8u);
         EXPECT_LT(max_logprob_diff(m, prompts[i], res[i], 0), 1e-4) << "prompt " << i;

@@ -10,7 +10,7 @@ group at every switch), bad_usage (tags a mode cannot run with, bad option value
 (the rollout-only rank generates with the weights it was sent, in every mode), critic_ranks
 (PPO with the critic on ranks tagged critic in the async modes, checkpointed and resumed),
 fixed_lengths (--response-lengths lognormal:M:R: every sample, in every mode, is exactly the
-length policy::lognormal_length draws for its id, as `tagflow sim --lengths lognormal` draws it).
+length sched_policy::lognormal_length draws for its id, as `tagflow sim --lengths lognormal` draws it).
 Each case prints what it checked and exits non-zero on failure.
 """
 import argparse
@@ -298,7 +298,7 @@ M64 = (1 << 64) - 1
 
 
 def mix64(x):
-    """sched/policy.cpp's mix64 (splitmix64's finaliser) in Python."""
+    """sched/sched_policy.cpp's mix64 (splitmix64's finaliser) in Python."""
     x = (x + 0x9E3779B97F4A7C15) & M64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
@@ -306,7 +306,7 @@ def mix64(x):
 
 
 def lognormal_length(median, ratio, cap, seed, sid):
-    """policy::lognormal_length: the length --response-lengths lognormal:MEDIAN:RATIO forces."""
+    """sched_policy::lognormal_length: the length --response-lengths lognormal:MEDIAN:RATIO forces."""
     import math
     h = mix64(mix64(seed ^ 0x51A7) ^ (sid & M64))
     unit = lambda v: ((v >> 11) + 0.5) / 9007199254740992.0

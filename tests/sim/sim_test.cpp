@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // sim_test: the scale simulator (mpi_app/sim/) — determinism for a seed, the span and sample
-// invariants of every mode, that it makes the real scheduler's choices (sched/policy.hpp), the
+// invariants of every mode, that it makes the real scheduler's choices (sched/sched_policy.hpp), the
 // cost model and cost file, and one-line errors for bad options. Small configurations: seconds.
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
 #include "config/options.hpp"
-#include "sched/policy.hpp"
+#include "sched/sched_policy.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/sim_command.hpp"
 #include "sim/simulator.hpp"
@@ -168,7 +168,7 @@ TEST(Sim, MakesTheSchedulersChoices) {
     config::Options o;
     o.mode = "multiplex";
     o.min_rollout_frac = 0.75;
-    const std::vector<int> want = sched::policy::train_group(o, tags);
+    const std::vector<int> want = sched::sched_policy::train_group(o, tags);
     ASSERT_EQ(want, (std::vector<int>{0, 1}));
     for (size_t i = 0; i < r.node.size(); ++i)
         EXPECT_EQ(r.node[i].in_train_group, i < 2) << "node " << i;
@@ -187,19 +187,19 @@ TEST(Sim, MakesTheSchedulersChoices) {
     SimConfig f = small("sync", 4);
     f.hw = parse_hw("t4:rollout:1");
     EXPECT_THROW(simulate(f, cost), ConfigError);
-    // policy::stale_weight is the async scheduler's rule.
+    // sched_policy::stale_weight is the async scheduler's rule.
     config::Options w;
     w.staleness = 1;
     w.stale = "weight";
-    EXPECT_EQ(sched::policy::stale_weight(w, 1), 1.0);
-    EXPECT_DOUBLE_EQ(sched::policy::stale_weight(w, 2), 2.0 / 3.0);
-    EXPECT_EQ(sched::policy::stale_weight(w, 20), 0.0);
+    EXPECT_EQ(sched::sched_policy::stale_weight(w, 1), 1.0);
+    EXPECT_DOUBLE_EQ(sched::sched_policy::stale_weight(w, 2), 2.0 / 3.0);
+    EXPECT_EQ(sched::sched_policy::stale_weight(w, 20), 0.0);
     w.stale = "drop";
-    EXPECT_EQ(sched::policy::stale_weight(w, 2), 0.0);
+    EXPECT_EQ(sched::sched_policy::stale_weight(w, 2), 0.0);
 }
 
 TEST(Sim, TrainPriorityChoosesWhoStaysInRollout) {
-    using sched::policy::train_group;
+    using sched::sched_policy::train_group;
     const uint32_t rt = cluster::kRollout | cluster::kTrain, ro = cluster::kRollout;
     // 6 multi-tag ranks, 2 rollout-only; --min-rollout-frac 0.5 needs 4 in rollout: two of the
     // multi-tag ranks stay. Without priorities the highest ranks stay; with them the lowest
@@ -216,27 +216,27 @@ TEST(Sim, TrainPriorityChoosesWhoStaysInRollout) {
     o.train_priority = "rollout,train=5;1=2;3=2";  // 1 and 3 lowest: they stay
     EXPECT_EQ(train_group(o, tags), (std::vector<int>{0, 2, 4, 5}));
     o.train_priority = "0=0";  // the coordinator must train
-    EXPECT_NO_THROW(sched::policy::check_roles(config::Options{}, tags));
+    EXPECT_NO_THROW(sched::sched_policy::check_roles(config::Options{}, tags));
     try {
-        sched::policy::check_roles(o, tags);
+        sched::sched_policy::check_roles(o, tags);
         ADD_FAILURE() << "no error for the coordinator at priority 0";
     } catch (const ConfigError& e) {
         EXPECT_NE(std::string(e.what()).find("coordinator"), std::string::npos) << e.what();
     }
     o.train_priority = "rollout,train=2";
     o.mode = "disaggregated";
-    EXPECT_THROW(sched::policy::check_roles(o, {rt, ro}), ConfigError);  // multiplex only
+    EXPECT_THROW(sched::sched_policy::check_roles(o, {rt, ro}), ConfigError);  // multiplex only
     o.mode = "multiplex";
     o.train_priority = "9=1";
-    EXPECT_THROW(sched::policy::check_roles(o, tags), ConfigError);  // no rank 9
+    EXPECT_THROW(sched::sched_policy::check_roles(o, tags), ConfigError);  // no rank 9
     o.train_priority = "6=1";
-    EXPECT_THROW(sched::policy::check_roles(o, tags), ConfigError);  // rank 6 is not tagged train
+    EXPECT_THROW(sched::sched_policy::check_roles(o, tags), ConfigError);  // rank 6 is not tagged train
     // Syntax: one-line errors naming the option.
     for (const char* bad : {"rollout,train", "=3", "rollout,train=", "rollout,train=x", "rollout,train=1001",
                             "rollout,train=-1", "rollout=2", "rollout,bogus=1", "1=1;1=2", "train,rollout=1;rollout,train=2",
                             ";;", "99999999999=1"}) {
         try {
-            sched::policy::parse_train_priority(bad);
+            sched::sched_policy::parse_train_priority(bad);
             ADD_FAILURE() << "no error for --train-priority '" << bad << "'";
         } catch (const ConfigError& e) {
             const std::string m = e.what();
@@ -244,7 +244,7 @@ TEST(Sim, TrainPriorityChoosesWhoStaysInRollout) {
             EXPECT_EQ(m.find('\n'), std::string::npos) << m;
         }
     }
-    EXPECT_NO_THROW(sched::policy::parse_train_priority("rollout,train=2;"));
+    EXPECT_NO_THROW(sched::sched_policy::parse_train_priority("rollout,train=2;"));
     // The simulator makes the same choice (multiplex only; the other modes ignore it).
     SimConfig c = small("multiplex", 8);
     c.hw = parse_hw("h100:rollout,train:0.75;t4:rollout:0.25");
@@ -259,9 +259,9 @@ TEST(Sim, TrainPriorityChoosesWhoStaysInRollout) {
 }
 
 TEST(Sim, DefaultModeAndMinRolloutRounding) {
-    using sched::policy::default_mode;
-    using sched::policy::min_rollout_ranks;
-    using sched::policy::train_group;
+    using sched::sched_policy::default_mode;
+    using sched::sched_policy::min_rollout_ranks;
+    using sched::sched_policy::train_group;
     const uint32_t rt = cluster::kRollout | cluster::kTrain, ro = cluster::kRollout;
     const uint32_t crit = cluster::kCritic, rtc = rt | cluster::kCritic;
     // --min-rollout-frac is rounded down: the default 10% keeps no rank of a 2-rank colocated
@@ -292,7 +292,7 @@ TEST(Sim, DefaultModeAndMinRolloutRounding) {
     EXPECT_EQ(why, "");
     // --rollout-ahead: only when every generator also trains, its share of the threshold per
     // version in whole groups; no cap beside rollout-only generators, with F = 0 or outside multiplex.
-    using sched::policy::rollout_quota;
+    using sched::sched_policy::rollout_quota;
     config::Options q;
     EXPECT_EQ(q.group_size, 8);
     EXPECT_EQ(rollout_quota(q, 128, 2, 2), 64);
@@ -318,8 +318,8 @@ TEST(Sim, DefaultModeAndMinRolloutRounding) {
     EXPECT_GT(uncapped.dropped, uncapped.trained) << "uncapped colocated generation goes stale";
     // Ranks tagged critic are allowed in the async modes (the critic lives on them under ppo).
     o.min_rollout_frac = 0.1;
-    EXPECT_NO_THROW(sched::policy::check_roles(o, {rt, ro, crit}));
-    EXPECT_NO_THROW(sched::policy::check_roles(o, {rtc, rt}));
+    EXPECT_NO_THROW(sched::sched_policy::check_roles(o, {rt, ro, crit}));
+    EXPECT_NO_THROW(sched::sched_policy::check_roles(o, {rtc, rt}));
 }
 
 TEST(Sim, MultiplexBeatsSyncWithLongTails) {

@@ -8,7 +8,7 @@
 
 #include "model/llama.hpp"
 #include "rollout/task.hpp"
-#include "sched/sft_command.hpp"
+#include "cmd/sft_command.hpp"
 
 namespace model = tagflow::model;
 namespace rollout = tagflow::rollout;

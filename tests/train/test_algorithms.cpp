@@ -7,7 +7,6 @@
 
 #include "common/error.hpp"
 #include "train/algorithms.hpp"
-#include "train/grpo.hpp"
 
 namespace tagflow::train {
 namespace {
@@ -32,14 +31,17 @@ TEST(Grpo, GroupsById) {
     EXPECT_EQ(z[2], 0.0f);
 }
 
-TEST(Grpo, MatchesGroupAdvantages) {
-    std::vector<float> r = {0.1f, 0.9f, 0.4f, 1.0f, 1.0f, 0.0f, 0.2f, 0.7f, 0.7f};
-    std::vector<int64_t> g = {0, 0, 0, 1, 1, 1, 2, 2, 2};
-    for (bool norm : {true, false}) {
-        auto want = group_advantages(r, 3, norm);
-        auto got = grpo_advantages(r, g, norm);
-        expect_near(got, want, 1e-6f);
-    }
+TEST(Grpo, ConsecutiveGroupsHandValues) {
+    // {1, 2} and {3, 5} without std: r - mean.
+    expect_near(grpo_advantages({1, 2, 3, 5}, {0, 0, 1, 1}, false), {-0.5f, 0.5f, -1, 1});
+    // {0, 1}: (0 - 0.5) / (0.5 + eps) = -1, +1; a group of equal scores gives exactly 0.
+    auto b = grpo_advantages({0, 1, 0.25f, 0.25f, 0.25f, 0.25f}, {0, 0, 1, 1, 2, 2}, true);
+    expect_near(b, {-1, 1, 0, 0, 0, 0});
+    for (int i = 2; i < 6; ++i) EXPECT_EQ(b[i], 0.0f);
+    // {1, 2, 6}: mean 3, population std sqrt(14/3).
+    auto d = grpo_advantages({1, 2, 6}, {4, 4, 4}, true);
+    EXPECT_NEAR(d[2], 3.0 / std::sqrt(14.0 / 3.0), kTol);
+    EXPECT_NEAR(d[0], -2.0 / std::sqrt(14.0 / 3.0), kTol);
 }
 
 TEST(Rloo, LeaveOneOut) {

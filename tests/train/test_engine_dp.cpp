@@ -18,8 +18,8 @@ namespace tagflow::train {
 namespace {
 using namespace testing;
 
-EngineConfig engine_cfg(int64_t micro) {
-    EngineConfig e;
+TrainEngineConfig engine_cfg(int64_t micro) {
+    TrainEngineConfig e;
     e.micro_batch = micro;
     // Adam divides by sqrt(v): float-rounding differences of the summed gradients grow with
     // lr; at 2e-4 four steps stay well inside 1e-6.

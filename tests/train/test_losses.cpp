@@ -69,6 +69,17 @@ TEST(PolicyLoss, ClipAndDualClip) {
     EXPECT_NEAR(g[2].item<float>(), -0.9f, 1e-5);
 }
 
+TEST(PolicyLoss, EveryBranchAndTheClippedMask) {
+    // (A+, r 1.5) -1.2 clipped; (A-, r 1.5) max(1.5, 1.2) = 1.5; (A+, r .5) max(-.5, -.8) = -.5;
+    // (A-, r .5) .8 clipped; (A 2, r 1) -2.
+    const float l15 = std::log(1.5f), l05 = std::log(0.5f);
+    torch::Tensor logp = torch::tensor({l15, l15, l05, l05, 0.0f}).view({1, 5});
+    torch::Tensor adv = torch::tensor({1.0f, -1.0f, 1.0f, -1.0f, 2.0f}).view({1, 5});
+    PolicyLossTerms p = ppo_policy_loss(logp, torch::zeros({1, 5}), adv, 0.2, 0.2);
+    EXPECT_TRUE(torch::allclose(p.loss.view({5}), torch::tensor({-1.2f, 1.5f, -0.5f, 0.8f, -2.0f}), 1e-5, 1e-6));
+    EXPECT_TRUE(torch::equal(p.clipped.view({5}), torch::tensor({1.0f, 0.0f, 0.0f, 1.0f, 0.0f})));
+}
+
 TEST(ValueLoss, Clipped) {
     // v 1, old .5, R 2, eps .2: l1 = 1; clip v -> .7, l2 = 1.69; 0.5 * 1.69 = .845.
     // v 1, old .9, R 0: clip keeps 1.0 -> .5 * 1 = .5, not clipped.

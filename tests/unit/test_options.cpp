@@ -46,7 +46,7 @@ TEST(Options, DefaultsNeedOnlyOut) {
     auto r = parse({"--out", "/tmp/x"});
     EXPECT_EQ(r.options.out, "/tmp/x");
     EXPECT_EQ(r.options.mode, "multiplex");
-    EXPECT_FALSE(r.options.mode_given);  // train_command may still pick another (policy::default_mode)
+    EXPECT_FALSE(r.options.mode_given);  // train_command may still pick another (sched_policy::default_mode)
     EXPECT_EQ(r.options.task, "reverse");
     EXPECT_GT(r.options.steps, 0);
     EXPECT_FALSE(r.help);

@@ -13,7 +13,7 @@
 
 #include "config/options.hpp"
 
-namespace tagflow::sched::policy {
+namespace tagflow::sched::sched_policy {
 
 /// World ranks tagged train (ascending); the lowest is the coordinator (train root), -1 if none.
 std::vector<int> tagged_train(const std::vector<uint32_t>& all_tags);
@@ -79,4 +79,4 @@ constexpr double kMinStaleWeight = 0.25;
 /// then 0 (--stale drop) or (eta+1)/(age+1), 0 below kMinStaleWeight (--stale weight).
 double stale_weight(const config::Options& opt, int64_t age);
 
-}  // namespace tagflow::sched::policy
+}  // namespace tagflow::sched::sched_policy

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sched/train_command.hpp"
+#include "cmd/train_command.hpp"
 
 #include <ATen/Parallel.h>
 #include <sched.h>
@@ -30,8 +30,8 @@
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
 #include "sched/async_scheduler.hpp"
-#include "sched/gemm_check.hpp"
-#include "sched/policy.hpp"
+#include "cmd/gemm_check.hpp"
+#include "sched/sched_policy.hpp"
 #include "sched/rl_trainer.hpp"
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
@@ -157,7 +157,7 @@ int train_command(int argc, char** argv) {
         // checkpoint's mode against it (one line naming the checkpoint).
         if (!config::is_mode_name(ckpt_mode)) ckpt_mode.clear();
         std::string why;
-        pr.options.mode = policy::default_mode(ckpt_mode, why);
+        pr.options.mode = sched_policy::default_mode(ckpt_mode, why);
         for (auto& [name, value] : pr.resolved)
             if (name == "mode") value = std::string("\"") + opt.mode.name() + "\"";
         if (!why.empty()) print0("tagflow: no --mode given: %s\n", why.c_str());

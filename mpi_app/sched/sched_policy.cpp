@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// policy: see the header. Moved verbatim from async_scheduler.cpp (issue 6, the simulator).
-#include "sched/policy.hpp"
+// sched_policy: see the header. Moved verbatim from async_scheduler.cpp (issue 6, the simulator).
+#include "sched/sched_policy.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -10,7 +10,7 @@
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
 
-namespace tagflow::sched::policy {
+namespace tagflow::sched::sched_policy {
 
 std::vector<int> tagged_train(const std::vector<uint32_t>& all_tags) {
     std::vector<int> t;
@@ -203,4 +203,4 @@ double stale_weight(const config::Options& opt, int64_t age) {
     return w < kMinStaleWeight ? 0.0 : w;
 }
 
-}  // namespace tagflow::sched::policy
+}  // namespace tagflow::sched::sched_policy

@@ -5,7 +5,7 @@
 // gradients and the token count travel in one bucketed all-reduce and the gradients are
 // divided by the global token count, so every rank applies the same AdamW update to the
 // same weights (rank 0's, broadcast at the start). Held-out accuracy is greedy exact match.
-#include "sched/sft_command.hpp"
+#include "cmd/sft_command.hpp"
 
 #include <ATen/Parallel.h>
 #include <sys/stat.h>
@@ -36,7 +36,7 @@
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
-#include "sched/train_command.hpp"
+#include "cmd/train_command.hpp"
 #include "tagflow/config.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/delta_sync.hpp"

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sched/gemm_check.hpp"
+#include "cmd/gemm_check.hpp"
 
 #include <ATen/ATen.h>
 #include <unistd.h>
