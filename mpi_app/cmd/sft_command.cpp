@@ -32,6 +32,7 @@
 #include "common/log.hpp"
 #include "common/mpi_env.hpp"
 #include "config/options.hpp"
+#include "model/hf_export.hpp"
 #include "model/llama.hpp"
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
@@ -51,6 +52,8 @@ struct SftOptions {
     std::string task = "addition";
     std::string out;
     std::string init;
+    std::string tokenizer;              // --tokenizer: a fresh model's vocabulary; OUT/model's tokenizer files
+    std::string export_dtype = "auto";  // --export-dtype: OUT/model's weights (model/hf_export.hpp)
     bool overwrite = false;
     int32_t digits = 0;  // 0 = the task's default
     int64_t steps = 1000;
@@ -92,6 +95,10 @@ po::options_description describe(SftOptions& o) {
         ("grad-clip", val(&o.grad_clip), "global gradient-norm clip (0 = off)")
         ("seed", val(&o.seed), "seed of the weights and of the prompt order")
         ("init", po::value<std::string>(&o.init), "start from this HF checkpoint directory instead of random weights")
+        ("tokenizer", val(&o.tokenizer), "a tokenizer.json (or a directory holding one): a new model takes its vocabulary "
+                                         "and bos/eos ids from it; OUT/model carries its files (default: --init's own)")
+        ("export-dtype", val(&o.export_dtype), "dtype of OUT/model's weights: bf16, fp32, or auto (bf16 when --init's "
+                                               "torch_dtype is bfloat16, else fp32)")
         ("d-model", val(&o.d_model), "hidden size (new model)")
         ("layers", val(&o.layers), "decoder layers (new model)")
         ("heads", val(&o.heads), "attention heads (must divide d-model)")
@@ -167,6 +174,7 @@ bool parse(int argc, char** argv, SftOptions& o, po::variables_map& vm) {
         throw ConfigError("--kv-heads " + std::to_string(o.kv_heads) + ": must divide --heads " + std::to_string(o.heads));
     if (!o.init.empty() && !fs::exists(fs::path(o.init) / "config.json"))
         throw ConfigError("--init " + o.init + ": no config.json there (expected a Hugging Face checkpoint directory)");
+    (void)model::parse_export_dtype(o.export_dtype, "");  // the value; the source's dtype is read later
     return true;
 }
 
@@ -197,6 +205,7 @@ model::HfConfig new_config(const SftOptions& o, const rollout::Task& task) {
     c.num_key_value_heads = o.kv_heads;
     c.head_dim = o.d_model / o.heads;
     c.vocab_size = task.vocab_size();
+    if (!o.tokenizer.empty()) model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(o.tokenizer), task.vocab_size());
     c.max_position_embeddings = round64(task.max_prompt_tokens() + task.max_response_tokens());
     c.rms_norm_eps = 1e-6;
     c.rope_theta = 10000.0;
@@ -364,7 +373,16 @@ int sft_command(int argc, char** argv) {
         if (c.max_position_embeddings < need)
             throw ConfigError("--init " + o.init + ": max_position_embeddings " + std::to_string(c.max_position_embeddings) +
                               " is below task " + o.task + "'s " + std::to_string(need) + " tokens");
+        if (!o.tokenizer.empty())
+            model::check_tokenizer_fits(model::resolve_tokenizer_json(o.tokenizer), c.vocab_size, o.init);
     }
+    // How OUT/model is written (model/hf_export.hpp): sft samples nothing (its evaluation is
+    // greedy), so generation_config.json gets the ids, no sampling defaults.
+    model::HfExport out_export;
+    out_export.dtype = model::parse_export_dtype(o.export_dtype, o.init.empty() ? "" : m->config().torch_dtype);
+    out_export.source_dir = o.init;
+    out_export.tokenizer_json = model::export_tokenizer(o.tokenizer, o.init);
+    out_export.stop_ids = {task->eos_token()};
 
     // ---- from here on errors abort the job ----
     const int threads = choose_threads(o.threads);
@@ -453,7 +471,7 @@ int sft_command(int argc, char** argv) {
 
     if (rank == 0) {
         make_run_dirs(o.out);  // 0750, like tagflow train's
-        m->save_pretrained(model_dir);
+        (void)model::write_hf_dir(*m, model_dir, out_export);
         std::ostringstream j;
         j << "{\n  \"task\": " << config::json_string(o.task) << ",\n  \"digits\": " << o.digits
           << ",\n  \"steps\": " << o.steps << ",\n  \"batch\": " << o.batch << ",\n  \"lr\": " << o.lr

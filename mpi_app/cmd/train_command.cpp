@@ -198,6 +198,18 @@ int train_command(int argc, char** argv) {
                               " positions task " + task->name() + " needs");
     }
 
+    // --export-dtype and --tokenizer (model/hf_export.hpp), on every rank: the tokenizer loads and
+    // its ids are ids of the model.
+    (void)policy_export(opt, *task, 0);
+    if (!opt.tokenizer.empty()) {
+        const std::string tj = model::resolve_tokenizer_json(opt.tokenizer);
+        model::HfConfig c;
+        if (opt.model.empty())
+            model::apply_tokenizer_vocab(c, tj, task->vocab_size());
+        else
+            model::check_tokenizer_fits(tj, model::load_hf_config(opt.model + "/config.json").vocab_size, opt.model);
+    }
+
     // The checkpoint to resume from: read and verified by rank 0 (manifest, every file's size and
     // CRC-32, the run's identity, the policy's tensor shapes), the same verdict on every rank.
     ckpt::Plan plan;

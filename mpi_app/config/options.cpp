@@ -77,7 +77,12 @@ po::options_description describe(Options& o) {
         ("rope-theta", val(&o.rope_theta), "RoPE base frequency")
         ("abs-positions", val(&o.abs_positions)->implicit_value(true),
          "add learned absolute position embeddings to RoPE (tagflow extension, saved as "
-         "model.embed_positions.weight; RoPE-only models learn the digit tasks far more slowly)");
+         "model.embed_positions.weight; RoPE-only models learn the digit tasks far more slowly)")
+        ("tokenizer", val(&o.tokenizer), "a tokenizer.json (or a directory holding one): a new model takes its vocabulary "
+                                         "and bos/eos ids from it; the checkpoint's policy/ carries its files "
+                                         "(default: --model's own tokenizer files, if any)")
+        ("export-dtype", val(&o.export_dtype), "dtype of the checkpoint's policy/ weights: bf16, fp32, or auto (bf16 "
+                                               "when --model's torch_dtype is bfloat16, else fp32)");
     po::options_description rollout("Rollout");
     rollout.add_options()
         ("prompts-per-step", val(&o.prompts_per_step), "prompts per training step, over all rollout ranks")
@@ -309,6 +314,8 @@ void validate(const Options& o) {
         throw ConfigError("--gateway-only: needs --gateway HOST:PORT");
     }
     check_range<int32_t>("ckpt-every", o.ckpt_every, 0, 1000000000);
+    if (o.export_dtype != "auto" && o.export_dtype != "bf16" && o.export_dtype != "fp32")
+        throw ConfigError("--export-dtype " + o.export_dtype + ": expected bf16, fp32 or auto");
     if (o.resume && o.no_resume) throw ConfigError("--resume and --no-resume: choose one");
     check_range<double>("heartbeat-timeout", o.heartbeat_timeout, 0.0, 1e6);
     if (o.heartbeat_timeout > 0 && o.heartbeat_timeout < 3)

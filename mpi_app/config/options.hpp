@@ -55,6 +55,8 @@ struct Options {
     int32_t d_ff = 256;
     double rope_theta = 10000.0;
     bool abs_positions = true;  // learned absolute positions on top of RoPE (tagflow extension)
+    std::string tokenizer;      // --tokenizer: tokenizer.json (or its dir) of a fresh model / of the exports
+    std::string export_dtype = "auto";  // bf16, fp32, auto: dtype of the HF directories written (policy/)
     // ---- rollout ----
     int32_t prompts_per_step = 16;
     int32_t group_size = 8;

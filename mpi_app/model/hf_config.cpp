@@ -62,6 +62,25 @@ std::string get_str(const json& j, const std::string& src, const char* key, bool
     return v->get<std::string>();
 }
 
+// A token id key: absent/null = none, else an integer >= 0 (`list_ok`: or a list of them).
+std::vector<int64_t> get_ids(const json& j, const std::string& src, const char* key, bool list_ok) {
+    std::vector<int64_t> out;
+    const json* v = lookup(j, src, key, false);
+    if (!v) return out;
+    const auto take = [&](const json& x) {
+        if (!x.is_number_integer() || x.get<int64_t>() < 0)
+            fail(src, std::string("key '") + key + "' must be a token id" + (list_ok ? " or a list of them" : "") +
+                          ", got " + v->dump());
+        out.push_back(x.get<int64_t>());
+    };
+    if (v->is_array() && list_ok) {
+        for (const json& x : *v) take(x);
+    } else {
+        take(*v);
+    }
+    return out;
+}
+
 bool known_model_type(const std::string& t) { return t == "llama" || t == "qwen2" || t == "qwen3"; }
 
 // rope_scaling (or transformers 5's rope_parameters) object `r` -> c's rope_* fields; `key`
@@ -175,6 +194,9 @@ HfConfig parse_hf_config(const std::string& text, const std::string& src) {
         c.qkv_bias = c.o_bias = get_bool(j, src, "attention_bias", false);
     }
     c.qk_norm = c.model_type == "qwen3";
+    if (auto b = get_ids(j, src, "bos_token_id", false); !b.empty()) c.bos_token_id = b[0];
+    c.eos_token_ids = get_ids(j, src, "eos_token_id", true);
+    if (auto p = get_ids(j, src, "pad_token_id", false); !p.empty()) c.pad_token_id = p[0];
     c.validate(src);
     return c;
 }
@@ -217,6 +239,10 @@ std::string to_hf_json(const HfConfig& c) {
     j["torch_dtype"] = c.torch_dtype;
     j["hidden_act"] = "silu";
     if (c.model_type != "qwen2") j["attention_bias"] = c.qkv_bias;  // qwen2 has no such key (always q/k/v bias)
+    if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
+    if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+    if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
+    if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
     return j.dump(2) + "\n";
 }
 

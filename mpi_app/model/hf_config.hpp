@@ -7,7 +7,9 @@
 // the keys.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.hpp"
 
@@ -47,6 +49,12 @@ struct HfConfig {
     /// attention then sees only relative offsets. Hugging Face transformers ignores the key and
     /// reports the extra tensor as unused, so such checkpoints are for tagflow.
     bool abs_positions = false;
+    /// Special-token ids ("bos_token_id", "eos_token_id" — an id or a list —, "pad_token_id";
+    /// absent or null = none). Not used by the model; kept so a directory tagflow writes names the
+    /// same ids as the one it read, and set from --tokenizer for a fresh model (model/hf_export.hpp).
+    std::optional<int64_t> bos_token_id;
+    std::vector<int64_t> eos_token_ids;
+    std::optional<int64_t> pad_token_id;
 
     /// Throws ConfigError (prefixed with `source`) if the fields are inconsistent.
     void validate(const std::string& source = "config") const;

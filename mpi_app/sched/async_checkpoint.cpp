@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "ckpt/policy_dir.hpp"
 #include "common/safe_file.hpp"
 
 namespace tagflow::sched::async {
@@ -84,10 +85,7 @@ void AsyncScheduler::write_checkpoint(const RunSummary& sum) {
     ckpt::prepare_staging(tmp);
     ckpt::StagingCleanup cleanup(tmp);  // a failed write (a full disk) leaves no partial dir
     std::vector<ckpt::FileEntry> files;
-    policy_->save_pretrained(tmp + "/policy");
-    ckpt::fsync_path(tmp + "/policy");
-    files.push_back(ckpt::describe_file(tmp, "policy/config.json"));
-    files.push_back(ckpt::describe_file(tmp, "policy/model.safetensors"));
+    for (ckpt::FileEntry& f : ckpt::write_policy(tmp, *policy_, policy_export(opt_, *task_, max_new_))) files.push_back(f);
     for (const std::string& name : trainer_->save_state(tmp)) files.push_back(ckpt::describe_file(tmp, name));
     if (critic_root_ != coord_) {  // the critic is on ranks of its own: its state as it sent it
         while (critic_step_ != step_) {
@@ -141,7 +139,7 @@ void AsyncScheduler::restore(const ckpt::Manifest& m, const std::string& dir) {
     if (lo_.size() != gens_.size()) throw ConfigError("checkpoint " + m.path + ": sched.lo does not match sched.gens");
     try {
         torch::NoGradGuard ng;
-        policy_->load_hf_state_dict(model::load_safetensors(dir + "/policy/model.safetensors"));
+        policy_->load_hf_state_dict(model::load_safetensors(ckpt::policy_weights_file(m, dir)));
         if (trainer_) trainer_->load_state(dir);
     } catch (const Error& e) {
         throw Error(std::string("resume: ") + e.what());

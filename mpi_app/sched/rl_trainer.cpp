@@ -398,10 +398,27 @@ model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& t
     c.num_key_value_heads = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
     c.head_dim = opt.d_model / opt.heads;
     c.vocab_size = task.vocab_size();
+    if (!opt.tokenizer.empty()) model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(opt.tokenizer), task.vocab_size());
     c.max_position_embeddings = positions;
     c.rope_theta = opt.rope_theta;
     c.abs_positions = opt.abs_positions;
     return model::LlamaModel(c, static_cast<uint64_t>(opt.seed));
+}
+
+model::HfExport policy_export(const config::Options& opt, const rollout::Task& task, int32_t max_new) {
+    model::HfExport e;
+    std::string source_dtype;
+    if (!opt.model.empty()) source_dtype = model::load_hf_config(opt.model + "/config.json").torch_dtype;
+    e.dtype = model::parse_export_dtype(opt.export_dtype, source_dtype);
+    e.source_dir = opt.model;
+    e.tokenizer_json = model::export_tokenizer(opt.tokenizer, opt.model);
+    e.sampling = true;
+    e.temperature = opt.temperature;
+    e.top_p = opt.top_p;
+    e.top_k = opt.top_k;
+    e.max_new_tokens = max_new;
+    e.stop_ids = {task.eos_token()};
+    return e;
 }
 
 }  // namespace tagflow::sched

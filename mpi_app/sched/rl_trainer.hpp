@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/run_file.hpp"
+#include "model/hf_export.hpp"
 #include "model/llama.hpp"
 #include "rollout/engine.hpp"
 #include "sched/exchange.hpp"
@@ -31,9 +32,16 @@ namespace tagflow::sched {
 
 /// The policy every scheduling mode trains: a Hugging Face checkpoint (--model; throws
 /// tagflow::Error when its vocabulary or positions are too small for `task`) or a fresh
-/// Llama-family decoder sized by the options with the task's vocabulary and `positions`
-/// positions. Same weights on every rank (same seed).
+/// Llama-family decoder sized by the options with the task's vocabulary (--tokenizer's, when
+/// given: model::apply_tokenizer_vocab) and `positions` positions. Same weights on every rank
+/// (same seed).
 model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& task, int64_t positions);
+
+/// How the checkpoints write policy/ (model/hf_export.hpp): --export-dtype, --tokenizer's (else
+/// --model's) tokenizer files, the run's sampling defaults (temperature, top-p, top-k, `max_new`);
+/// the task's EOS as the stop id of a model without tokenizer.json. ConfigError naming
+/// --export-dtype or --tokenizer for a bad value (train_command calls it before anything is written).
+model::HfExport policy_export(const config::Options& opt, const rollout::Task& task, int32_t max_new);
 
 /// The sampling parameters of training sample `id` in every mode: the options' temperature /
 /// top-p / top-k, a random stream from the run seed and the id (so a sample does not depend on

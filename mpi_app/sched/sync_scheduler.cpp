@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "ckpt/checkpoint_mpi.hpp"
+#include "ckpt/policy_dir.hpp"
 #include "ckpt/signals.hpp"
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
@@ -163,7 +164,7 @@ class SyncScheduler final : public Scheduler {
         const std::string& dir = ckpt_.dir;
         try {
             torch::NoGradGuard ng;
-            policy_->load_hf_state_dict(model::load_safetensors(dir + "/policy/model.safetensors"));
+            policy_->load_hf_state_dict(model::load_safetensors(ckpt::policy_weights_file(ckpt_.manifest, dir)));
             trainer_->load_state(dir);
         } catch (const Error& e) {
             throw Error(std::string("resume: ") + e.what());
@@ -195,10 +196,7 @@ class SyncScheduler final : public Scheduler {
         ckpt::StagingCleanup cleanup(tmp);  // a rank whose write fails (a full disk) removes the partial dir
         std::vector<ckpt::FileEntry> files;
         if (roles_.is_train_root()) {
-            policy_->save_pretrained(tmp + "/policy");
-            ckpt::fsync_path(tmp + "/policy");
-            files.push_back(ckpt::describe_file(tmp, "policy/config.json"));
-            files.push_back(ckpt::describe_file(tmp, "policy/model.safetensors"));
+            files = ckpt::write_policy(tmp, *policy_, policy_export(opt_, *task_, max_new_));
         }
         for (const std::string& name : trainer_->save_state(tmp)) files.push_back(ckpt::describe_file(tmp, name));
         std::vector<ckpt::FileEntry> all = ckpt::gather_files(MPI_COMM_WORLD, 0, files);
