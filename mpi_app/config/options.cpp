@@ -68,7 +68,11 @@ po::options_description describe(Options& o) {
     po::options_description model("Model (Llama-family decoder: RMSNorm, RoPE, SwiGLU, GQA)");
     model.add_options()
         ("model", val(&o.model), "start from this Hugging Face checkpoint dir (config.json + *.safetensors); "
-                                 "its config.json replaces the size options below")
+                                 "its config.json replaces the size options below; its tokenizer.json (if any) is the "
+                                 "gateway's tokenizer and decodes the run file's gateway sample texts")
+        ("chat-template", val(&o.chat_template),
+         "with --model DIR holding a tokenizer.json: this Jinja file instead of its tokenizer_config.json's "
+         "chat template (the gateway's /v1/chat/completions)")
         ("d-model", val(&o.d_model), "hidden size")
         ("layers", val(&o.layers), "decoder layers")
         ("heads", val(&o.heads), "attention heads (must divide d-model)")
@@ -308,6 +312,8 @@ void validate(const Options& o) {
     } else if (o.gateway_only) {
         throw ConfigError("--gateway-only: needs --gateway HOST:PORT");
     }
+    if (!o.chat_template.empty() && o.model.empty())
+        throw ConfigError("--chat-template " + o.chat_template + ": needs --model DIR with a tokenizer.json");
     check_range<int32_t>("ckpt-every", o.ckpt_every, 0, 1000000000);
     if (o.resume && o.no_resume) throw ConfigError("--resume and --no-resume: choose one");
     check_range<double>("heartbeat-timeout", o.heartbeat_timeout, 0.0, 1e6);

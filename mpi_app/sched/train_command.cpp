@@ -33,6 +33,7 @@
 #include "sched/gemm_check.hpp"
 #include "sched/policy.hpp"
 #include "sched/rl_trainer.hpp"
+#include "sched/run_tokenizer.hpp"
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
 
@@ -197,6 +198,9 @@ int train_command(int argc, char** argv) {
                               std::to_string(c.max_position_embeddings) + " is below the " + std::to_string(need) +
                               " positions task " + task->name() + " needs");
     }
+
+    // And the run's tokenizer (--model's tokenizer.json, --chat-template): loaded on every rank.
+    load_run_tokenizer_on_every_rank(opt);
 
     // The checkpoint to resume from: read and verified by rank 0 (manifest, every file's size and
     // CRC-32, the run's identity, the policy's tensor shapes), the same verdict on every rank.
