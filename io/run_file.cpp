@@ -84,6 +84,17 @@ int64_t read_tree_end(RunFile::Impl& im, int64_t i) {
     return v;
 }
 
+// The end of the text of /samples row i in /samples/text (collectively, like read_offset): its
+// text_end, 0 for i < 0 (no rows) or a row written before the text columns existed (-1).
+int64_t read_text_end(RunFile::Impl& im, int64_t i) {
+    if (i < 0) return 0;
+    int64_t v = 0;
+    const size_t c = schema::column_index(schema::kSamples, "text_end");
+    read_slab(im.tables[schema::kSamples].cols[c].get(), im.dxpl.get(), H5T_NATIVE_INT64,
+              static_cast<hsize_t>(i), 1, &v);
+    return std::max<int64_t>(v, 0);
+}
+
 }  // namespace
 
 // ---- Impl ----
@@ -138,17 +149,21 @@ std::string RunFile::Impl::open_objects(bool create) {
         t.rows = rows;
         for (size_t i : added) {
             const schema::Column& c = ts.columns[i];
-            if (c.type != schema::ColType::kI32 && c.type != schema::ColType::kI64)
+            if (c.type != schema::ColType::kI32 && c.type != schema::ColType::kI64 && c.type != schema::ColType::kU8)
                 throw InternalError(std::string("run file schema: added_later column ") + c.name + " is not an integer");
             const int64_t minus1_64 = -1;
             const int32_t minus1_32 = -1;
-            const void* fill = c.type == schema::ColType::kI64 ? static_cast<const void*>(&minus1_64)
-                                                               : static_cast<const void*>(&minus1_32);
+            const uint8_t zero_u8 = 0;
+            const void* fill = c.type == schema::ColType::kI64   ? static_cast<const void*>(&minus1_64)
+                               : c.type == schema::ColType::kI32 ? static_cast<const void*>(&minus1_32)
+                                                                 : static_cast<const void*>(&zero_u8);
             t.cols[i] = create_column(g, c.name, t.types[i].get(), ts.chunk, rows, fill);
             if (c.units) write_attr(t.cols[i].get(), "units", c.units);
-            if (rank == 0)
+            if (rank == 0 && rows > 0)
                 log_info("run file %s: added %s/%s (-1 in the %llu rows written before)", path.c_str(), ts.group,
                          c.name, static_cast<unsigned long long>(rows));
+            else if (rank == 0)
+                log_info("run file %s: added %s/%s", path.c_str(), ts.group, c.name);
         }
     }
     hid_t samples = group_of("/samples");
@@ -328,6 +343,14 @@ RunFile RunFile::open_append_once(MPI_Comm io_comm, const std::string& path) {
             else
                 t.rows = static_cast<hsize_t>(tok);
         }
+        if (why.empty()) {  // and for /samples/text: it ends at text_end of the last row
+            Impl::Table& x = im->tables[schema::kText];
+            int64_t end = read_text_end(*im, static_cast<int64_t>(im->tables[schema::kSamples].rows) - 1);
+            if (static_cast<hsize_t>(end) > x.rows)
+                why = "/samples/text_end points past /samples/text; truncate() to a checkpoint";
+            else
+                x.rows = static_cast<hsize_t>(end);
+        }
         if (why.empty()) {
             // Columns of one table can differ in length after a crash between flushes: cut
             // the longer ones now (and flush: see truncate()) so later appends line up.
@@ -419,6 +442,7 @@ TableSizes RunFile::sizes() const {
     s.resumes = n(schema::kResumes);
     s.tree = n(schema::kTree);
     s.tree_tokens = n(schema::kTreeTokens);
+    s.text = n(schema::kText);
     return s;
 }
 
@@ -448,7 +472,7 @@ int64_t RunFile::truncate(const TableSizes& to) {
         auto cut = [&](schema::TableId id, int64_t n) {
             hsize_t h = static_cast<hsize_t>(n);
             for (Dataset& d : im.tables[id].cols) TAGFLOW_H5_CHECK(H5Dset_extent(d.get(), &h));
-            if (id != schema::kTokens && id != schema::kTreeTokens)
+            if (id != schema::kTokens && id != schema::kTreeTokens && id != schema::kText)
                 discarded += static_cast<int64_t>(im.tables[id].rows) - n;
             im.tables[id].rows = h;
         };
@@ -462,6 +486,7 @@ int64_t RunFile::truncate(const TableSizes& to) {
         cut(schema::kRanks, to.ranks);
         cut(schema::kTree, to.tree);
         cut(schema::kTreeTokens, tree_tok);
+        cut(schema::kText, read_text_end(im, to.samples - 1));
         hsize_t noff = static_cast<hsize_t>(to.samples) + 1;
         TAGFLOW_H5_CHECK(H5Dset_extent(im.token_offsets.get(), &noff));
         // Shrinking fills the cut part of edge chunks through the chunk cache; flush it now, or

@@ -44,6 +44,10 @@ struct SampleRecord {
     // /tree row of the segment holding the sample's last token (its full sequence is the first
     // len(tokens) tokens through that row, see /tree); -1 when not recorded in /tree.
     int64_t tree_node = -1;
+    // Text of the prompt and of the response (UTF-8; may be empty), stored as bytes in the flat
+    // /samples/text with per-row offsets (text_start, response_text_start, text_end).
+    std::string prompt_text;
+    std::string response_text;
 };
 
 /// One /tree row: a run of tokens a trajectory prefix tree stores once for every sample whose
@@ -131,6 +135,7 @@ struct TableSizes {
     int64_t samples = 0, tokens = 0, consumed = 0, steps = 0, eval = 0, syncs = 0, timeline = 0,
             ranks = 0, resumes = 0;
     int64_t tree = 0, tree_tokens = 0;  // /tree rows and its flat token arrays' length
+    int64_t text = 0;  // bytes of /samples/text (truncate() derives it from /samples/text_end)
 };
 
 /// This rank's H5Dwrite calls, by the I/O mode HDF5 reports it really used
@@ -198,8 +203,9 @@ class RunFile {
     /// a checkpoint); to.tokens < 0 means "derive from token_offsets", to.tree_tokens < 0
     /// "derive from /tree/token_end". Throws tagflow::Error
     /// (on every rank, before changing anything) if `to` exceeds the current sizes or
-    /// to.tokens (to.tree_tokens) disagrees with token_offsets (token_end). Returns the number of rows discarded
-    /// (all tables, not counting tokens).
+    /// to.tokens (to.tree_tokens) disagrees with token_offsets (token_end). /samples/text is cut
+    /// to the text_end of the last row kept (to.text is not consulted). Returns the number of
+    /// rows discarded (all tables, not counting tokens or text bytes).
     int64_t truncate(const TableSizes& to);
     /// The root attributes as written (create) or read back (open_append).
     const RunAttributes& attributes() const;

@@ -107,9 +107,10 @@ static void append_table(RunFile::Impl& im, const char* what, TableId t,
 void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
     Impl& im = *impl_;
     im.collective("append_samples", [&] {
-        int64_t ntok = 0;
+        int64_t ntok = 0, ntext = 0;
         std::string bad;
         for (const SampleRecord& r : rows) {
+            ntext += static_cast<int64_t>(r.prompt_text.size() + r.response_text.size());
             size_t n = r.tokens.size();
             if (bad.empty() && (r.logprobs.size() != n || r.versions.size() != n ||
                                 r.loss_mask.size() != n))
@@ -120,18 +121,20 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
             ntok += static_cast<int64_t>(n);
         }
         std::vector<int64_t> c = im.allgather(
-            {static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1});
+            {static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1, ntext});
         std::string bad_ranks;
         for (int r = 0; r < im.nranks; ++r)
-            if (c[static_cast<size_t>(r) * 3 + 2]) bad_ranks += " " + std::to_string(r);
+            if (c[static_cast<size_t>(r) * 4 + 2]) bad_ranks += " " + std::to_string(r);
         if (!bad_ranks.empty())  // thrown on every rank, before anything is written
             throw Error("RunFile::append_samples: invalid samples on rank(s)" + bad_ranks +
                         (bad.empty() ? "" : ": " + bad));
 
         Impl::Table& st = im.tables[schema::kSamples];
         Impl::Table& tt = im.tables[schema::kTokens];
-        Slot s = im.slot(st.rows, c, 3, 0);
-        Slot ts = im.slot(tt.rows, c, 3, 1);
+        Impl::Table& xt = im.tables[schema::kText];
+        Slot s = im.slot(st.rows, c, 4, 0);
+        Slot ts = im.slot(tt.rows, c, 4, 1);
+        Slot xs = im.slot(xt.rows, c, 4, 3);
         if (s.total == 0) return;
 
         std::vector<bool> w(schema::tables()[schema::kSamples].columns.size(), false);
@@ -150,7 +153,27 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         im.put(S, "version_max", column(rows, &SampleRecord::version_max), s, w);
         im.put(S, "t_done", column(rows, &SampleRecord::t_done), s, w);
         im.put(S, "tree_node", column(rows, &SampleRecord::tree_node), s, w);
+        // Text: per row three offsets into the flat /samples/text, global like token_offsets.
+        std::vector<int64_t> text_start, response_start, text_end;
+        std::vector<uint8_t> text;
+        text_start.reserve(rows.size());
+        response_start.reserve(rows.size());
+        text_end.reserve(rows.size());
+        text.reserve(xs.count);
+        int64_t at = static_cast<int64_t>(xs.start);
+        for (const SampleRecord& r : rows) {
+            text_start.push_back(at);
+            response_start.push_back(at += static_cast<int64_t>(r.prompt_text.size()));
+            text_end.push_back(at += static_cast<int64_t>(r.response_text.size()));
+            text.insert(text.end(), r.prompt_text.begin(), r.prompt_text.end());
+            text.insert(text.end(), r.response_text.begin(), r.response_text.end());
+        }
+        im.put(S, "text_start", text_start, s, w);
+        im.put(S, "response_text_start", response_start, s, w);
+        im.put(S, "text_end", text_end, s, w);
         check_all_written(w, S);
+        std::vector<bool> wx(1, false);
+        im.put(schema::kText, "text", text, xs, wx);
 
         // token_offsets[k+1] = end of sample k, global over ranks and appends.
         std::vector<int64_t> ends;
@@ -182,6 +205,7 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         check_all_written(wt, T);
         st.rows = s.new_size;
         tt.rows = ts.new_size;
+        xt.rows = xs.new_size;
     });
 }
 

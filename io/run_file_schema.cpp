@@ -35,7 +35,12 @@ std::vector<Table> make_tables() {
                   {"version_min", C::kI32},
                   {"version_max", C::kI32},
                   {"t_done", C::kF64, 0, T},
-                  {"tree_node", C::kI64}}});
+                  {"tree_node", C::kI64},
+                  // Byte offsets into /samples/text: prompt text [text_start, response_text_start),
+                  // response text [response_text_start, text_end); -1 in rows written before them.
+                  {"text_start", C::kI64, 0, "B", "", true},
+                  {"response_text_start", C::kI64, 0, "B", "", true},
+                  {"text_end", C::kI64, 0, "B", "", true}}});
     t.push_back({kTokens, "/samples", kTokenChunk,
                  {{"tokens", C::kI32},
                   {"logprobs", C::kF32, 0, "nats"},
@@ -102,6 +107,7 @@ std::vector<Table> make_tables() {
                   {"logprobs", C::kF32, 0, "nats"},
                   {"versions", C::kI32},
                   {"loss_mask", C::kU8}}});
+    t.push_back({kText, "/samples", kTokenChunk, {{"text", C::kU8, 0, "UTF-8", "", true}}});
     return t;
 }
 

@@ -21,7 +21,8 @@ struct Column {
     std::string enum_names{};       // uint8 enums: attribute `enum_names` (comma list)
     /// Added to schema v1 after files were written without it (integer columns only): when
     /// open_append finds it missing it creates it with every existing row -1 ("not
-    /// recorded"), so a run started by an older tagflow resumes instead of failing.
+    /// recorded"; a uint8 column: 0), so a run started by an older tagflow resumes instead of
+    /// failing.
     bool added_later = false;
 };
 
@@ -31,6 +32,7 @@ struct Column {
 enum TableId {
     kSamples, kTokens, kConsumed, kSteps, kEval, kSyncs, kTimeline, kRanks, kResumes,
     kTree, kTreeTokens,  // /tree: one row per stored token segment, and its flat token arrays
+    kText,               // /samples/text: the UTF-8 bytes of every sample's prompt and response text
     kNumTables
 };
 

@@ -33,6 +33,7 @@
 #include "cmd/gemm_check.hpp"
 #include "sched/sched_policy.hpp"
 #include "sched/rl_trainer.hpp"
+#include "sched/run_tokenizer.hpp"
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
 
@@ -209,6 +210,8 @@ int train_command(int argc, char** argv) {
         else
             model::check_tokenizer_fits(tj, model::load_hf_config(opt.model + "/config.json").vocab_size, opt.model);
     }
+    // And the run's tokenizer (--model's tokenizer.json, --chat-template): loaded on every rank.
+    load_run_tokenizer_on_every_rank(opt);
 
     // The checkpoint to resume from: read and verified by rank 0 (manifest, every file's size and
     // CRC-32, the run's identity, the policy's tensor shapes), the same verdict on every rank.

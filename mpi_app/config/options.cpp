@@ -68,7 +68,11 @@ po::options_description describe(Options& o) {
     po::options_description model("Model (Llama-family decoder: RMSNorm, RoPE, SwiGLU, GQA)");
     model.add_options()
         ("model", val(&o.model), "start from this Hugging Face checkpoint dir (config.json + *.safetensors); "
-                                 "its config.json replaces the size options below")
+                                 "its config.json replaces the size options below; its tokenizer.json (if any) is the "
+                                 "gateway's tokenizer and decodes the run file's gateway sample texts")
+        ("chat-template", val(&o.chat_template),
+         "with --model DIR holding a tokenizer.json: this Jinja file instead of its tokenizer_config.json's "
+         "chat template (the gateway's /v1/chat/completions)")
         ("d-model", val(&o.d_model), "hidden size")
         ("layers", val(&o.layers), "decoder layers")
         ("heads", val(&o.heads), "attention heads (must divide d-model)")
@@ -313,6 +317,8 @@ void validate(const Options& o) {
     } else if (o.gateway_only) {
         throw ConfigError("--gateway-only: needs --gateway HOST:PORT");
     }
+    if (!o.chat_template.empty() && o.model.empty())
+        throw ConfigError("--chat-template " + o.chat_template + ": needs --model DIR with a tokenizer.json");
     check_range<int32_t>("ckpt-every", o.ckpt_every, 0, 1000000000);
     if (o.export_dtype != "auto" && o.export_dtype != "bf16" && o.export_dtype != "fp32")
         throw ConfigError("--export-dtype " + o.export_dtype + ": expected bf16, fp32 or auto");

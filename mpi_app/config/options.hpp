@@ -48,6 +48,7 @@ struct Options {
     std::string tag_source;   // TAGFLOW_TAG_SOURCE as exported by the SPANK plugin (may be empty)
     // ---- model (a Llama-family decoder; sizes below unless --model gives a checkpoint) ----
     std::string model;        // HF checkpoint dir (config.json + *.safetensors) to start from
+    std::string chat_template;  // Jinja file replacing --model's tokenizer_config.json chat template ("" = its own)
     int32_t d_model = 64;
     int32_t layers = 2;
     int32_t heads = 2;

@@ -20,7 +20,8 @@ void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
         // A multi-turn session's requests go to the tree; its row's columns then come from it.
         const bool in_tree = agent_tree_.record(r);
         written_.push_back(
-            sample_row(r, task_->name(), r.group, in_tree ? RowColumns::kFromTree : RowColumns::kFromSample));
+            sample_row(r, task_->name(), r.group, in_tree ? RowColumns::kFromTree : RowColumns::kFromSample,
+                       {task_.get()}));
         ++finished_;
         pool_.add(std::move(r));
     }

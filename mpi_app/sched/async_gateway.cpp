@@ -3,6 +3,7 @@
 // steps, and the coordinator's intake of rewarded gateway sessions (sched/gateway_router.hpp).
 // Part of the async scheduler (sched/async_scheduler_impl.hpp).
 #include "sched/async_scheduler_impl.hpp"
+#include "sched/run_tokenizer.hpp"
 
 namespace tagflow::sched::async {
 
@@ -14,7 +15,7 @@ void AsyncScheduler::setup_gateway() {
     if (me_ == coord_) {
         RecorderLimits lim;
         lim.session_idle_s = opt_.gateway_session_idle;
-        gw_rec_ = std::make_unique<GatewayRecorder>(opt_.group_size, lim);
+        gw_rec_ = std::make_unique<GatewayRecorder>(opt_.group_size, lim, run_tokenizer(opt_));
     }
     if (me_ == gw_rank_) {
         GatewayConfig gc;
@@ -30,6 +31,7 @@ void AsyncScheduler::setup_gateway() {
         gc.targets = receivers_;
         gc.comm = p2p_.get();
         gc.session_idle_s = opt_.gateway_session_idle;
+        gc.tokenizer = run_tokenizer(opt_);  // the model's own (tokenizer.json), else byte-level
         gw_router_ = std::make_unique<GatewayRouter>(gc);
     } else if (is_recv_) {
         gw_worker_ = std::make_unique<GatewayWorker>(gw_rank_, p2p_.get());

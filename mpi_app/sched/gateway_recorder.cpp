@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -25,6 +26,7 @@ using namespace gw;  // the parts' shared message helpers (gateway_link.hpp)
 
 struct GatewayRecorder::Impl {
     int32_t group_size = 2;
+    std::shared_ptr<const text::Tokenizer> tokenizer;  // the /samples text of the gateway's samples
     RecorderLimits lim;
     // Replica trees, each holding one serving rank's requests (as each rank's own tree in sync
     // mode: /tree rows only continue rows of the same rank, share/doc/hdf5-schema.md; routing
@@ -108,7 +110,8 @@ struct GatewayRecorder::Impl {
             s.versions.push_back(t.loss_mask[k] ? t.versions[k] : s.version);
             s.loss_mask.push_back(t.loss_mask[k]);
         }
-        rec = sample_row(s, "gateway", -1, RowColumns::kFromTree);  // write() fills the columns from the tree
+        // write() fills the token columns from the tree.
+        rec = sample_row(s, "gateway", -1, RowColumns::kFromTree, {nullptr, tokenizer.get()});
         return s;
     }
 
@@ -173,8 +176,11 @@ struct GatewayRecorder::Impl {
     }
 };
 
-GatewayRecorder::GatewayRecorder(int32_t group_size, RecorderLimits limits) : impl_(std::make_unique<Impl>()) {
+GatewayRecorder::GatewayRecorder(int32_t group_size, RecorderLimits limits,
+                                 std::shared_ptr<const text::Tokenizer> tokenizer)
+    : impl_(std::make_unique<Impl>()) {
     impl_->group_size = std::max(1, group_size);
+    impl_->tokenizer = tokenizer ? std::move(tokenizer) : text::byte_level_tokenizer();
     impl_->lim = limits;
 }
 GatewayRecorder::~GatewayRecorder() {

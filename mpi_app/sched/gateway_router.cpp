@@ -239,7 +239,7 @@ GatewayRouter::GatewayRouter(const GatewayConfig& cfg) : impl_(std::make_unique<
     std::filesystem::remove(cfg.out + "/gateway.url", ec);
     gateway::write_token_file(cfg.out + "/gateway.token", sc.token);
     m.server = std::make_unique<gateway::Server>(sc, std::make_shared<QueueBackend>(m.inbox),
-                                                 text::byte_level_tokenizer());
+                                                 cfg.tokenizer ? cfg.tokenizer : text::byte_level_tokenizer());
     m.server->start();
     const bool v6 = cfg.host.find(':') != std::string::npos;
     const std::string url = "http://" + (v6 ? "[" + cfg.host + "]" : cfg.host) + ":" +

@@ -43,6 +43,7 @@
 #include "io/run_file.hpp"
 #include "rollout/engine.hpp"
 #include "sched/sample.hpp"
+#include "text/tokenizer.hpp"
 
 namespace tagflow::sched {
 
@@ -63,6 +64,8 @@ struct GatewayConfig {
     MPI_Comm comm = MPI_COMM_NULL;      ///< the scheduler's point-to-point communicator
     double session_idle_s = 600;        ///< forget a session idle this long (run clock, s)
     int64_t route_tree_tokens = int64_t{1} << 22;  ///< the routing tree is reset above this many tokens
+    /// Text and chat prompts of requests (sched/run_tokenizer.hpp); null = the byte-level tokenizer.
+    std::shared_ptr<const text::Tokenizer> tokenizer;
 };
 
 class GatewayRouter {
@@ -118,7 +121,10 @@ struct RecorderLimits {
 class GatewayRecorder {
 public:
     /// `group_size`: sessions a reported group needs before it is trained (--group-size).
-    explicit GatewayRecorder(int32_t group_size, RecorderLimits limits = RecorderLimits{});
+    /// `tokenizer`: the gateway's (sched/run_tokenizer.hpp), for the samples' /samples text; null =
+    /// the byte-level one.
+    explicit GatewayRecorder(int32_t group_size, RecorderLimits limits = RecorderLimits{},
+                             std::shared_ptr<const text::Tokenizer> tokenizer = nullptr);
     ~GatewayRecorder();
     /// One kTagGwRec message from the gateway rank; groups that became complete are appended
     /// to `groups` (samples with ids and group ids from kGatewayIdBase on, consecutive per group).

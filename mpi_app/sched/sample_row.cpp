@@ -5,10 +5,31 @@
 #include <algorithm>
 #include <limits>
 
+#include "common/error.hpp"
+
 namespace tagflow::sched {
 
+std::string TextSource::operator()(const std::vector<int32_t>& ids) const {
+    if (task) return task->render(ids);
+    if (!tokenizer || ids.empty()) return {};
+    try {
+        return tokenizer->decode(ids, /*skip_special=*/false);
+    } catch (const Error&) {  // an id outside the tokenizer (a model's vocabulary may be larger)
+        std::vector<int32_t> known;
+        known.reserve(ids.size());
+        for (int32_t id : ids) {
+            try {
+                tokenizer->token_bytes(id);
+                known.push_back(id);
+            } catch (const Error&) {
+            }
+        }
+        return tokenizer->decode(known, /*skip_special=*/false);
+    }
+}
+
 io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int64_t prompt_index,
-                            RowColumns columns) {
+                            RowColumns columns, const TextSource& text) {
     io::SampleRecord rec;
     rec.id = r.id;
     rec.group = r.group;
@@ -19,6 +40,8 @@ io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int
     rec.rank = r.rank;
     rec.t_done = r.t_done;
     rec.version_min = rec.version_max = r.version;
+    rec.prompt_text = text(r.prompt);
+    rec.response_text = text(r.response);
     if (columns == RowColumns::kFromTree) return rec;
 
     const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -3,15 +3,30 @@
 // sample, for every mode (sync, the async coordinator, the gateway recorder). Its per-token
 // columns come either from the sample itself or, when the sample's requests are in a trajectory
 // tree, from that tree (traj::fill_sample, at the write that also writes its /tree rows), so
-// /samples and /tree agree exactly. Pure (no LibTorch). Does not write anything.
+// /samples and /tree agree exactly. Its text columns (prompt_text, response_text) come from a
+// TextSource. Pure (no LibTorch). Does not write anything.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/run_file.hpp"
+#include "rollout/task.hpp"
 #include "sched/sample.hpp"
+#include "text/tokenizer.hpp"
 
 namespace tagflow::sched {
+
+/// What a row's ids say as text (share/doc/hdf5-schema.md, "Sample text"): a built-in task's
+/// samples are its rendering (Task::render: "^12345=" and "54321$" for reverse); the gateway's
+/// are the run tokenizer's decode with special tokens kept (so the chat template's markers show:
+/// "<|im_start|>user\n...<|im_end|>"), ids the tokenizer does not know skipped, as Hugging Face's
+/// decode skips them. Neither set: empty text.
+struct TextSource {
+    const rollout::Task* task = nullptr;
+    const text::Tokenizer* tokenizer = nullptr;
+    std::string operator()(const std::vector<int32_t>& ids) const;
+};
 
 /// Where a row's per-token columns (tokens, logprobs, versions, loss_mask) come from.
 enum class RowColumns {
@@ -22,8 +37,9 @@ enum class RowColumns {
 };
 
 /// The /samples row of `r`: id, group, prompt_index, task, reward, finish_reason (stop when the
-/// sample hit EOS, else length), rank, t_done, and the per-token columns as `columns` says.
+/// sample hit EOS, else length), rank, t_done, the per-token columns as `columns` says, and the
+/// text of r.prompt and r.response as `text` makes it.
 io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int64_t prompt_index,
-                            RowColumns columns);
+                            RowColumns columns, const TextSource& text);
 
 }  // namespace tagflow::sched

@@ -444,7 +444,7 @@ class SyncScheduler final : public Scheduler {
 
         std::vector<io::SampleRecord> samples;
         // Every sample's requests are in this step's tree: its token columns come from there.
-        for (const auto& r : mine) samples.push_back(sample_row(r, task_->name(), r.group, RowColumns::kFromTree));
+        for (const auto& r : mine) samples.push_back(sample_row(r, task_->name(), r.group, RowColumns::kFromTree, {task_.get()}));
         {
             // /tree first (COLLECTIVE over the io communicator), then the samples naming its rows.
             profile::Span span(timeline_, SpanKind::kIo, s);

@@ -5,6 +5,8 @@
     run = tagflow_run.open_run("runs/main/tagflow.h5")
     steps = tagflow_run.table(run, "steps")          # pandas DataFrame (strings decoded)
     toks = tagflow_run.sample_tokens(run, 0)         # dict of numpy arrays for sample row 0
+    prompt, response = tagflow_run.sample_text(run, 0)  # its text (str; None in older files)
+    samples = tagflow_run.table(run, "samples")      # ... with prompt_text and response_text
     lens = tagflow_run.response_lengths(run)         # generated tokens of every sample row
     problems = tagflow_run.check_invariants(run)     # [] when the file is consistent
     same = tagflow_run.sample_tree_tokens(run, 0)    # sample row 0 rebuilt from /tree alone
@@ -21,11 +23,15 @@ import numpy as np
 
 FORMAT_VERSION = 1
 SAMPLE_COLUMNS = ["id", "group", "prompt_index", "task", "reward", "finish_reason", "rank",
-                  "version_min", "version_max", "t_done", "tree_node"]
+                  "version_min", "version_max", "t_done", "tree_node", "text_start",
+                  "response_text_start", "text_end"]
+# /samples/text: the UTF-8 bytes of every sample's prompt and response text, indexed by the row
+# columns text_start, response_text_start and text_end (share/doc/hdf5-schema.md, "Sample text").
+TEXT = "text"
 TOKEN_COLUMNS = ["tokens", "logprobs", "versions", "loss_mask"]
 TREE_COLUMNS = ["parent", "depth", "token_start", "token_end", "rank", "t_start", "t_end"]
 GROUPS = {
-    "samples": SAMPLE_COLUMNS + ["token_offsets"] + TOKEN_COLUMNS,
+    "samples": SAMPLE_COLUMNS + ["token_offsets"] + TOKEN_COLUMNS + [TEXT],
     "consumed": ["id", "step", "advantage", "weight"],
     "steps": ["step", "t_start", "t_end", "policy_version", "samples", "tokens", "reward_mean",
               "reward_std", "loss", "kl", "entropy", "clip_frac", "logprob_diff_mean",
@@ -40,7 +46,9 @@ GROUPS = {
 }
 # Integer columns added to schema v1 later: a file written before lacks them (the writer adds
 # them, -1 in the older rows, when it resumes such a run); readers treat them as all -1.
-ADDED_LATER = {("steps", "stale_dropped"), ("steps", "stale_weighted")}
+ADDED_LATER = {("steps", "stale_dropped"), ("steps", "stale_weighted"), ("samples", "text_start"),
+               ("samples", "response_text_start"), ("samples", "text_end"), ("samples", TEXT)}
+FLAT = set(TOKEN_COLUMNS) | {"token_offsets", TEXT}  # not row columns
 
 
 def open_run(path):
@@ -73,12 +81,16 @@ def _decode(ds):
 
 
 def table(f, group):
-    """A row table (every column but the flat token arrays) as a pandas DataFrame."""
+    """A row table (every column but the flat token and text arrays) as a pandas DataFrame; for
+    "samples" also prompt_text and response_text (str, None where not recorded)."""
     import pandas as pd
-    cols = [c for c in GROUPS[group] if c not in TOKEN_COLUMNS and c != "token_offsets"]
+    cols = [c for c in GROUPS[group] if c not in FLAT]
     n = len(f[group][cols[0]])
-    return pd.DataFrame({c: _decode(f[group][c]) if c in f[group] else np.full(n, -1, dtype=np.int64)
-                         for c in cols})
+    df = pd.DataFrame({c: _decode(f[group][c]) if c in f[group] else np.full(n, -1, dtype=np.int64)
+                       for c in cols})
+    if group == "samples":
+        df["prompt_text"], df["response_text"] = sample_texts(f)
+    return df
 
 
 def config(f):
@@ -90,6 +102,45 @@ def sample_tokens(f, row):
     s = f["samples"]
     a, b = int(s["token_offsets"][row]), int(s["token_offsets"][row + 1])
     return {c: s[c][a:b] for c in TOKEN_COLUMNS}
+
+
+def _text_offsets(s, rows=slice(None)):
+    if "text_end" not in s or TEXT not in s:
+        return None
+    return (s["text_start"][rows], s["response_text_start"][rows], s["text_end"][rows])
+
+
+def sample_text(f, row):
+    """(prompt_text, response_text) of sample row `row` as str; (None, None) for a row written
+    before the text columns existed. The text of the ids as the run rendered them: a built-in
+    task's rendering, or the tokenizer's decode with special tokens kept (gateway samples)."""
+    s = f["samples"]
+    o = _text_offsets(s, slice(row, row + 1))
+    if o is None or o[0][0] < 0:
+        return None, None
+    a, b, c = (int(x[0]) for x in o)
+    raw = bytes(s[TEXT][a:c])
+    return raw[:b - a].decode("utf-8", "replace"), raw[b - a:].decode("utf-8", "replace")
+
+
+def sample_texts(f):
+    """(prompt_texts, response_texts): two lists of str (None where not recorded), one entry per
+    /samples row; one read of /samples/text."""
+    s = f["samples"]
+    n = len(s["id"])
+    o = _text_offsets(s)
+    if o is None:
+        return [None] * n, [None] * n
+    raw = s[TEXT][()].tobytes()
+    prompts, responses = [], []
+    for a, b, c in zip(*(x.tolist() for x in o)):
+        if a < 0:
+            prompts.append(None)
+            responses.append(None)
+        else:
+            prompts.append(raw[a:b].decode("utf-8", "replace"))
+            responses.append(raw[b:c].decode("utf-8", "replace"))
+    return prompts, responses
 
 
 def response_lengths(f):
@@ -226,7 +277,7 @@ def check_invariants(f):
                 bad.append(f"/{g}/{c} is not 1-D, chunked and extendable")
         if bad:
             continue
-        lengths = {len(f[g][c]) for c in cols if c not in TOKEN_COLUMNS and c != "token_offsets"}
+        lengths = {len(f[g][c]) for c in cols if c not in FLAT}
         if len(lengths) > 1:
             bad.append(f"/{g}: columns have different lengths {sorted(lengths)}")
     if bad:
@@ -280,6 +331,7 @@ def check_invariants(f):
         off_rows = rows[has][(lo[has] != vmin[rows[has]]) | (hi[has] != vmax[rows[has]])]
         if len(off_rows):
             bad.append(f"sample row {int(off_rows[0])}: version_min/max disagree with per-token versions")
+    bad += check_text(s)
     st = f["steps"]
     if np.any(st["t_end"][()] < st["t_start"][()]):
         bad.append("/steps has a row with t_end < t_start")
@@ -295,6 +347,33 @@ def check_invariants(f):
     if sorted(ranks.tolist()) != list(range(int(f.attrs["world_size"]))):
         bad.append(f"/ranks rows {sorted(ranks.tolist())} do not cover world_size {int(f.attrs['world_size'])}")
     return bad
+
+
+def check_text(s):
+    """Violations of the /samples text columns: rows written before they existed (-1 in all three)
+    come first; the others' text is contiguous in row order from byte 0 of /samples/text to its end,
+    text_start <= response_text_start <= text_end, and every prompt and response is valid UTF-8."""
+    o = _text_offsets(s)
+    if o is None:
+        return []
+    a, b, c = o
+    raw = s[TEXT][()].tobytes()
+    old = a < 0
+    k = int(np.argmin(old)) if not old.all() else len(a)  # first row with text
+    if np.any(old[k:]) or np.any((b[:k] != -1) | (c[:k] != -1)):
+        return ["/samples text offsets: -1 (not recorded) outside a prefix of rows, or only partly"]
+    a, b, c = a[k:], b[k:], c[k:]
+    if len(a) == 0:
+        return [] if len(raw) == 0 else [f"/samples/text holds {len(raw)} bytes no row refers to"]
+    if a[0] != 0 or np.any(a[1:] != c[:-1]) or np.any(b < a) or np.any(c < b) or c[-1] != len(raw):
+        return ["/samples text offsets not contiguous from 0 to len(text) with start <= response <= end"]
+    for i, (x, y, z) in enumerate(zip(a.tolist(), b.tolist(), c.tolist())):
+        try:
+            raw[x:y].decode("utf-8")
+            raw[y:z].decode("utf-8")
+        except UnicodeDecodeError:
+            return [f"sample row {k + i}: its text is not valid UTF-8"]
+    return []
 
 
 def check_syncs(g):

@@ -161,15 +161,42 @@ def case_invariants(a):
         check(syncs == [0, 1, 2, 3, 4], f"one weight sync per step plus the initial one: {syncs}")
         kinds = spans_by_rank(f)
         check(all({"rollout", "train", "weight_sync", "io"} <= kinds[r] for r in (0, 1)), "timeline spans per rank")
+        # /samples text: the reverse task's rendering of the stored ids (share/doc/tasks.md: digits,
+        # ^ BOS 10, = separator 11, $ EOS 12), prompt and response apart.
+        rows = tagflow_run.table(f, "samples")
+        render = lambda ids: "".join("0123456789^=$"[int(i)] for i in ids)  # noqa: E731
+        good = 0
+        for k in range(len(rows)):
+            t = tagflow_run.sample_tokens(f, k)
+            first = int(np.argmax(t["loss_mask"]))
+            good += (rows["prompt_text"][k], rows["response_text"][k]) == (render(t["tokens"][:first]),
+                                                                          render(t["tokens"][first:]))
+        check(good == len(rows) and re.fullmatch(r"\^\d{5}=", rows["prompt_text"][0]),
+              f"sync run: /samples text = the task's rendering of its ids ({good}/{len(rows)}; row 0 "
+              f"{rows['prompt_text'][0]!r} -> {rows['response_text'][0]!r})")
+    # A file written before the text columns existed still reads: no text (None), invariants hold.
+    old_path = os.path.join(a.workdir, "inv", "no_text.h5")
+    shutil.copy(path, old_path)
+    with h5py.File(old_path, "r+") as f:
+        for c in ("text_start", "response_text_start", "text_end", "text"):
+            del f["samples"][c]
+    with h5py.File(old_path, "r") as f:
+        bad = tagflow_run.check_invariants(f)
+        rows = tagflow_run.table(f, "samples")
+        check(not bad and rows["prompt_text"].isna().all() and tagflow_run.sample_text(f, 0) == (None, None),
+              f"a run file without the text columns: invariants hold, text None {bad}")
     # The checker itself must catch a broken file (it is what the soak and resume tests trust):
     # a copy with one sample's version_max off, then one generated token's version set to -1.
     for col, row, want in (("version_max", 5, "sample row 5: version_min/max"),
-                           ("versions", None, "versions not -1 exactly where loss_mask is 0")):
+                           ("versions", None, "versions not -1 exactly where loss_mask is 0"),
+                           ("text", "utf8", "sample row 3: its text is not valid UTF-8")):
         bad_path = os.path.join(a.workdir, "inv", "tampered.h5")
         shutil.copy(path, bad_path)
         with h5py.File(bad_path, "r+") as f:
             s = f["samples"]
-            if row is not None:
+            if row == "utf8":  # one byte of row 3's response text made invalid UTF-8
+                s[col][int(s["response_text_start"][3])] = 0xFF
+            elif row is not None:
                 s[col][row] = s[col][row] + 1
             else:
                 off = s["token_offsets"][()]

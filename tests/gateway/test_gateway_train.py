@@ -13,7 +13,9 @@ after --steps steps; in the run file every gateway sample is a row of /samples (
 whose reward is one the agent reported, whose tokens rebuilt from /tree equal its flat tokens,
 whose loss_mask is 0 exactly where the model did not generate (the question tokens of both
 turns: masked inside the session too) and whose versions/logprobs agree with it; /consumed
-names gateway samples in every training step; and the schema invariants hold.
+names gateway samples in every training step; every sample's /samples text is the byte-level
+decode (special tokens kept) of its ids (task rows: the reverse task's rendering); and the schema
+invariants hold.
 
 --mode multiplex (3 ranks, "0=rollout;1=rollout;2=rollout,train"): the same, plus rank 2 is
 preempted into every training step and leaves it again while gateway requests finish during its
@@ -218,6 +220,42 @@ def check_multiplex(f, gw):
     check(longest < 100, f"multiplex: the cancelled streams left no /tree row (longest row {longest} tokens)")
 
 
+REVERSE = "0123456789^=$"  # share/doc/tasks.md: reverse's ids 0-9 are digits, 10 BOS ^, 11 separator =, 12 EOS $
+BYTE_SPECIALS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]  # ids 256.. (gateway.md)
+
+
+def byte_decode(ids):
+    """The byte-level tokenizer's decode with special tokens kept (share/doc/gateway.md), as Python
+    decodes bytes ('replace': U+FFFD for invalid sequences)."""
+    b = b"".join(bytes([t]) if t < 256 else BYTE_SPECIALS[t - 256].encode() for t in ids if 0 <= t < 261)
+    return b.decode("utf-8", "replace")
+
+
+def check_texts(f, label):
+    """/samples text (share/doc/hdf5-schema.md, "Sample text"): task rows are the reverse task's
+    rendering of their ids, gateway rows the byte-level decode with special tokens kept."""
+    s = f["samples"]
+    task = tagflow_run._decode(s["task"])
+    prompts, responses = tagflow_run.sample_texts(f)
+    ok = {"gateway": [0, 0], "reverse": [0, 0]}
+    for k in range(len(task)):
+        t = tagflow_run.sample_tokens(f, k)
+        m = t["loss_mask"].astype(bool)
+        first = int(np.argmax(m)) if m.any() else len(m)
+        ids = [int(x) for x in t["tokens"]]
+        if task[k] == "gateway":
+            want = (byte_decode(ids[:first]), byte_decode(ids[first:]))
+        else:
+            want = ("".join(REVERSE[i] if 0 <= i < 13 else "?" for i in ids[:first]),
+                    "".join(REVERSE[i] if 0 <= i < 13 else "?" for i in ids[first:]))
+        kind = ok.setdefault(str(task[k]), [0, 0])
+        kind[0] += (prompts[k], responses[k]) == want
+        kind[1] += 1
+    check(all(a == b for a, b in ok.values()) and sum(b for _, b in ok.values()) == len(task),
+          f"{label}: /samples text = the reverse task's rendering (task rows) / the byte-level decode with special "
+          f"tokens kept (gateway rows) of the stored ids (ok/rows per task: {ok})")
+
+
 # ---------------------------------------------------------------- --ckpt: checkpoint and resume
 CONTRACT = re.compile(r"tagflow: checkpoint at step (\d+) after (SIGTERM|SIGUSR1); exiting for requeue")
 
@@ -416,6 +454,7 @@ def ckpt_main(a):
               f"/steps 0..{steps - 1}, versions 1..{steps} ({st.tolist()}, {ver.tolist()})")
         res = f["resumes"]["from_step"][()]
         check(res.tolist() == [at], f"one /resumes row, from step {at} ({res.tolist()})")
+        check_texts(f, "after the resume")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
@@ -561,6 +600,7 @@ def main():
             check(ranks == {0, 1}, f"new sessions spread over both rollout-only ranks {ranks}")
         if a.mode == "multiplex":
             check_multiplex(f, gw)
+        check_texts(f, "gateway samples")
     if failures:
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)

@@ -14,7 +14,8 @@ import numpy as np
 ROW = {  # group -> {dataset: numpy dtype string}; every group's datasets have equal length
     "samples": {"id": "<i8", "group": "<i8", "prompt_index": "<i8", "task": "|S32",
                 "reward": "<f4", "finish_reason": "|u1", "rank": "<i4", "version_min": "<i4",
-                "version_max": "<i4", "t_done": "<f8"},
+                "version_max": "<i4", "t_done": "<f8", "text_start": "<i8", "response_text_start": "<i8",
+                "text_end": "<i8"},
     "consumed": {"id": "<i8", "step": "<i4", "advantage": "<f4", "weight": "<f4"},
     "steps": {"step": "<i4", "t_start": "<f8", "t_end": "<f8", "policy_version": "<i4",
               "samples": "<i8", "tokens": "<i8", "reward_mean": "<f4", "reward_std": "<f4",
@@ -102,6 +103,7 @@ def main():
                 fail(f"/{group}: columns of different lengths {sorted(lens)}")
         for name, dtype in {**TOKENS, "token_offsets": "<i8"}.items():
             cols[f"samples/{name}"] = check_dataset(f, f"samples/{name}", dtype)
+        cols["samples/text"] = check_dataset(f, "samples/text", "|u1")
         for path, names in ENUMS.items():
             if path in f and text(f[path].attrs.get("enum_names", "")) != names:
                 fail(f"/{path}: enum_names should be '{names}'")
@@ -136,6 +138,20 @@ def main():
                         if len(v) and (v.min() < vmin[i] or v.max() > vmax[i]):
                             fail(f"sample row {i}: versions outside [version_min, version_max]")
                             break
+        ts, rs, te, txt = (cols.get(f"samples/{k}") for k in ("text_start", "response_text_start", "text_end", "text"))
+        if all(x is not None for x in (ts, rs, te, txt)) and n:
+            # Written by this version: every row has text, contiguous from byte 0, valid UTF-8.
+            if ts[0] != 0 or np.any(ts[1:] != te[:-1]) or np.any(rs < ts) or np.any(te < rs) or te[-1] != len(txt):
+                fail("/samples text offsets not contiguous from 0 to len(text) with start <= response <= end")
+            else:
+                try:
+                    for i in range(n):
+                        bytes(txt[ts[i]:rs[i]]).decode("utf-8")
+                        bytes(txt[rs[i]:te[i]]).decode("utf-8")
+                except UnicodeDecodeError as e:
+                    fail(f"/samples/text row {i}: not UTF-8 ({e})")
+                if bytes(txt[ts[0]:te[0]]).decode() != "Countdown 0 \u2192r0\u00e9":
+                    fail(f"/samples/text row 0: {bytes(txt[ts[0]:te[0]])!r}")
         for group in ("steps", "syncs", "timeline"):
             t0, t1 = cols.get(f"{group}/t_start"), cols.get(f"{group}/t_end")
             if t0 is not None and t1 is not None and len(t0) == len(t1) and np.any(t1 < t0):

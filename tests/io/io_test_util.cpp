@@ -54,13 +54,19 @@ void expect_samples(hid_t file, const std::vector<SampleRecord>& want) {
     auto lp = read_ds<float>(file, "/samples/logprobs");
     auto ver = read_ds<int32_t>(file, "/samples/versions");
     auto mask = read_ds<uint8_t>(file, "/samples/loss_mask");
+    auto text_start = read_ds<int64_t>(file, "/samples/text_start");
+    auto response_start = read_ds<int64_t>(file, "/samples/response_text_start");
+    auto text_end = read_ds<int64_t>(file, "/samples/text_end");
+    auto text = read_ds<uint8_t>(file, "/samples/text");
 
     const size_t n = want.size();
     ASSERT_EQ(id.size(), n);  // ASSERT is fine here: no collective follows inside this helper
     for (auto sz : {group.size(), pidx.size(), task.size(), reward.size(), fr.size(), rank.size(),
-                    vmin.size(), vmax.size(), tdone.size()})
+                    vmin.size(), vmax.size(), tdone.size(), text_start.size(), response_start.size(),
+                    text_end.size()})
         EXPECT_EQ(sz, n);
     ASSERT_EQ(off.size(), n + 1);
+    EXPECT_EQ(static_cast<size_t>(n ? text_end.back() : 0), text.size());
     EXPECT_EQ(off.front(), 0);
     EXPECT_EQ(static_cast<size_t>(off.back()), tokens.size());
     EXPECT_EQ(lp.size(), tokens.size());
@@ -81,6 +87,15 @@ void expect_samples(hid_t file, const std::vector<SampleRecord>& want) {
         EXPECT_EQ(vmin[k], w.version_min);
         EXPECT_EQ(vmax[k], w.version_max);
         EXPECT_EQ(tdone[k], w.t_done);
+        // Text: contiguous in row order from 0, the prompt's then the response's bytes.
+        EXPECT_EQ(text_start[k], k ? text_end[k - 1] : 0) << "row " << k;
+        EXPECT_EQ(response_start[k] - text_start[k], static_cast<int64_t>(w.prompt_text.size())) << "row " << k;
+        EXPECT_EQ(text_end[k] - response_start[k], static_cast<int64_t>(w.response_text.size())) << "row " << k;
+        if (text_end[k] <= static_cast<int64_t>(text.size()) && text_start[k] >= 0 &&
+            response_start[k] >= text_start[k] && text_end[k] >= response_start[k]) {
+            EXPECT_EQ(std::string(text.begin() + text_start[k], text.begin() + response_start[k]), w.prompt_text);
+            EXPECT_EQ(std::string(text.begin() + response_start[k], text.begin() + text_end[k]), w.response_text);
+        }
         ASSERT_EQ(static_cast<size_t>(off[k + 1] - off[k]), w.tokens.size()) << "row " << k;
         for (size_t j = 0; j < w.tokens.size(); ++j) {
             size_t g = static_cast<size_t>(off[k]) + j;

@@ -73,6 +73,9 @@ inline SampleRecord make_sample(int rank, int round, int i) {
         s.logprobs.push_back(gen ? -0.01f * static_cast<float>(j + 1) : std::nanf(""));
         s.versions.push_back(gen ? (j % 2 ? s.version_max : s.version_min) : -1);
     }
+    // Text of uneven lengths (some empty), with multi-byte UTF-8 and a NUL byte.
+    s.prompt_text = i % 3 == 2 ? "" : "pr\xc3\xa9" + std::to_string(s.id) + std::string(1, '\0') + "<|im_start|>";
+    s.response_text = std::string(static_cast<size_t>(len), 'a' + static_cast<char>(i % 26)) + "\xe2\x82\xac";
     return s;
 }
 

@@ -325,6 +325,70 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
 }
 
+// A run started before /samples had text (no text_start, response_text_start, text_end, text)
+// resumes: open_append adds them (-1 offsets in the rows written before, an empty text array),
+// later rows' text starts at byte 0, and truncate() back into the old rows empties the text.
+TEST(RunFile, OpenAppendAddsTheTextColumnsAnOlderFileLacks) {
+    const std::string path = test_file();
+    const int n = world_size();
+    {
+        RunFile f = RunFile::create(MPI_COMM_WORLD, path, attrs());
+        write_rounds(f, 0, 2);
+    }
+    {
+        File f = open_file(MPI_COMM_WORLD, path, true);
+        for (const char* name : {"/samples/text_start", "/samples/response_text_start", "/samples/text_end",
+                                 "/samples/text"})
+            ASSERT_GE(H5Ldelete(f.get(), name, H5P_DEFAULT), 0);
+    }
+    const size_t old = expected_samples(0, 2, n).size();
+    TableSizes before;
+    {
+        RunFile f = RunFile::open_append(MPI_COMM_WORLD, path);
+        EXPECT_EQ(f.sizes().samples, static_cast<int64_t>(old));
+        EXPECT_EQ(f.sizes().text, 0);
+        before = f.sizes();
+        write_rounds(f, 2, 3);
+        EXPECT_GT(f.sizes().text, 0);
+    }
+    auto check = [&](size_t rows_with_text) {
+        File file = open_file_serial(path);
+        auto ts = read_ds<int64_t>(file.get(), "/samples/text_start");
+        auto rs = read_ds<int64_t>(file.get(), "/samples/response_text_start");
+        auto te = read_ds<int64_t>(file.get(), "/samples/text_end");
+        auto text = read_ds<uint8_t>(file.get(), "/samples/text");
+        ASSERT_EQ(ts.size(), old + rows_with_text);
+        for (size_t k = 0; k < old; ++k) EXPECT_TRUE(ts[k] == -1 && rs[k] == -1 && te[k] == -1) << "row " << k;
+        const auto want = expected_samples(2, 3, n);
+        int64_t at = 0;
+        for (size_t k = 0; k < rows_with_text; ++k) {
+            const SampleRecord& w = want[k];
+            EXPECT_EQ(ts[old + k], at);
+            ASSERT_EQ(te[old + k], at + static_cast<int64_t>(w.prompt_text.size() + w.response_text.size()));
+            EXPECT_EQ(std::string(text.begin() + at, text.begin() + te[old + k]), w.prompt_text + w.response_text);
+            EXPECT_EQ(rs[old + k] - at, static_cast<int64_t>(w.prompt_text.size()));
+            at = te[old + k];
+        }
+        EXPECT_EQ(static_cast<int64_t>(text.size()), at);
+    };
+    check(expected_samples(2, 3, n).size());
+    {
+        RunFile f = RunFile::open_append(MPI_COMM_WORLD, path);
+        TableSizes to = before;
+        to.samples -= 1;
+        to.tokens = -1;
+        f.truncate(to);
+        EXPECT_EQ(f.sizes().text, 0);
+        f.truncate(to);  // idempotent
+    }
+    {
+        File file = open_file_serial(path);
+        EXPECT_EQ(read_ds<uint8_t>(file.get(), "/samples/text").size(), 0u);
+        EXPECT_EQ(read_ds<int64_t>(file.get(), "/samples/text_end").size(), old - 1);
+    }
+    EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
+}
+
 TEST(RunFile, OpenAppendRepairsColumnsOfUnequalLength) {
     const std::string path = test_file();
     {

@@ -33,6 +33,8 @@ SampleRecord sample(int rank, int k, int version) {
         s.logprobs.push_back(gen ? -0.5f : std::nanf(""));
         s.versions.push_back(gen ? version : -1);
     }
+    s.prompt_text = "Countdown " + std::to_string(k) + " \xe2\x86\x92";  // "... ->" (U+2192)
+    s.response_text = k == 2 ? "" : "r" + std::to_string(rank) + "\xc3\xa9";
     return s;
 }
 
