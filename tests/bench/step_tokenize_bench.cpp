@@ -116,9 +116,9 @@ int main(int argc, char** argv) {
         c.rms_norm_eps = 1e-5;
         model::LlamaModel m(c, 0);
         m->reset_parameters(1234, 0.1);
-        rollout::EngineConfig ec;
+        rollout::InferenceConfig ec;
         ec.max_batch = static_cast<int64_t>(prompts_per_step) * group;
-        rollout::Engine engine(m, ec);
+        rollout::InferenceEngine engine(m, ec);
         auto submit = [&](int64_t id, const std::vector<int32_t>& p, int32_t n) {
             rollout::GenRequest q;
             q.id = id;
