@@ -22,7 +22,6 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <list>
 #include <map>
@@ -33,6 +32,7 @@
 
 #include "common/error.hpp"
 #include "common/mpi_env.hpp"
+#include "common/safe_file.hpp"
 #include "gateway/backend.hpp"
 #include "gateway/server.hpp"
 #include "model/tokenizer.hpp"
@@ -244,11 +244,8 @@ GatewayRouter::GatewayRouter(const GatewayConfig& cfg) : impl_(std::make_unique<
     const bool v6 = cfg.host.find(':') != std::string::npos;
     const std::string url = "http://" + (v6 ? "[" + cfg.host + "]" : cfg.host) + ":" +
                             std::to_string(m.server->port()) + "/v1";
-    {
-        const std::string tmp = cfg.out + "/gateway.url.tmp";
-        std::ofstream(tmp) << url << "\n";
-        std::filesystem::rename(tmp, cfg.out + "/gateway.url");  // appears complete
-    }
+    // Appears complete (a random temporary renamed into place), never through a planted link.
+    write_file_replace(cfg.out + "/gateway.url", url + "\n");
     std::printf("gateway: rank %d listening on %s (token in %s/gateway.token%s)\n", cfg.me, url.c_str(),
                 cfg.out.c_str(), is_loopback(cfg.host) ? "" : "; reachable from other hosts");
     std::fflush(stdout);

@@ -236,8 +236,9 @@ def case_stall(a):
     # RlTrainer::set_wait_hook). Rank 1 is stopped (SIGSTOP) for 1 s five times, at a random
     # point of steps 4, 10, 16, 22, 28. Rank 0 must book each stall as idle (>= 75% of it, and
     # the step's /steps idle_frac >= 0.35) — or, only where rank 1 was stopped in a wait or a
-    # collective of its own (idle, weight_sync, io), as weight_sync or io: rank 0 has gone on into
-    # the weight broadcast or the run-file write and waits inside it (share/doc/hdf5-schema.md).
+    # collective of its own (idle, weight_sync, io), as weight_sync, io or checkpoint: rank 0 has
+    # gone on into the weight broadcast, the run-file write or the checkpoint that follows that
+    # write (its barrier and gather) and waits inside it (share/doc/hdf5-schema.md).
     # Never as rollout or train. At least two stalls must be booked as idle.
     out = fresh(a, "stall")
     cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "sync", "--steps", "36",
@@ -287,7 +288,7 @@ def case_stall(a):
             as_idle += 1
             continue
         inside = where and where <= {"idle", "weight_sync", "io"}
-        waited = booked.get("weight_sync", 0) + booked.get("io", 0) + booked.get("idle", 0) >= need
+        waited = sum(booked.get(k, 0) for k in ("weight_sync", "io", "checkpoint", "idle")) >= need
         if not (inside and waited):
             for r in (0, 1):
                 m = (tl["rank"] == r) & (tl["t_end"] >= w0 - 0.02) & (tl["t_start"] <= w1 + 0.02)
