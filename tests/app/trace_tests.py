@@ -236,7 +236,7 @@ def case_stall(a):
     # RlTrainer::set_wait_hook). Rank 1 is stopped (SIGSTOP) for 1 s five times, at a random
     # point of steps 4, 10, 16, 22, 28. Rank 0 must book each stall as idle (>= 75% of it, and
     # the step's /steps idle_frac >= 0.35) — or, only where rank 1 was stopped in a wait or a
-    # collective of its own (idle, weight_sync, io), as weight_sync, io or checkpoint: rank 0 has
+    # collective of its own (idle, weight_sync, io, checkpoint), as weight_sync, io or checkpoint: rank 0 has
     # gone on into the weight broadcast, the run-file write or the checkpoint that follows that
     # write (its barrier and gather) and waits inside it (share/doc/hdf5-schema.md).
     # Never as rollout or train. At least two stalls must be booked as idle.
@@ -287,7 +287,7 @@ def case_stall(a):
         if booked.get("idle", 0) >= need and frac >= 0.35:
             as_idle += 1
             continue
-        inside = where and where <= {"idle", "weight_sync", "io"}
+        inside = where and where <= {"idle", "weight_sync", "io", "checkpoint"}
         waited = sum(booked.get(k, 0) for k in ("weight_sync", "io", "checkpoint", "idle")) >= need
         if not (inside and waited):
             for r in (0, 1):

@@ -574,14 +574,16 @@ def case_full_disk(a, kind="blocks"):
             keep = 0 if kind == "blocks" else 1 << 20
             fs = os.statvfs(mnt)
             budget = fs.f_bavail * fs.f_frsize - keep
-            with open(filler, "wb") as f:
-                block = b"\0" * (1 << 16)
-                try:
-                    while budget > 0:
-                        budget -= f.write(block[:min(len(block), budget)])
-                        f.flush()
-                except OSError:
-                    pass
+            # unbuffered: a buffered file would raise ENOSPC again when closed, with bytes unwritten
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            block = b"\0" * (1 << 16)
+            try:
+                while budget > 0:
+                    budget -= os.write(fd, block[:min(len(block), budget)])
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
         else:
             os.makedirs(filler)
             try:
