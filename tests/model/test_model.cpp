@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "common/error.hpp"
+#include "fixtures.hpp"
 #include "model/hf_config.hpp"
 #include "model/llama.hpp"
 #include "rollout/engine.hpp"
@@ -23,16 +24,7 @@ namespace {
 
 // A small Llama over the tasks' 13 tokens (digits, '^', '=', '$').
 model::HfConfig small_config() {
-    model::HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = 13;
-    c.max_position_embeddings = 32;
+    model::HfConfig c = model::fixtures::shape("llama", 32, 4, 2, 8, 13, 32);
     c.validate("small");
     return c;
 }

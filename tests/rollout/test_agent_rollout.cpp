@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "config/options.hpp"
+#include "fixtures.hpp"
 #include "model/llama.hpp"
 #include "rollout/agent_loop.hpp"
 #include "rollout/engine.hpp"
@@ -28,16 +29,9 @@ TEST(AgentRollout, SamplesCarryTheToolMaskIntoTheTrainer) {
     auto task = rollout::make_task("calc", 2);
     const rollout::AgentLoop* loop = rollout::as_agent_loop(*task);
     ASSERT_NE(loop, nullptr);
-    model::HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = 32;
-    c.intermediate_size = 64;
+    model::HfConfig c = model::fixtures::shape("llama", 32, 4, 2, 8, task->vocab_size(),
+                                               task->max_prompt_tokens() + task->max_response_tokens());
     c.num_hidden_layers = 1;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 8;
-    c.vocab_size = task->vocab_size();
-    c.max_position_embeddings = task->max_prompt_tokens() + task->max_response_tokens();
     model::LlamaModel m(c, 0);
     m->reset_parameters(6, 0.3);
     rollout::InferenceEngine engine(m, rollout::InferenceConfig{});
