@@ -120,6 +120,7 @@ struct RankRecord {
     std::string tag_source;  // S16: env, option, rank-tags, default, map ...
     int32_t gpus = 0;
     double clock_offset = 0;
+    double clock_error = -1;  // bound on |clock_offset error| (s); -1: not measured
 };
 
 /// One row per resume (/resumes).

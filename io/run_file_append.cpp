@@ -385,6 +385,7 @@ void RunFile::append_ranks(const std::vector<RankRecord>& rows) {
         impl_->put_strings(T, "tag_source", column(rows, &RankRecord::tag_source), s, w);
         impl_->put(T, "gpus", column(rows, &RankRecord::gpus), s, w);
         impl_->put(T, "clock_offset", column(rows, &RankRecord::clock_offset), s, w);
+        impl_->put(T, "clock_error", column(rows, &RankRecord::clock_error), s, w);
     });
 }
 

@@ -91,7 +91,8 @@ std::vector<Table> make_tables() {
                   {"tags", C::kStr, kTagsLen},
                   {"tag_source", C::kStr, kTagSourceLen},
                   {"gpus", C::kI32},
-                  {"clock_offset", C::kF64, 0, "s"}}});
+                  {"clock_offset", C::kF64, 0, "s"},
+                  {"clock_error", C::kF64, 0, "s", "", true}}});
     t.push_back({kResumes, "/resumes", kRowChunk,
                  {{"from_step", C::kI32}, {"t", C::kF64, 0, T}, {"rows_discarded", C::kI64}}});
     t.push_back({kTree, "/tree", kRowChunk,

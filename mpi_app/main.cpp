@@ -16,6 +16,7 @@
 #include "common/malloc_tuning.hpp"
 #include "common/mpi_env.hpp"
 #include "data/data_command.hpp"
+#include "health/status.hpp"
 #include "profile/trace_command.hpp"
 #include "reward/reward_command.hpp"
 #include "rollout/generate_command.hpp"
@@ -36,6 +37,7 @@ const char kUsage[] =
     "  sft       supervised warm start on a task's solutions (see `tagflow sft --help`)\n"
     "  generate  generate token ids from a checkpoint directory (see `tagflow generate --help`)\n"
     "  trace     write a run file's timeline as Chrome trace JSON (see `tagflow trace --help`)\n"
+    "  status    the live status of a running train job: roles, load, staleness (see `tagflow status --help`)\n"
     "  sim       simulate the scheduling modes at scale in virtual time (see `tagflow sim --help`)\n"
     "  tokenize  JSON Lines of text <-> token ids with a tokenizer.json (see `tagflow tokenize --help`)\n"
     "  data      check a JSON Lines data set, score answers with a built-in rule (see `tagflow data --help`)\n"
@@ -63,6 +65,7 @@ int dispatch(int argc, char** argv) {
     if (cmd == "sft") return tagflow::sched::sft_command(argc - 1, argv + 1);
     if (cmd == "generate") return tagflow::rollout::generate_command(argc - 1, argv + 1);
     if (cmd == "trace") return tagflow::profile::trace_command(argc - 1, argv + 1);
+    if (cmd == "status") return tagflow::health::status_command(argc - 1, argv + 1);
     if (cmd == "tokenize") {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -23,9 +23,11 @@
 #include "common/mpi_env.hpp"
 #include "config/options.hpp"
 #include "health/heartbeat.hpp"
+#include "health/status.hpp"
 #include "io/run_file.hpp"
 #include "model/hf_config.hpp"
 #include "model/pretrained_check.hpp"
+#include "profile/clock_sync.hpp"
 #include "profile/timeline.hpp"
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
@@ -115,6 +117,9 @@ int train_command(int argc, char** argv) {
         print0("%s", pr.help_text.c_str());
         return 0;
     }
+
+    // Tests only: a skewed clock on the ranks TAGFLOW_TEST_CLOCK_SKEW_S names (profile/clock_sync.hpp).
+    profile::init_test_clock_skew(rank);
 
     // Tags: a problem on one rank only (a bad TAGFLOW_TAGS on one node) is reported by that
     // rank; build_roles() makes every rank agree and fail together.
@@ -287,6 +292,14 @@ int train_command(int argc, char** argv) {
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     // Heartbeat watchdog: a lost rank ends the job within --heartbeat-timeout (health/heartbeat.hpp).
     health::start_watchdog({opt.out + "/.heartbeat", rank, roles.world_size, roles.hosts, std::to_string(t0), opt.heartbeat_timeout});
+    // Every rank's clock against rank 0's (whose clock gave t0): /ranks clock_offset and clock_error,
+    // which `tagflow trace` applies. After the watchdog: a rank lost here ends the job.
+    const std::vector<profile::ClockOffset> clocks = profile::measure_clock_offsets(MPI_COMM_WORLD, 0);
+    {
+        double worst = 0;
+        for (const auto& c : clocks) worst = std::max(worst, c.error_s);
+        print0("clocks: offsets to rank 0 measured by ping-pong, error bound <= %.3f ms\n", 1e3 * worst);
+    }
     io::RunAttributes attrs;
     // The resolved options plus what the run derived from its surroundings.
     pr.resolved.emplace_back("world_size", std::to_string(roles.world_size));
@@ -356,13 +369,28 @@ int train_command(int argc, char** argv) {
                 rr.tags = cluster::tags_to_string(roles.all_tags[static_cast<size_t>(r)]);
                 rr.tag_source = roles.sources[static_cast<size_t>(r)];
                 rr.gpus = 0;  // Debian's LibTorch is CPU-only; GPU ranks come with a CUDA build
-                rr.clock_offset = 0;
+                rr.clock_offset = clocks[static_cast<size_t>(r)].offset_s;
+                rr.clock_error = clocks[static_cast<size_t>(r)].error_s;
                 ranks.push_back(rr);
             }
         run->append_ranks(ranks);
         run->flush();
     }
 
+    // Live status: every rank's .status/rank.N.json, the coordinator's status.json (health/status.hpp).
+    {
+        health::StatusConfig sc;
+        sc.out = opt.out;
+        sc.rank = rank;
+        sc.world_size = roles.world_size;
+        sc.coordinator = writer;
+        sc.hosts = roles.hosts;
+        for (const auto& t : roles.all_tags) sc.tags.push_back(cluster::tags_to_string(t));
+        sc.run_id = std::to_string(t0);
+        sc.mode = opt.mode.name();
+        sc.steps = opt.steps;
+        health::start_status_writer(std::move(sc));
+    }
     std::unique_ptr<Scheduler> scheduler =
         async ? make_async_scheduler(opt, roles, run.get(), clock0, std::move(task), &plan)
               : make_sync_scheduler(opt, roles, *run, clock0, std::move(task), &plan);
@@ -372,6 +400,7 @@ int train_command(int argc, char** argv) {
     RunSummary s = scheduler->run();
     if (run) run->close();
     health::mark_done();
+    health::status_done();
     print0("summary: %ld steps in %.1fs (%.1f samples/s); reward first step %.3f -> last step %.3f; "
            "held-out greedy eval %.3f -> %.3f (best %.3f; best constant output %.3f)\n",
            s.steps, s.elapsed, s.samples_per_s, s.first_reward, s.last_reward, s.first_eval, s.last_eval,

@@ -32,7 +32,8 @@ namespace {
 
 // TAGFLOW_* variables that are not options but are allowed in the environment.
 // TAGFLOW_RUN is the run file the notebooks open.
-const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC", "TAGFLOW_RUN"};
+const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC", "TAGFLOW_RUN",
+                                     "TAGFLOW_TEST_CLOCK_SKEW_S"};  // profile/clock_sync.hpp, tests only
 
 template <typename T>
 po::typed_value<T>* val(T* field) {

@@ -624,6 +624,25 @@ void Server::Impl::handle(Conn& c, const HttpRequest& r) {
         e.param = "model";
         e.code = "model_not_found";
         respond_error(c, e);
+    } else if (p == "/v1/status" && !cfg.status_file.empty()) {
+        // The job's live status record (health/status.hpp), as `tagflow status --json` reads it.
+        if (!need("GET")) return;
+        std::string body;
+        int fd = ::open(cfg.status_file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st {};
+        if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= (1 << 22)) {
+            body.resize(static_cast<size_t>(st.st_size));
+            if (::pread(fd, &body[0], body.size(), 0) != static_cast<ssize_t>(body.size())) body.clear();
+        }
+        if (fd >= 0) ::close(fd);
+        if (body.empty()) {
+            ApiError e;
+            e.status = 503;
+            e.message = "No live status record yet (" + cfg.status_file + ")";
+            respond_error(c, e);
+        } else {
+            respond(c, 200, body);
+        }
     } else if (p == "/v1/completions") {
         if (need("POST")) handle_completion(c, r, Endpoint::kCompletions);
     } else if (p == "/v1/chat/completions") {

@@ -41,6 +41,7 @@ struct ServerConfig {
     double request_timeout_s = 60;   ///< ... and its body within this many s (trickling bytes do not extend it)
     std::size_t max_unread_bytes = 1 << 20;  ///< answers not yet read by the client: above this the
                                              ///< connection is neither read nor served (backpressure)
+    std::string status_file;  ///< GET /v1/status answers with this file (the job's live status.json); "" = 404
 };
 
 struct ServerStats {

@@ -3,14 +3,23 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <utility>
 
 namespace tagflow::profile {
 
+namespace {
+// The test-only clock skew of this rank (clock_sync.hpp: TAGFLOW_TEST_CLOCK_SKEW_S); 0 in real runs.
+std::atomic<double> g_skew{0.0};
+}  // namespace
+
+void set_clock_skew(double seconds) { g_skew.store(seconds, std::memory_order_relaxed); }
+
 double unix_now() {
     timespec ts{};
     clock_gettime(CLOCK_REALTIME, &ts);
-    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec) +
+           g_skew.load(std::memory_order_relaxed);
 }
 
 void Timeline::add(io::SpanKind kind, double t_start, double t_end, int32_t step) {

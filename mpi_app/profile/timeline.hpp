@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "health/status.hpp"
 #include "io/run_file.hpp"
 
 namespace tagflow::profile {
 
-/// Wall-clock seconds since the Unix epoch (CLOCK_REALTIME).
+/// Wall-clock seconds since the Unix epoch (CLOCK_REALTIME), plus the test-only skew that
+/// clock_sync.hpp's init_test_clock_skew() may set (0 in real runs).
 double unix_now();
 
 class Clock {
@@ -44,7 +46,9 @@ class Timeline {
 class Span {
  public:
     Span(Timeline& tl, io::SpanKind kind, int32_t step)
-        : tl_(tl), kind_(kind), step_(step), t0_(tl.clock().now()) {}
+        : tl_(tl), kind_(kind), step_(step), t0_(tl.clock().now()) {
+        health::status_board().set_role(static_cast<int>(kind), step);  // live status
+    }
     ~Span() { end(); }
     Span(const Span&) = delete;
     Span& operator=(const Span&) = delete;
@@ -57,6 +61,7 @@ class Span {
         const double d = t1 - t0_;
         kind_ = kind;
         t0_ = t1;
+        health::status_board().set_role(static_cast<int>(kind), step_);
         return d;
     }
     /// Ends the span now; returns its length in seconds.

@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "common/error.hpp"
+#include "health/status.hpp"
 #include "rollout/sampling.hpp"
 
 namespace tagflow::rollout {
@@ -213,6 +214,9 @@ bool InferenceEngine::step(const Callback& on_finish, const TokenCallback& on_to
         m.admit(finished);
     }
     ++m.stats.steps;
+    // Live status (health/status.hpp): four relaxed stores.
+    health::status_board().set_engine(static_cast<int64_t>(m.active.size()), static_cast<int64_t>(m.waiting.size()),
+                                      m.stats.generated_tokens, m.version);
     for (const TokenEvent& e : events) on_token(e);
     for (auto& s : finished) {
         s.res.num_tokens = static_cast<int32_t>(s.res.response.size());

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/safe_file.hpp"
+#include "health/status.hpp"
 
 namespace tagflow::sched::async {
 
@@ -25,6 +26,7 @@ void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
         ++finished_;
         pool_.add(std::move(r));
     }
+    health::status_board().set_queue(finished_ - consumed_count_);  // pooled, not trained yet (live status)
 }
 
 void AsyncScheduler::poll_messages() {
@@ -239,6 +241,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
         if (sp.kind == SpanKind::kIdle) idle += std::max(0.0, std::min(sp.t_end, t_end) - std::max(sp.t_start, t_start));
     row.idle_frac = static_cast<float>(std::min(1.0, idle / (roles_.world_size * dt)));
     total += static_cast<double>(batch.size());
+    health::status_board().step_done(step_, static_cast<int64_t>(total), row.samples_per_s, row.staleness_mean, dropped_);
     if (s == 0) sum.first_reward = row.reward_mean;
     sum.last_reward = row.reward_mean;
     if (ev >= 0) {

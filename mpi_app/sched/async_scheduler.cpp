@@ -23,6 +23,7 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "health/status.hpp"
 #include "sched/async_scheduler_impl.hpp"
 
 namespace tagflow::sched {
@@ -241,6 +242,7 @@ void AsyncScheduler::enter(SpanKind k, int32_t step) {
     open_ = true;
     kind_ = k;
     span_step_ = step;
+    health::status_board().set_role(static_cast<int>(k), step);  // live status (health/status.hpp)
 }
 
 void AsyncScheduler::cut() {

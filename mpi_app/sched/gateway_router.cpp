@@ -232,6 +232,7 @@ GatewayRouter::GatewayRouter(const GatewayConfig& cfg) : impl_(std::make_unique<
     sc.host = cfg.host;
     sc.port = cfg.port;
     sc.token = gateway::generate_token();
+    sc.status_file = cfg.out + "/status.json";  // GET /v1/status: the live status record (health/status.hpp)
     std::filesystem::create_directories(cfg.out);
     // A restarted job (resume) finds the last job's files: the URL goes first, so a client that
     // reads gateway.url and then gateway.token never pairs the new URL with the old token.

@@ -19,6 +19,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/options.hpp"
+#include "health/status.hpp"
 #include "io/run_file.hpp"
 #include "model/llama.hpp"
 #include "profile/timeline.hpp"
@@ -90,6 +91,7 @@ class SyncScheduler final : public Scheduler {
         for (int32_t s = first_step; s < opt_.steps; ++s) {
             StepOut o = step(s);
             total_samples += static_cast<double>(o.row.samples);
+            health::status_board().step_done(s + 1, static_cast<int64_t>(total_samples), o.row.samples_per_s, 0.0, 0);
             if (s == 0) sum.first_reward = o.row.reward_mean;
             sum.last_reward = o.row.reward_mean;
             if (o.eval >= 0) {

@@ -40,14 +40,15 @@ GROUPS = {
     "eval": ["step", "task", "score", "n"],
     "syncs": ["version", "bytes", "t_start", "t_end", "mode", "dense_bytes", "buckets", "gbps"],
     "timeline": ["rank", "kind", "t_start", "t_end", "step"],
-    "ranks": ["rank", "host", "tags", "tag_source", "gpus", "clock_offset"],
+    "ranks": ["rank", "host", "tags", "tag_source", "gpus", "clock_offset", "clock_error"],
     "resumes": ["from_step", "t", "rows_discarded"],
     "tree": TREE_COLUMNS + TOKEN_COLUMNS,
 }
-# Integer columns added to schema v1 later: a file written before lacks them (the writer adds
+# Integer (and float64) columns added to schema v1 later: a file written before lacks them (the writer adds
 # them, -1 in the older rows, when it resumes such a run); readers treat them as all -1.
 ADDED_LATER = {("steps", "stale_dropped"), ("steps", "stale_weighted"), ("samples", "text_start"),
-               ("samples", "response_text_start"), ("samples", "text_end"), ("samples", TEXT)}
+               ("samples", "response_text_start"), ("samples", "text_end"), ("samples", TEXT),
+               ("ranks", "clock_error")}
 FLAT = set(TOKEN_COLUMNS) | {"token_offsets", TEXT}  # not row columns
 
 

@@ -516,6 +516,13 @@ def main():
         s, j = req(port, "GET", "/v1/models", token=token)
         check(s == 200 and j["data"][0]["id"] == "tagflow-policy" and j["data"][0]["tagflow"]["vocab_size"] == 13,
               f"/v1/models serves the policy (vocabulary of the reverse task) ({s})")
+        # The job's live status (issue 23), authenticated like the rest; the same record as OUT/status.json.
+        s, _ = req(port, "GET", "/v1/status")
+        check(s == 401, f"GET /v1/status without a token -> 401 ({s})")
+        s, st = req(port, "GET", "/v1/status", token=token)
+        check(s == 200 and st.get("format") == "tagflow-status" and st.get("mode") == a.mode and
+              [r["rank"] for r in st["ranks"]] == list(range(a.ranks)),
+              f"GET /v1/status: the live status record of every rank ({s})")
         if a.mode == "multiplex":
             lifecycle(port, token, int(j["data"][0]["tagflow"]["context_length"]))
         # The agent: until the job has trained STEPS steps and goes away.
