@@ -142,6 +142,9 @@ class SyncScheduler final : public Scheduler {
             if (have_ckpt_ && ckpt_.every > 0 && done % ckpt_.every == 0 && done < opt_.steps)
                 write_checkpoint(done, sum, total_samples);
         }
+        if (rewards_failed_ > 0)
+            log_warn("rank %d: %llu rewards failed and were scored 0 (--reward-error zero)", roles_.world_rank,
+                     static_cast<unsigned long long>(rewards_failed_));
         sum.steps = opt_.steps;
         sum.elapsed = clock_.now();
         sum.samples_per_s = total_samples / std::max(1e-9, sum.elapsed);
@@ -348,7 +351,6 @@ class SyncScheduler final : public Scheduler {
             engine_->submit(std::move(rq));
         }
         mine.resize(prompts.size());
-        extras_.assign(prompts.size(), "{}");
         const double t_gen = clock_.now();
         engine_->run([&](const rollout::GenResult& g) {
             RolloutSample& r = mine[static_cast<size_t>(g.id)];
@@ -397,7 +399,6 @@ class SyncScheduler final : public Scheduler {
         for (const reward::Result& q : res) {
             RolloutSample& r = mine.at(static_cast<size_t>(q.id));
             r.reward = q.score;
-            extras_.at(static_cast<size_t>(q.id)) = q.extras;
             if (data_->scorer().fatal(q)) {
                 if (reward_error_.empty()) reward_error_ = q.cause;
             } else if (!q.ok) {
@@ -611,7 +612,6 @@ class SyncScheduler final : public Scheduler {
     DataTask* data_ = nullptr;                     // --data: task_ as the data set, else null
     std::optional<data::EpochSampler> sampler_;    // --data: which rows, replicated on every rank
     std::vector<data::Ticket> tickets_;            // --data: this step's (prompt group j of the step: tickets_[j])
-    std::vector<std::string> extras_;              // --data: this rank's samples' reward dict extras
     std::string reward_error_;                     // --data: first failed reward under --reward-error fail
     uint64_t rewards_failed_ = 0;                  // --data: rewards scored 0 under --reward-error zero
     ckpt::Plan ckpt_;          // where and how often to checkpoint; what to resume from
