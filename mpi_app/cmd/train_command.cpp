@@ -32,6 +32,7 @@
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
 #include "sched/async_scheduler.hpp"
+#include "sched/data_task.hpp"
 #include "cmd/gemm_check.hpp"
 #include "sched/sched_policy.hpp"
 #include "sched/rl_trainer.hpp"
@@ -164,10 +165,17 @@ int train_command(int argc, char** argv) {
         if (!config::is_mode_name(ckpt_mode)) ckpt_mode.clear();
         std::string why;
         pr.options.mode = sched_policy::default_mode(ckpt_mode, why);
+        if (!opt.data.empty() && ckpt_mode.empty()) {  // the async modes do not take --data yet
+            pr.options.mode = config::Mode::kSync;
+            why = "--data trains in sync mode";
+        }
         for (auto& [name, value] : pr.resolved)
             if (name == "mode") value = std::string("\"") + opt.mode.name() + "\"";
         if (!why.empty()) print0("tagflow: no --mode given: %s\n", why.c_str());
     }
+    if (!opt.data.empty() && opt.mode.is_async())
+        throw ConfigError("--data: --mode " + std::string(opt.mode.name()) +
+                          " does not take a data set yet; use --mode sync (the default with --data)");
     // Same verdict on every rank (it depends only on the options and every rank's tags).
     check_async_roles(opt, roles);
     const bool async = opt.mode.is_async();
@@ -184,7 +192,25 @@ int train_command(int argc, char** argv) {
     // The task is built (and its parameters checked) on every rank before anything is written.
     rollout::TaskParams task_params;
     task_params.digits = opt.digits;
-    std::unique_ptr<rollout::Task> task = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), task_params);
+    std::unique_ptr<rollout::Task> task;
+    if (!opt.data.empty()) {
+        // --data: rank 0 indexes the file (every row checked: FILE:LINE), the others get the index;
+        // the rollout ranks start their reward scorers (a --reward-fn that does not import stops here).
+        load_run_tokenizer_on_every_rank(opt);
+        std::unique_ptr<DataTask> dt = open_data_task_on_every_rank(opt, roles.is_rollout());
+        const int64_t steps = data_steps(opt, dt->dataset().size());
+        if (steps != opt.steps) {
+            pr.options.steps = steps;
+            for (auto& [name, value] : pr.resolved)
+                if (name == "steps") value = std::to_string(steps);
+            print0("tagflow: --data %s: %llu rows x %lld epochs = %lld steps of %d prompts\n", opt.data.c_str(),
+                   static_cast<unsigned long long>(dt->dataset().size()), static_cast<long long>(opt.epochs),
+                   static_cast<long long>(steps), opt.prompts_per_step);
+        }
+        task = std::move(dt);
+    } else {
+        task = rollout::make_task(opt.task, static_cast<uint64_t>(opt.seed), task_params);
+    }
     if (config::parse_response_lengths(opt.response_lengths).forced && rollout::as_agent_loop(*task))
         throw ConfigError("--response-lengths " + opt.response_lengths + ": task " + opt.task +
                           " is multi-turn (its sessions end by the agent loop's rules); forced lengths are for "
@@ -238,6 +264,8 @@ int train_command(int argc, char** argv) {
             same("seed", std::to_string(opt.seed), "--seed");
             same("prompts_per_step", std::to_string(opt.prompts_per_step), "--prompts-per-step");
             same("group_size", std::to_string(opt.group_size), "--group-size");
+            if (const DataTask* dt = as_data_task(*task))
+                same("data_rows", std::to_string(dt->dataset().size()), "a --data file of rows");
             if (async) check_async_resume(opt, roles, m);  // same split of the ranks (async_scheduler.hpp)
             if (m.get_int("step") > opt.steps)
                 throw ConfigError("checkpoint " + m.path + ": at step " + m.get("step") + ", past --steps " + std::to_string(opt.steps));

@@ -102,6 +102,26 @@ po::options_description describe(Options& o) {
          "for throughput benchmarks; single-turn tasks)")
         ("max-batch", val(&o.max_batch), "rollout engine slots per rank: sequences decoding together "
                                          "(a finished one's slot is refilled at once)");
+    po::options_description data("Data and rewards (share/doc/data.md, share/doc/rewards.md)");
+    data.add_options()
+        ("data", val(&o.data), "train on the prompts of this JSON Lines file (plain or .gz; veRL's rows: prompt, "
+                               "data_source, reward_model.ground_truth, extra_info) instead of --task's; needs a text "
+                               "tokenizer (--model DIR with tokenizer.json, or --tokenizer)")
+        ("epochs", val(&o.epochs), "passes over --data, each in a seeded shuffle, every row trained once per epoch "
+                                   "(0 = until --steps); the run ends after the last epoch or at --steps")
+        ("max-prompt-tokens", val(&o.max_prompt_tokens), "--data rows whose rendered prompt is longer are skipped "
+                                                         "and counted (0 = no limit)")
+        ("reward", val(&o.reward), "builtin:NAME (exact, gsm8k, math) for every --data row; default: each row's "
+                                   "data_source picks a built-in scorer")
+        ("reward-fn", val(&o.reward_fn), "FILE.py[:NAME]: a Python function with veRL's signature "
+                                         "(data_source, solution_str, ground_truth, extra_info), default NAME "
+                                         "compute_score, run in a pool of worker processes on every rollout rank")
+        ("reward-url", val(&o.reward_url), "HTTP(S) endpoint scoring POSTed JSON batches (share/doc/rewards.md)")
+        ("reward-token-file", val(&o.reward_token_file), "bearer token for --reward-url (a file of mode 600)")
+        ("reward-timeout", val(&o.reward_timeout), "seconds per sample (--reward-fn) or per request (--reward-url)")
+        ("reward-workers", val(&o.reward_workers), "Python worker processes per rollout rank (--reward-fn)")
+        ("reward-error", val(&o.reward_error), "fail (a failed reward: checkpoint, one line naming the row, exit 1; "
+                                               "resumable) or zero (scored 0 and counted)");
     po::options_description train("Train");
     train.add_options()
         ("algo", val(&o.algo), "grpo, ppo (GAE with a learned critic on the ranks tagged critic, else with "
@@ -175,7 +195,7 @@ po::options_description describe(Options& o) {
          "seconds without a heartbeat after which a rank counts as lost and the job is ended, naming it "
          "(0 = no watchdog; heartbeats go to OUT/.heartbeat/)");
     po::options_description all("tagflow train options");
-    all.add(run).add(tags).add(model).add(rollout).add(train).add(eval).add(sys);
+    all.add(run).add(tags).add(model).add(rollout).add(data).add(train).add(eval).add(sys);
     return all;
 }
 
@@ -321,6 +341,29 @@ void validate(const Options& o) {
     if (!o.chat_template.empty() && o.model.empty())
         throw ConfigError("--chat-template " + o.chat_template + ": needs --model DIR with a tokenizer.json");
     check_range<int32_t>("ckpt-every", o.ckpt_every, 0, 1000000000);
+    check_range<int64_t>("epochs", o.epochs, 0, int64_t{1} << 40);
+    check_range<int64_t>("max-prompt-tokens", o.max_prompt_tokens, 0, 1 << 24);
+    check_range<double>("reward-timeout", o.reward_timeout, 1e-3, 1e6);
+    check_range<int32_t>("reward-workers", o.reward_workers, 1, 256);
+    check_choice("reward-error", o.reward_error, {"fail", "zero"});
+    {
+        const int sources = !o.reward.empty() + !o.reward_fn.empty() + !o.reward_url.empty();
+        if (sources > 1) throw ConfigError("--reward, --reward-fn, --reward-url: choose one");
+        const char* const needs_data[] = {"epochs", "max-prompt-tokens", "reward", "reward-fn", "reward-url"};
+        const bool set[] = {o.epochs > 0, o.max_prompt_tokens > 0, !o.reward.empty(), !o.reward_fn.empty(),
+                            !o.reward_url.empty()};
+        for (size_t k = 0; k < sizeof set / sizeof set[0]; ++k)
+            if (set[k] && o.data.empty())
+                throw ConfigError(std::string("--") + needs_data[k] + ": needs --data FILE (the built-in tasks have "
+                                  "their own prompts and rewards)");
+        if (!o.reward.empty() && o.reward.rfind("builtin:", 0) != 0)
+            throw ConfigError("--reward " + o.reward + ": expected builtin:NAME (exact, gsm8k, math); a Python "
+                              "function is --reward-fn FILE.py[:NAME], an HTTP endpoint --reward-url URL");
+        if (!o.reward_token_file.empty() && o.reward_url.empty())
+            throw ConfigError("--reward-token-file: needs --reward-url");
+        if (!o.data.empty() && o.gateway_only)
+            throw ConfigError("--data and --gateway-only: choose one source of prompts");
+    }
     if (o.export_dtype != "auto" && o.export_dtype != "bf16" && o.export_dtype != "fp32")
         throw ConfigError("--export-dtype " + o.export_dtype + ": expected bf16, fp32 or auto");
     if (o.resume && o.no_resume) throw ConfigError("--resume and --no-resume: choose one");

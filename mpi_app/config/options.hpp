@@ -87,6 +87,17 @@ struct Options {
     int32_t micro_batch = 0;     // 0 = whole local batch at once
     bool bf16 = false;
     bool shuffle_advantages = false;
+    // ---- data and rewards (issue 18; share/doc/data.md, rewards.md) ----
+    std::string data;               // --data FILE: JSON Lines prompts (plain or gzip) instead of --task's
+    int64_t epochs = 0;             // passes over --data; 0 = bounded by --steps only
+    int64_t max_prompt_tokens = 0;  // --data rows whose prompt is longer are skipped and counted; 0 = no limit
+    std::string reward;             // builtin:NAME for every row ("" = by each row's data_source)
+    std::string reward_fn;          // FILE.py[:NAME], veRL's compute_score signature, in a worker pool
+    std::string reward_url;         // HTTP(S) endpoint taking POSTed JSON batches
+    std::string reward_token_file;  // bearer token for --reward-url
+    double reward_timeout = 30.0;   // s per sample (pool) / per request (URL)
+    int32_t reward_workers = 2;     // Python worker processes per rollout rank
+    std::string reward_error = "fail";  // fail (checkpoint, exit 1) or zero (score 0, counted)
     // ---- eval ----
     int32_t eval_every = 10;
     int32_t eval_prompts = 128;

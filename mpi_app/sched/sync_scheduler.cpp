@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -28,6 +29,7 @@
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
+#include "sched/data_task.hpp"
 #include "sched/exchange.hpp"
 #include "sched/rl_trainer.hpp"
 #include "sched/sample_row.hpp"
@@ -79,6 +81,17 @@ class SyncScheduler final : public Scheduler {
             have_ckpt_ = true;
             if (plan->resume) restore_weights();
         }
+        // --data: the sampler is replicated on every rank (every rank takes the same P tickets per
+        // step; sync mode drops nothing, so every ticket taken is trained in its step).
+        data_ = as_data_task(*task_);
+        if (data_) {
+            const uint64_t rows = data_->dataset().size(), seed = static_cast<uint64_t>(opt.seed);
+            const uint64_t epochs = static_cast<uint64_t>(opt.epochs);
+            if (plan && plan->resume)
+                sampler_.emplace(data::EpochSampler::from_bytes(plan->manifest.get("data_sampler"), rows, seed, epochs));
+            else
+                sampler_.emplace(rows, seed, epochs);
+        }
     }
 
     RunSummary run() override {
@@ -90,6 +103,18 @@ class SyncScheduler final : public Scheduler {
         if (have_ckpt_ && !ckpt_.resume) write_checkpoint(0, sum, total_samples);
         for (int32_t s = first_step; s < opt_.steps; ++s) {
             StepOut o = step(s);
+            if (!o.reward_error.empty()) {
+                // --reward-error fail: nothing of step s was trained or written; the checkpoint (the
+                // weights after s steps, the tickets of step s back in front) resumes it.
+                if (have_ckpt_) write_checkpoint(s, sum, total_samples);
+                if (roles_.world_rank == 0)
+                    log_error("%s (--reward-error fail; %s)", o.reward_error.c_str(),
+                              have_ckpt_ ? "checkpoint written, the run resumes at this step" : "no checkpoint");
+                sum.steps = s;
+                sum.elapsed = clock_.now();
+                sum.exit_code = 1;
+                return sum;
+            }
             total_samples += static_cast<double>(o.row.samples);
             health::status_board().step_done(s + 1, static_cast<int64_t>(total_samples), o.row.samples_per_s, 0.0, 0);
             if (s == 0) sum.first_reward = o.row.reward_mean;
@@ -119,6 +144,9 @@ class SyncScheduler final : public Scheduler {
             if (have_ckpt_ && ckpt_.every > 0 && done % ckpt_.every == 0 && done < opt_.steps)
                 write_checkpoint(done, sum, total_samples);
         }
+        if (rewards_failed_ > 0)
+            log_warn("rank %d: %llu rewards failed and were scored 0 (--reward-error zero)", roles_.world_rank,
+                     static_cast<unsigned long long>(rewards_failed_));
         sum.steps = opt_.steps;
         sum.elapsed = clock_.now();
         sum.samples_per_s = total_samples / std::max(1e-9, sum.elapsed);
@@ -134,12 +162,24 @@ class SyncScheduler final : public Scheduler {
         io::StepRecord row;
         double eval = -1;
         int signal = 0;  // SIGUSR1, SIGTERM, SIGINT or SIGHUP when any rank received one (same on every rank)
+        std::string reward_error;  // --data, --reward-error fail: a failed reward stopped the step (every rank)
     };
 
     // A fresh run: version-0 weights to every rollout rank, the step-0 evaluation. Returns 0.
     int32_t start(RunSummary& sum) {
         // Version 0: every rollout rank starts from the train root's initial weights.
         sync_weights(0);
+        if (data_) {  // no held-out set (validation is --val-data's)
+            std::vector<io::SyncRecord> syncs;
+            if (roles_.is_train_root()) syncs.push_back(sync_record(0, last_sync_));
+            write_rows({}, {}, {}, {}, syncs);
+            print0("step %5d/%-5lld --data %s: %llu rows (%llu skipped over --max-prompt-tokens), %lld epoch%s\n", 0,
+                   static_cast<long long>(opt_.steps), opt_.data.c_str(),
+                   static_cast<unsigned long long>(data_->dataset().size()),
+                   static_cast<unsigned long long>(data_->dataset().skipped_over_limit()),
+                   static_cast<long long>(opt_.epochs), opt_.epochs == 1 ? "" : "s");
+            return 0;
+        }
         double eval0 = evaluate_local(0);
         std::vector<io::EvalRecord> evals;
         if (is_eval_rank()) evals.push_back({0, task_->name(), static_cast<float>(eval0), opt_.eval_prompts});
@@ -208,6 +248,10 @@ class SyncScheduler final : public Scheduler {
             put_run_keys(m, opt_, task_->name(), roles_.world_size, done, done, sum, total_samples);
             m.set_int("next_group", static_cast<int64_t>(done) * P);  // the dataset cursor
             m.set_int("next_sample_id", static_cast<int64_t>(done) * P * G);
+            if (data_) {
+                m.set("data_sampler", sampler_->to_bytes());  // tickets taken but not trained come back first
+                m.set_int("data_rows", static_cast<int64_t>(data_->dataset().size()));
+            }
             m.set_double("t", clock_.now());
             ckpt::put_sizes(m, run_.sizes());
             m.files = all;
@@ -281,9 +325,11 @@ class SyncScheduler final : public Scheduler {
         const int64_t P = opt_.prompts_per_step, G = opt_.group_size;
         std::vector<std::vector<int32_t>> prompts;
         std::vector<int64_t> groups;
-        for (int64_t j = my; j < P; j += n_roll) {
-            int64_t g = static_cast<int64_t>(s) * P + j;
-            auto p = task_->train_prompt(g);
+        const int64_t n_groups = data_ ? static_cast<int64_t>(tickets_.size()) : P;
+        for (int64_t j = my; j < n_groups; j += n_roll) {
+            // --data: the group is its ticket, epoch x rows + row (so /samples' group names the epoch).
+            int64_t g = data_ ? group_of(tickets_[static_cast<size_t>(j)]) : static_cast<int64_t>(s) * P + j;
+            auto p = data_ ? data_->row_prompt(tickets_[static_cast<size_t>(j)].row) : task_->train_prompt(g);
             for (int64_t k = 0; k < G; ++k) {
                 prompts.push_back(p);
                 groups.push_back(g);
@@ -303,6 +349,7 @@ class SyncScheduler final : public Scheduler {
             rq.id = static_cast<int64_t>(i);
             rq.prompt = prompts[i];
             rq.params = rollout_params(opt_, *task_, max_new_, ids[i]);
+            if (data_ && !rq.params.stop_ids.empty()) rq.params.stop_ids = data_->stop_ids();
             engine_->submit(std::move(rq));
         }
         mine.resize(prompts.size());
@@ -318,7 +365,10 @@ class SyncScheduler final : public Scheduler {
             r.response = g.response;
             r.logprobs = g.logprobs;
             r.hit_eos = g.finish == FinishReason::kStop;
-            r.reward = task_->reward(r.prompt, r.response);
+            if (data_)  // scored while the engine goes on (reward/scorer.hpp); collected below
+                data_->scorer().submit({data_->reward_request(i, row_of(r.group), r.response)});
+            else
+                r.reward = task_->reward(r.prompt, r.response);
             r.t_done = clock_.now();
             // Token-level record of the request (prompt shared by its group in the prefix tree).
             std::vector<int32_t> versions(r.response.size(), s);
@@ -332,7 +382,41 @@ class SyncScheduler final : public Scheduler {
             tr.t_end = r.t_done;
             traj_leaf_[r.id] = traj_.insert(tr).traj;
         });
+        if (data_) collect_rewards(mine);
         return mine;
+    }
+
+    // --data: a ticket's prompt group is epoch x rows + row (unique: a ticket trains once).
+    int64_t group_of(const data::Ticket& t) const {
+        return static_cast<int64_t>(t.epoch * data_->dataset().size() + t.row);
+    }
+    uint64_t row_of(int64_t group) const { return static_cast<uint64_t>(group) % data_->dataset().size(); }
+
+    // --data: waits for this rank's rewards (submitted as the samples finished). A failed one is
+    // scored 0 (--reward-error zero, counted) or kept in reward_error_ (fail).
+    void collect_rewards(std::vector<RolloutSample>& mine) {
+        std::vector<reward::Result> res;
+        data_->scorer().drain(res);
+        size_t failed = 0;
+        for (const reward::Result& q : res) {
+            RolloutSample& r = mine.at(static_cast<size_t>(q.id));
+            r.reward = q.score;
+            if (data_->scorer().fatal(q)) {
+                if (reward_error_.empty()) reward_error_ = q.cause;
+            } else if (!q.ok) {
+                ++failed;
+                log_warn("%s (scored 0, --reward-error zero)", q.cause.c_str());
+            }
+        }
+        rewards_failed_ += failed;
+    }
+
+    // COLLECTIVE: the lowest rank's reward_error_, on every rank ("" when none failed).
+    std::string agree_reward_error() {
+        int first = reward_error_.empty() ? roles_.world_size : roles_.world_rank;
+        TAGFLOW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+        if (first == roles_.world_size) return {};
+        return ckpt::bcast_string(MPI_COMM_WORLD, first, reward_error_);
     }
 
     StepOut step(int32_t s) {
@@ -340,7 +424,20 @@ class SyncScheduler final : public Scheduler {
         const double t_start = clock_.now();
         const int64_t P = opt_.prompts_per_step, G = opt_.group_size;
 
+        if (data_) {  // this step's tickets, the same on every rank
+            tickets_.clear();
+            for (int64_t j = 0; j < P; ++j) {
+                std::optional<data::Ticket> t = sampler_->take();
+                if (!t) break;
+                tickets_.push_back(*t);
+            }
+        }
+        const int64_t n_groups = data_ ? static_cast<int64_t>(tickets_.size()) : P;
         std::vector<RolloutSample> mine = generate(s);
+        if (data_) {
+            out.reward_error = agree_reward_error();
+            if (!out.reward_error.empty()) return out;
+        }
         // Waiting for the other ranks' samples is idle time.
         double idle = 0;
         std::vector<RolloutSample> all;
@@ -350,9 +447,9 @@ class SyncScheduler final : public Scheduler {
             idle += span.end();
         }
         std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-        if (static_cast<int64_t>(all.size()) != P * G)
+        if (static_cast<int64_t>(all.size()) != n_groups * G)
             throw InternalError("step " + std::to_string(s) + ": got " + std::to_string(all.size()) +
-                                " samples, expected " + std::to_string(P * G));
+                                " samples, expected " + std::to_string(n_groups * G));
 
         std::vector<float> rewards;
         for (const auto& r : all) rewards.push_back(r.reward);
@@ -377,6 +474,8 @@ class SyncScheduler final : public Scheduler {
             tr = trainer_->train_step(s, all);
             if (!works) idle += span.end();
         }
+        if (data_)
+            for (const data::Ticket& t : tickets_) sampler_->done(t);
         stats[kLoss] = tr.loss;
         stats[kKl] = tr.kl;
         stats[kEntropy] = tr.entropy;
@@ -385,7 +484,7 @@ class SyncScheduler final : public Scheduler {
         stats[kTokens] = static_cast<double>(tr.tokens);
         std::vector<io::ConsumedRecord>& consumed = tr.consumed;
         train::WeightSyncStats ss = sync_weights(s + 1, &idle);
-        const bool eval_now = (opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps;
+        const bool eval_now = !data_ && ((opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps);
         const double eval = eval_now ? evaluate_local(s) : -1;
         // Summed over ranks below: -1 from nobody when there is no evaluation this step.
         stats[kEval] = (eval_now && is_eval_rank()) ? eval + 1.0 : 0.0;
@@ -419,7 +518,7 @@ class SyncScheduler final : public Scheduler {
         row.t_start = t_start;
         row.t_end = t_end;
         row.policy_version = s + 1;
-        row.samples = P * G;
+        row.samples = n_groups * G;
         int64_t tokens = 0;
         for (const auto& r : all) tokens += static_cast<int64_t>(r.prompt.size() + r.response.size());
         row.tokens = tokens;
@@ -446,7 +545,16 @@ class SyncScheduler final : public Scheduler {
 
         std::vector<io::SampleRecord> samples;
         // Every sample's requests are in this step's tree: its token columns come from there.
-        for (const auto& r : mine) samples.push_back(sample_row(r, task_->name(), r.group, RowColumns::kFromTree, {task_.get()}));
+        for (size_t i = 0; i < mine.size(); ++i) {
+            const RolloutSample& r = mine[i];
+            if (!data_) {
+                samples.push_back(sample_row(r, task_->name(), r.group, RowColumns::kFromTree, {task_.get()}));
+                continue;
+            }
+            // --data: prompt_index is the data row (group = epoch x rows + row); text the tokenizer's decode.
+            samples.push_back(sample_row(r, task_->name(), static_cast<int64_t>(row_of(r.group)), RowColumns::kFromTree,
+                                         {nullptr, &data_->tokenizer()}));
+        }
         {
             // /tree first (COLLECTIVE over the io communicator), then the samples naming its rows.
             profile::Span span(timeline_, SpanKind::kIo, s);
@@ -503,6 +611,11 @@ class SyncScheduler final : public Scheduler {
     train::WeightSyncStats last_sync_;
     int32_t max_new_ = 0;
     double last_sync_t0_ = 0, last_sync_t1_ = 0;
+    DataTask* data_ = nullptr;                     // --data: task_ as the data set, else null
+    std::optional<data::EpochSampler> sampler_;    // --data: which rows, replicated on every rank
+    std::vector<data::Ticket> tickets_;            // --data: this step's (prompt group j of the step: tickets_[j])
+    std::string reward_error_;                     // --data: first failed reward under --reward-error fail
+    uint64_t rewards_failed_ = 0;                  // --data: rewards scored 0 under --reward-error zero
     ckpt::Plan ckpt_;          // where and how often to checkpoint; what to resume from
     bool have_ckpt_ = false;   // false: no checkpoints (a scheduler built without a plan)
 };

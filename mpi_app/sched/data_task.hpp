@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+// data_task: `tagflow train --data FILE` as a rollout::Task (share/doc/data.md, "Training on a data
+// set"). Holds the indexed data set (data/dataset.hpp; rank 0 indexes the file, the others get the
+// index as bytes and read rows by offset), the run's text tokenizer, and on rollout ranks the reward
+// scorer (reward/scorer.hpp: a built-in rule scorer per data_source or --reward builtin:NAME, a
+// --reward-fn worker pool, or a --reward-url client). A prompt group is a data-set Ticket (epoch,
+// row), not an index into a prompt stream: train_prompt() is not used, the scheduler asks
+// ticket_prompt(). The vocabulary and stop ids are the tokenizer's.
+// Does NOT: decide which ticket a group trains (the schedulers own the data::EpochSampler), write the
+// run file, or evaluate (it has no held-out set: eval_prompt/reward throw; validation sets are
+// --val-data's, not this file's).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+#include "data/dataset.hpp"
+#include "data/epoch.hpp"
+#include "reward/scorer.hpp"
+#include "rollout/task.hpp"
+#include "text/tokenizer.hpp"
+
+namespace tagflow::sched {
+
+/// Response budget of a --data run without --max-new-tokens.
+constexpr int32_t kDataDefaultMaxNew = 64;
+
+class DataTask final : public rollout::Task {
+public:
+    DataTask(data::Dataset ds, std::shared_ptr<const text::Tokenizer> tok, const config::Options& opt);
+    ~DataTask() override;
+
+    std::string name() const override { return "data"; }
+    int32_t vocab_size() const override { return tok_->vocab_size(); }
+    int32_t eos_token() const override { return stop_ids_.front(); }
+    int32_t max_prompt_tokens() const override { return max_prompt_; }
+    int32_t max_response_tokens() const override { return max_new_; }
+    std::vector<int32_t> train_prompt(int64_t index) const override;
+    std::vector<int32_t> eval_prompt(int64_t index) const override;
+    float reward(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response) const override;
+    std::string render(const std::vector<int32_t>& tokens) const override;
+    float best_constant_score(int64_t) const override { return 0.f; }
+
+    const data::Dataset& dataset() const { return ds_; }
+    const text::Tokenizer& tokenizer() const { return *tok_; }
+    /// Every id that ends a response: the tokenizer's stop ids and its chat stop ids.
+    const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+    /// The prompt ids of data row `row` (chat template for messages, else the string encoded).
+    std::vector<int32_t> row_prompt(uint64_t row) const;
+    /// A reward request for `response` (stop token and what follows dropped, decoded without special
+    /// tokens) to data row `row`.
+    reward::Request reward_request(uint64_t id, uint64_t row, const std::vector<int32_t>& response) const;
+
+    /// Starts this rank's scorer (rollout ranks; the Python workers import --reward-fn here): ConfigError
+    /// naming the option or file. Not collective.
+    void start_scorer();
+    reward::Scorer& scorer();
+    bool has_scorer() const { return scorer_ != nullptr; }
+
+private:
+    data::Dataset ds_;
+    std::shared_ptr<const text::Tokenizer> tok_;
+    const config::Options& opt_;
+    std::vector<int32_t> stop_ids_;
+    int32_t max_prompt_ = 1, max_new_ = kDataDefaultMaxNew;
+    std::unique_ptr<reward::Scorer> scorer_;
+};
+
+inline DataTask* as_data_task(rollout::Task& t) { return dynamic_cast<DataTask*>(&t); }
+inline const DataTask* as_data_task(const rollout::Task& t) { return dynamic_cast<const DataTask*>(&t); }
+
+/// COLLECTIVE over MPI_COMM_WORLD, before the run directory exists: rank 0 indexes opt.data with
+/// the run tokenizer (every row checked, prompts counted and limited by --max-prompt-tokens), the
+/// others receive the index (Dataset::to_bytes) and reopen the file; checks that every row has a
+/// scorer (a data_source with a built-in one, or --reward/--reward-fn/--reward-url); then the
+/// rollout ranks start their scorers (`start_scorer`). The same ConfigError (FILE:LINE, or the
+/// option) on every rank.
+std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& opt, bool rollout_rank);
+
+/// Steps a --data run makes: --steps, or fewer when --epochs ends it first
+/// (ceil(rows x epochs / prompts-per-step)).
+int64_t data_steps(const config::Options& opt, uint64_t rows);
+
+}  // namespace tagflow::sched
