@@ -2,6 +2,11 @@
 // h5_file: MPI-IO file access/transfer property lists and file open/create.
 #include "io/h5_file.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/error.hpp"
 #include "common/log.hpp"
 
 namespace tagflow::io {
@@ -25,9 +30,18 @@ PropList mpio_fapl(MPI_Comm comm) {
 }
 
 File create_file(MPI_Comm comm, const std::string& path) {
+    // Never truncate through a planted symbolic link: the first rank removes whatever is at
+    // `path` (a link is removed, not its target), then the file is created exclusively
+    // (O_CREAT|O_EXCL: a link or file planted in between is an error, not followed).
+    int rank = 0;
+    TAGFLOW_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    if (rank == 0 && ::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        // Left for the exclusive create to report ("file exists"), naming the path.
+    }
+    TAGFLOW_MPI_CHECK(MPI_Barrier(comm));
     PropList fapl = mpio_fapl(comm);
-    return File(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
-                ("H5Fcreate " + path).c_str());
+    return File(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.get()),
+                ("H5Fcreate " + path + " (a new file; anything there was removed first)").c_str());
 }
 
 File open_file(MPI_Comm comm, const std::string& path, bool writable) {

@@ -15,7 +15,8 @@ namespace tagflow::io {
 /// file format >= 1.8 (so large attributes such as the config JSON can use dense storage).
 PropList mpio_fapl(MPI_Comm comm);
 
-/// COLLECTIVE over `comm`: creates (truncates) `path`.
+/// COLLECTIVE over `comm`: creates `path` afresh: whatever is there is removed first (a symbolic
+/// link itself, never its target) and the new file is created exclusively.
 File create_file(MPI_Comm comm, const std::string& path);
 
 /// COLLECTIVE over `comm`: opens an existing file, read-write when `writable`.

@@ -13,6 +13,7 @@
 #include <exception>
 
 #include "common/log.hpp"
+#include "common/safe_file.hpp"
 #include "io/run_file_impl.hpp"
 
 namespace tagflow::io {
@@ -265,11 +266,12 @@ void RunFile::Impl::rethrow_naming_file(const char* what, const H5Error& e) cons
         if (::statvfs(dir.c_str(), &fs) == 0 && fs.f_bavail == 0) cause = std::strerror(ENOSPC);
     }
     std::string log = dir + "/hdf5-errors.log";
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0640);
     const std::string text = "rank " + std::to_string(rank) + ", " + what + ": " + e.what() + "\n" + e.stack + "\n";
-    bool logged = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    if (fd >= 0 && ::close(fd) != 0) logged = false;
-    if (!logged) log.clear();
+    try {
+        append_file_nofollow(log, text);
+    } catch (const Error&) {
+        log.clear();  // a full disk, or a link planted there: the message says the stack was not saved
+    }
     std::string msg = "run file " + path + ": " + what + " failed: " + (cause.empty() ? e.what() : cause);
     msg += log.empty() ? " (HDF5 error stack not saved)" : " (HDF5 error stack in " + log + ")";
     throw H5Error(msg, e.maj, e.min, e.stack, e.sys_errno != 0 ? e.sys_errno : cause.empty() ? 0 : ENOSPC);

@@ -85,6 +85,7 @@ struct StepRecord {
     float samples_per_s = 0, idle_frac = 0;
     int64_t stale_dropped = 0;   // samples consumed with weight 0 (older than --staleness)
     int64_t stale_weighted = 0;  // samples trained with an importance weight < 1 (--stale weight)
+    int32_t skipped_updates = 0; // optimiser updates dropped: non-finite loss or gradient norm
 };
 
 struct EvalRecord {

@@ -334,6 +334,7 @@ void RunFile::append_steps(const std::vector<StepRecord>& rows) {
         im.put(T, "idle_frac", column(rows, &R::idle_frac), s, w);
         im.put(T, "stale_dropped", column(rows, &R::stale_dropped), s, w);
         im.put(T, "stale_weighted", column(rows, &R::stale_weighted), s, w);
+        im.put(T, "skipped_updates", column(rows, &R::skipped_updates), s, w);
     });
 }
 

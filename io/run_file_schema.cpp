@@ -67,7 +67,8 @@ std::vector<Table> make_tables() {
                   {"samples_per_s", C::kF32, 0, "1/s"},
                   {"idle_frac", C::kF32, 0, "fraction"},
                   {"stale_dropped", C::kI64, 0, "samples", "", true},
-                  {"stale_weighted", C::kI64, 0, "samples", "", true}}});
+                  {"stale_weighted", C::kI64, 0, "samples", "", true},
+                  {"skipped_updates", C::kI32, 0, "updates", "", true}}});
     t.push_back({kEval, "/eval", kRowChunk,
                  {{"step", C::kI32}, {"task", C::kStr, kTaskLen}, {"score", C::kF32}, {"n", C::kI32}}});
     t.push_back({kSyncs, "/syncs", kRowChunk,

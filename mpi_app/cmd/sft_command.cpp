@@ -31,6 +31,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/mpi_env.hpp"
+#include "common/safe_file.hpp"
 #include "config/options.hpp"
 #include "model/hf_export.hpp"
 #include "model/llama.hpp"
@@ -55,6 +56,7 @@ struct SftOptions {
     std::string tokenizer;              // --tokenizer: a fresh model's vocabulary; OUT/model's tokenizer files
     std::string export_dtype = "auto";  // --export-dtype: OUT/model's weights (model/hf_export.hpp)
     bool overwrite = false;
+    bool allow_shared_dir = false;
     int32_t digits = 0;  // 0 = the task's default
     int64_t steps = 1000;
     int64_t batch = 64;
@@ -86,6 +88,8 @@ po::options_description describe(SftOptions& o) {
         ("task", val(&o.task), "task (needs a reference solution): addition, longtail, reverse, sort or a registered one")
         ("out", po::value<std::string>(&o.out), "output directory (required): OUT/model (HF checkpoint) and OUT/sft.json")
         ("overwrite", val(&o.overwrite)->implicit_value(true), "replace an existing OUT/model")
+        ("allow-shared-dir", val(&o.allow_shared_dir)->implicit_value(true),
+         "accept an --out directory owned by another user or writable by others without the sticky bit")
         ("digits", val(&o.digits), "task digits (0 = the task's default: addition 3, reverse/sort 5)")
         ("steps", val(&o.steps), "optimizer steps")
         ("batch", val(&o.batch), "sequences per step, over all ranks")
@@ -352,6 +356,22 @@ int sft_command(int argc, char** argv) {
     }
 
     const std::string model_dir = o.out + "/model";
+    // An --out others may write to could hold planted links (common/safe_file.hpp): refused on
+    // rank 0, the same one-line verdict on every rank.
+    std::string dir_error;
+    if (rank == 0) {
+        try {
+            check_run_dir(o.out, o.allow_shared_dir);
+        } catch (const ConfigError& e) {
+            dir_error = e.what();
+        }
+    }
+    int dir_bad = dir_error.empty() ? 0 : 1;
+    TAGFLOW_MPI_CHECK(MPI_Bcast(&dir_bad, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (dir_bad) {
+        if (rank == 0) log_error("%s", dir_error.c_str());
+        throw ConfigError("");
+    }
     int exists = 0;
     if (rank == 0) exists = fs::exists(model_dir);
     TAGFLOW_MPI_CHECK(MPI_Bcast(&exists, 1, MPI_INT, 0, MPI_COMM_WORLD));
@@ -486,9 +506,7 @@ int sft_command(int argc, char** argv) {
             j << (i ? ", " : "") << "{\"step\": " << curve[i].step << ", \"accuracy\": " << curve[i].accuracy
               << ", \"reward\": " << curve[i].reward << "}";
         j << "]\n}\n";
-        std::ofstream f(o.out + "/sft.json");
-        f << j.str();
-        if (!f) throw Error("cannot write " + o.out + "/sft.json");
+        write_file_replace(o.out + "/sft.json", j.str());  // never through a link planted there
     }
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     print0("summary: %ld steps in %.1fs; held-out greedy exact match %.3f -> %.3f (mean reward %.3f -> %.3f)\n",

@@ -21,6 +21,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/mpi_env.hpp"
+#include "common/safe_file.hpp"
 #include "config/options.hpp"
 #include "health/heartbeat.hpp"
 #include "health/status.hpp"
@@ -133,6 +134,22 @@ int train_command(int argc, char** argv) {
         local_error = e.what();
     }
     cluster::Roles roles = cluster::build_roles(local, local_error);
+
+    // An --out others may write to could hold planted links (common/safe_file.hpp): refused on
+    // rank 0 before anything there is read or written, the same one-line verdict on every rank.
+    std::string dir_error;
+    if (rank == 0) {
+        try {
+            check_run_dir(opt.out, opt.allow_shared_dir);
+        } catch (const ConfigError& e) {
+            dir_error = e.what();
+        }
+    }
+    dir_error = ckpt::bcast_string(MPI_COMM_WORLD, 0, dir_error);
+    if (!dir_error.empty()) {
+        if (rank == 0) log_error("%s", dir_error.c_str());
+        throw ConfigError("");
+    }
 
     // The run file must not silently replace an earlier run.
     const std::string path = opt.out + "/tagflow.h5";
@@ -351,6 +368,19 @@ int train_command(int argc, char** argv) {
         // reaches every rank.)
         io::ResumeRecord rr;
         rr.from_step = static_cast<int32_t>(plan.manifest.get_int("step"));
+        // OUT/resumes.log first: one line per start that resumes, appended before the run file is
+        // touched, so a restart that dies before its next checkpoint (whose /resumes row the next
+        // cut-back erases) is still on record. A failed append is a warning, not the run's end.
+        if (rank == 0) {
+            char line[160];
+            std::snprintf(line, sizeof line, "t_unix=%.3f from_step=%d world_size=%d mode=%s\n", profile::unix_now(),
+                          rr.from_step, roles.world_size, opt.mode.name());
+            try {
+                append_file_nofollow(opt.out + "/resumes.log", line);
+            } catch (const Error& e) {
+                log_warn("restart log not written: %s", e.what());
+            }
+        }
         int64_t dropped = 0;
         auto reopen = [&] {
             run = std::make_unique<io::RunFile>(io::RunFile::open_append(async ? MPI_COMM_SELF : roles.io.get(), path));

@@ -103,6 +103,23 @@ int open_for_write_nofollow(const std::string& path, mode_t mode) {
     throw Error(path + ": appeared while being created; refusing to write to it");
 }
 
+void append_file_nofollow(const std::string& path, std::string_view bytes, mode_t mode) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0) {
+        if (errno == ELOOP) throw Error(path + ": is a symbolic link; refusing to write through it");
+        throw Error(path + ": cannot open for appending: " + cause(errno));
+    }
+    try {
+        struct stat st {};
+        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a regular file; refusing to write to it");
+        write_all(fd, bytes, path);
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    if (::close(fd) != 0) throw Error(path + ": " + cause(errno));
+}
+
 void check_run_dir(const std::string& dir, bool allow_shared) {
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0) {
@@ -110,7 +127,12 @@ void check_run_dir(const std::string& dir, bool allow_shared) {
         throw ConfigError("run directory " + dir + ": " + cause(errno));
     }
     if (!S_ISDIR(st.st_mode)) throw ConfigError("run directory " + dir + " exists and is not a directory");
-    if ((st.st_mode & S_IWOTH) && !allow_shared) {
+    if (allow_shared) return;
+    if (st.st_uid != ::geteuid())
+        throw ConfigError("run directory " + dir + " belongs to user id " + std::to_string(st.st_uid) + ", not to this user (" +
+                          std::to_string(::geteuid()) + "): its owner could plant files in it; use your own "
+                          "directory, or pass --allow-shared-dir");
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
         char mode[8];
         std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
         throw ConfigError("run directory " + dir + " is writable by others (mode " + mode +

@@ -30,12 +30,18 @@ int create_new_file(const std::string& path, mode_t mode = 0644);
 /// (O_EXCL) when it is missing. Throws Error naming the path if it is a link or not a regular file.
 int open_for_write_nofollow(const std::string& path, mode_t mode = 0644);
 
+/// Appends `bytes` to `path` (O_APPEND|O_NOFOLLOW, created with `mode` when missing): a log that
+/// many writers share. Throws Error naming the path for a link, a non-regular file or a failed write.
+void append_file_nofollow(const std::string& path, std::string_view bytes, mode_t mode = 0640);
+
 /// write(2) until all of `bytes` is written (EINTR retried). Throws Error "PATH: <strerror>".
 void write_all(int fd, std::string_view bytes, const std::string& path);
 
-/// Refuses (ConfigError, one line) a run directory that is not a directory, or that others may
-/// write to (mode o+w) unless `allow_shared` is set. A missing directory passes; a directory
-/// reached through a symbolic link is judged by its target (the user chose that link).
+/// Refuses (ConfigError, one line) a run directory that is not a directory, and unless
+/// `allow_shared` (--allow-shared-dir) one that another user owns or that others may write to
+/// (mode o+w without the sticky bit, which would let them rename or remove our files). A missing
+/// directory passes; a directory reached through a symbolic link is judged by its target (the
+/// user chose that link).
 void check_run_dir(const std::string& dir, bool allow_shared);
 
 }  // namespace tagflow

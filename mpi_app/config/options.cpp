@@ -142,6 +142,12 @@ po::options_description describe(Options& o) {
         ("entropy-coef", val(&o.entropy_coef), "bonus on the mean token entropy (keeps exploring; 0 = off)")
         ("weight-decay", val(&o.weight_decay), "AdamW weight decay")
         ("grad-clip", val(&o.grad_clip), "global gradient-norm clip (0 = off)")
+        ("allow-shared-dir", val(&o.allow_shared_dir)->implicit_value(true),
+         "accept an --out directory owned by another user or writable by others without the sticky bit "
+         "(anyone who can write there can plant links; share/doc/hostile-input.md)")
+        ("max-bad-steps", val(&o.max_bad_steps),
+         "stop the run (after a checkpoint of the last good weights) when this many steps in a row had "
+         "an update dropped for a NaN/inf loss or gradient norm")
         ("micro-batch", val(&o.micro_batch), "sequences per forward/backward (0 = the whole local batch)")
         ("bf16", val(&o.bf16)->implicit_value(true), "bf16 autocast for the trainer's matmuls")
         ("shuffle-advantages", val(&o.shuffle_advantages)->implicit_value(true),
@@ -304,6 +310,7 @@ void validate(const Options& o) {
     check_range<double>("entropy-coef", o.entropy_coef, 0.0, 10.0);
     check_range<double>("weight-decay", o.weight_decay, 0.0, 10.0);
     check_range<double>("grad-clip", o.grad_clip, 0.0, 1e6);
+    check_range<int32_t>("max-bad-steps", o.max_bad_steps, 1, 1 << 20);
     check_range<int32_t>("micro-batch", o.micro_batch, 0, 1 << 20);
     check_range<int32_t>("eval-every", o.eval_every, 0, 1000000000);
     check_range<int32_t>("eval-prompts", o.eval_prompts, 1, 1 << 20);

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/safe_file.hpp"
 #include "gateway/openai.hpp"
 
 namespace tagflow::gateway {
@@ -71,20 +72,13 @@ std::string random_hex(std::size_t bytes) {
 std::string generate_token() { return "tf-" + random_hex(32); }
 
 void write_token_file(const std::string& path, const std::string& token) {
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) throw Error("gateway: cannot write token file " + path + ": " + std::strerror(errno));
-    const std::string data = token + "\n";
-    bool ok = ::fchmod(fd, 0600) == 0;
-    std::size_t off = 0;
-    while (ok && off < data.size()) {
-        const ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        ok = n > 0;
-        if (ok) off += static_cast<std::size_t>(n);
+    // A random temporary (mode 0600 from its creation) renamed into place: a link planted at
+    // `path` is replaced, its target never opened; a full disk is one line naming the path.
+    try {
+        write_file_replace(path, token + "\n", 0600);
+    } catch (const Error& e) {
+        throw Error(std::string("gateway: cannot write token file ") + e.what());
     }
-    const int err = errno;
-    ::close(fd);
-    if (!ok) throw Error("gateway: cannot write token file " + path + ": " + std::strerror(err));
 }
 
 std::pair<std::string, int> parse_host_port(const std::string& s) {
@@ -412,12 +406,10 @@ void Server::Impl::accept_all() {
             e.status = 503;
             e.type = "server_error";
             e.message = "too many connections (limit " + std::to_string(conn_limit) + ")";
-            count(&ServerStats::errors);
-            const std::string body = error_body(e);
-            const std::string msg = "HTTP/1.1 503 " + std::string(http_reason(503)) +
-                                    "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                                    "\r\nConnection: close\r\n\r\n" + body;
-            [[maybe_unused]] ssize_t w = ::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+            Conn refused;  // never enters `conns`: the answer is built like every other one
+            refused.fd = fd;
+            respond_error(refused, e);  // counts the error; a 503 closes the connection
+            [[maybe_unused]] ssize_t w = ::send(fd, refused.out.data(), refused.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
             ::close(fd);
             continue;
         }

@@ -77,8 +77,9 @@ private:
 
 /// A fresh bearer token: "tf-" + 64 hex digits from getrandom() (256 bits).
 std::string generate_token();
-/// Writes `token` + "\n" to `path` with mode 0600 (also when the file existed with another mode;
-/// refuses symlinks). Throws tagflow::Error naming the path.
+/// Writes `token` + "\n" to `path` with mode 0600 through safe_file's write_file_replace (a random
+/// temporary renamed into place: a symbolic link there is replaced, never written through).
+/// Throws tagflow::Error naming the path.
 void write_token_file(const std::string& path, const std::string& token);
 /// Compares in time independent of where the strings differ (length is not secret).
 bool constant_time_equal(std::string_view a, std::string_view b);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/safe_file.hpp"
 #include "model/hf_config.hpp"
 #include "model/llama.hpp"
 #include "text/hf_tokenizer.hpp"
@@ -29,10 +30,7 @@ std::string read_file(const fs::path& p) {
 }
 
 void write_file(const fs::path& p, const std::string& text) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw Error("cannot write " + p.string());
+    write_file_replace(p.string(), text);  // a temporary renamed into place: never through a planted link
 }
 
 }  // namespace
@@ -140,7 +138,17 @@ std::string generation_config_json(const HfConfig& c, const HfExport& e) {
     return j.dump(2) + "\n";
 }
 
+void check_finite(const torch::nn::Module& module, const std::string& what) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : module.named_parameters()) {
+        if (torch::isfinite(p.value()).all().item<bool>()) continue;
+        throw Error("refusing to save the " + what + " weights: " + p.key() +
+                    " holds NaN or inf values; nothing written (a previous checkpoint is kept)");
+    }
+}
+
 std::vector<std::string> write_hf_dir(const LlamaModelImpl& m, const std::string& dir_str, const HfExport& e) {
+    check_finite(m, "policy");
     const fs::path dir(dir_str);
     m.save_pretrained(dir_str, /*shard_bytes=*/0, e.dtype);
     std::vector<std::string> names = {"config.json", "model.safetensors"};

@@ -14,10 +14,19 @@
 
 #include "model/safetensors.hpp"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace tagflow::model {
 
 class LlamaModelImpl;
 struct HfConfig;
+
+/// Throws tagflow::Error naming `what` and the first parameter holding a NaN or inf: such weights
+/// never reach a checkpoint or an export (write_hf_dir and the train engines' save() call it
+/// before writing anything, so the previous checkpoint stays the last good one).
+void check_finite(const torch::nn::Module& module, const std::string& what);
 
 /// Files copied from a tokenizer's directory when present (tokenizer.json must be there).
 const std::vector<std::string>& tokenizer_file_names();

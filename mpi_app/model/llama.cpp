@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "common/safe_file.hpp"
+
 namespace tagflow::model {
 namespace fs = std::filesystem;
 namespace F = torch::nn::functional;
@@ -49,10 +51,7 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 }
 
 void write_text(const fs::path& p, const std::string& text) {
-    std::ofstream out(p, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw Error("cannot write " + p.string());
+    write_file_replace(p.string(), text);  // a temporary renamed into place: never through a planted link
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include "model/safetensors_header.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -13,6 +15,9 @@
 #include <set>
 
 #include <nlohmann/json.hpp>
+
+#include "common/error.hpp"
+#include "common/safe_file.hpp"
 
 namespace tagflow::model::st {
 namespace {
@@ -250,23 +255,26 @@ void write_file(const std::string& path, const std::vector<TensorView>& tensors,
     }
     std::string text = h.dump();
     text.append((8 - text.size() % 8) % 8, ' ');
+    // The temporary is created exclusively and never through a link (a stale one, or a link
+    // planted at its name, is removed first: unlink removes the link, not its target).
     const std::string tmp = path + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) fail(tmp, "cannot open for writing");
+    ::unlink(tmp.c_str());
+    int fd = -1;
+    try {
+        fd = create_new_file(tmp);
         unsigned char len[8];
         uint64_t n = text.size();
         for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((n >> (8 * i)) & 0xff);
-        out.write(reinterpret_cast<const char*>(len), 8);
-        out.write(text.data(), static_cast<std::streamsize>(text.size()));
-        for (const auto& t : tensors)
-            out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.nbytes));
-        out.flush();
-        if (!out) {
-            const int err = errno;
-            std::remove(tmp.c_str());
-            fail(tmp, std::string("write failed: ") + std::strerror(err));
-        }
+        write_all(fd, std::string_view(reinterpret_cast<const char*>(len), 8), tmp);
+        write_all(fd, text, tmp);
+        for (const auto& t : tensors) write_all(fd, std::string_view(static_cast<const char*>(t.data), t.nbytes), tmp);
+        const int rc = ::close(fd);
+        fd = -1;
+        if (rc != 0) throw Error(tmp + ": " + std::strerror(errno));
+    } catch (const Error& e) {
+        if (fd >= 0) ::close(fd);
+        ::unlink(tmp.c_str());
+        fail(tmp, std::string("write failed: ") + e.what());
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, "cannot rename " + tmp + " into place");
 }

@@ -21,6 +21,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/safe_file.hpp"
 #include "io/h5_dataset.hpp"
 #include "io/h5_file.hpp"
 
@@ -342,19 +343,10 @@ std::string pid_tid(int pid, int tid) {
 }
 
 void write_file(const std::string& path, const std::string& text) {
-    const std::string tmp = path + ".tmp";
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Error("cannot write " + path + ": " + std::strerror(errno));
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    const int err = errno;
-    if (std::fclose(f) != 0 || !ok) {
-        std::remove(tmp.c_str());
-        throw Error("cannot write " + path + ": " + std::strerror(ok ? errno : err));
-    }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-        const int e = errno;
-        std::remove(tmp.c_str());
-        throw Error("cannot write " + path + ": " + std::strerror(e));
+    try {
+        write_file_replace(path, text);  // a random temporary renamed into place: never through a planted link
+    } catch (const Error& e) {
+        throw Error(std::string("cannot write ") + e.what());
     }
 }
 

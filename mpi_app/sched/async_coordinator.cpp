@@ -99,7 +99,7 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         // A requeue signal on any rank (this one, or a kTagSignal message): stop at this
         // step boundary; the checkpoint is written below, after every rank's last samples.
         if (sig_ == 0) sig_ = ckpt::requeue_signal();
-        if (sig_ != 0) break;
+        if (sig_ != 0 || bad_stop_) break;
         // --train-timeout: a step also starts when the oldest wait is long enough and at
         // least one usable sample is there (e.g. a slow agent behind the gateway).
         const int64_t u = usable();
@@ -160,6 +160,10 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
             say("tagflow: %s at step %lld; no checkpoint; exiting for requeue\n", ckpt::signal_name(sig_),
                 static_cast<long long>(step_));
         sum.exit_code = ckpt::kExitRequeue;
+    }
+    if (bad_stop_) {
+        log_error("%s", bad_steps_.stop_message().c_str());
+        sum.exit_code = kExitBadSteps;
     }
     if (regenerated_ > 0)
         say("%s: %lld samples generated again after the resume were already recorded before the checkpoint "
@@ -230,6 +234,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     row.staleness_max = static_cast<int32_t>(age_max);
     row.stale_dropped = stale_dropped;
     row.stale_weighted = pb.weighted;
+    row.skipped_updates = tr.skipped_updates;  // the actor's (and the critic's, when it lives on this rank)
     const double dt = std::max(1e-9, t_end - t_start);
     row.samples_per_s = static_cast<float>(static_cast<double>(batch.size()) / dt);
     // Idle: every rank's idle spans inside this step, as known to the coordinator now.
@@ -256,6 +261,10 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
         "elapsed %6.1fs\n",
         s + 1, static_cast<long long>(opt_.steps), row.reward_mean, row.reward_std, evs, row.loss,
         row.samples_per_s, row.staleness_mean, row.staleness_max, 100.0 * row.idle_frac, clock_.now());
+    // --max-bad-steps: the loop stops at this boundary and the end of the run checkpoints.
+    std::string warning;
+    if (bad_steps_.record(s + 1, row.skipped_updates, &warning)) bad_stop_ = true;
+    if (!warning.empty()) say("%s", warning.c_str());
     return t_end;
 }
 

@@ -321,6 +321,8 @@ class AsyncScheduler final : public Scheduler {
     ckpt::Plan ckpt_;
     bool have_ckpt_ = false, resumed_ = false, sig_sent_ = false;
     int sig_ = 0;                          // coordinator: the requeue signal some rank received
+    BadSteps bad_steps_{opt_.max_bad_steps};  // coordinator: --max-bad-steps (NaN/inf updates in a row)
+    bool bad_stop_ = false;                // coordinator: they stop the run (checkpoint, exit kExitBadSteps)
     double total_ = 0;                     // samples trained so far (the summary's rate)
     ckpt::Manifest resume_manifest_;
     std::vector<int64_t> lo_;              // coordinator: per generator, its groups below lo*n+i are complete

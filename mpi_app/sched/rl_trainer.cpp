@@ -269,6 +269,7 @@ struct RlTrainer::Impl {
             rep.clip_frac = st.clip_frac;
             rep.logprob_diff_mean = st.logprob_diff_mean;
             rep.grad_norm = st.grad_norm;
+            if (me == train_ranks.front()) rep.skipped_updates += st.skipped_steps;
             rep.tokens = st.tokens;
             for (size_t i : my_train) rep.consumed.push_back({all[i].id, s, seq_adv[i], all[i].weight});
         }
@@ -277,6 +278,7 @@ struct RlTrainer::Impl {
             std::vector<train::TrainSeq> local = select(seqs, mine(critic_owner));
             train::CriticStats cs = critic->update(local, critic_comm.get(), schedule);
             rep.value_loss = cs.vf_loss;
+            if (me == critic_ranks.front()) rep.skipped_updates += cs.skipped_steps;
             rep.explained_var = cs.vf_explained_var;
         }
         return rep;

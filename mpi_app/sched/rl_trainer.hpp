@@ -56,6 +56,10 @@ struct TrainReport {
     double loss = 0, kl = 0, entropy = 0, clip_frac = 0, logprob_diff_mean = 0, grad_norm = 0;
     double value_loss = 0, explained_var = 0;
     int64_t tokens = 0;
+    /// Optimiser updates dropped for a non-finite loss or gradient norm (train::ActorStats::
+    /// skipped_steps): the actor's on the train root plus the critic's on the critic group's
+    /// first rank, 0 elsewhere, so a sum over all ranks counts each group once.
+    int32_t skipped_updates = 0;
     std::vector<io::ConsumedRecord> consumed;  ///< this rank's samples used by the actor
     std::vector<float> advantages;  ///< every sample's sequence advantage, in input order (every rank)
 };

@@ -55,4 +55,24 @@ void get_run_summary(const ckpt::Manifest& m, RunSummary& sum, double& total_sam
     total_samples = m.get_double("sched.total_samples");
 }
 
+bool BadSteps::record(int32_t step, int64_t skipped, std::string* warning) {
+    if (skipped <= 0) {
+        in_a_row_ = 0;
+        return false;
+    }
+    ++in_a_row_;
+    last_step_ = step;
+    *warning = "tagflow: warning: step " + std::to_string(step) + ": " + std::to_string(skipped) +
+               " update(s) skipped, the loss or gradient norm was NaN or inf (a poisoned reward?); weights "
+               "unchanged (" + std::to_string(in_a_row_) + " such step(s) in a row, --max-bad-steps " +
+               std::to_string(max_) + ")\n";
+    return in_a_row_ >= max_;
+}
+
+std::string BadSteps::stop_message() const {
+    return "step " + std::to_string(last_step_) + ": " + std::to_string(in_a_row_) +
+           " steps in a row had NaN or inf losses or gradients (--max-bad-steps " + std::to_string(max_) +
+           "); stopped after checkpointing the last good weights (check the rewards of those steps)";
+}
+
 }  // namespace tagflow::sched

@@ -60,4 +60,25 @@ void print_model_and_algorithm(const config::Options& opt, const cluster::Roles&
 /// put_run_keys' summary back: rewards and evals so far into `sum`, the samples trained.
 void get_run_summary(const ckpt::Manifest& m, RunSummary& sum, double& total_samples);
 
+/// Exit status of a run stopped by --max-bad-steps (after its checkpoint).
+inline constexpr int kExitBadSteps = 1;
+
+/// Steps whose update was dropped for a NaN/inf loss or gradient norm (/steps skipped_updates),
+/// every mode alike: the one warning line per such step, and the verdict that --max-bad-steps of
+/// them in a row stop the run. Sync mode calls record() with the same numbers on every rank.
+class BadSteps {
+public:
+    explicit BadSteps(int32_t max_in_a_row) : max_(max_in_a_row) {}
+    /// Step `step` (1-based, as printed) dropped `skipped` updates; when it did, *warning gets the
+    /// line to print. True: stop the run now (checkpoint, then stop_message(), exit kExitBadSteps).
+    bool record(int32_t step, int64_t skipped, std::string* warning);
+    /// The one error line of a stopped run.
+    std::string stop_message() const;
+
+private:
+    int32_t max_;
+    int32_t in_a_row_ = 0;
+    int32_t last_step_ = 0;
+};
+
 }  // namespace tagflow::sched

@@ -48,6 +48,7 @@ using io::SpanKind;
 enum StatSlot {
     kLoss, kKl, kEntropy, kClip, kLpDiff, kTokens, kEval, kSyncBytes, kSyncT0, kSyncT1, kIdle,
     kSigTerm, kSigUsr1, kSigInt, kSigHup,  // ranks that received each requeue signal (ckpt/signals.hpp): checkpoint, exit 75
+    kSkipped,  // optimiser updates dropped for a NaN/inf loss or gradient (TrainReport::skipped_updates)
     kNumStats
 };
 
@@ -129,6 +130,22 @@ class SyncScheduler final : public Scheduler {
                    s + 1, static_cast<long long>(opt_.steps), o.row.reward_mean, o.row.reward_std, evs,
                    o.row.loss, o.row.samples_per_s, 100.0 * o.row.idle_frac, clock_.now());
             const int32_t done = s + 1;
+            std::string warning;
+            const bool too_many_bad = bad_steps_.record(done, o.row.skipped_updates, &warning);
+            if (!warning.empty()) print0("%s", warning.c_str());
+            if (too_many_bad) {
+                // Same verdict on every rank (the counts were reduced with this step's statistics);
+                // the dropped updates left the weights as they were after the last good step.
+                run_.append_timeline(timeline_.take());
+                run_.flush();
+                if (have_ckpt_) write_checkpoint(done, sum, total_samples);
+                if (roles_.world_rank == 0) log_error("%s", bad_steps_.stop_message().c_str());
+                sum.steps = done;
+                sum.elapsed = clock_.now();
+                sum.samples_per_s = total_samples / std::max(1e-9, sum.elapsed);
+                sum.exit_code = kExitBadSteps;
+                return sum;
+            }
             if (o.signal != 0 && done < opt_.steps && have_ckpt_) {
                 // Every rank saw the same flags (reduced with this step's statistics).
                 run_.append_timeline(timeline_.take());
@@ -482,6 +499,7 @@ class SyncScheduler final : public Scheduler {
         stats[kClip] = tr.clip_frac;
         stats[kLpDiff] = tr.logprob_diff_mean;
         stats[kTokens] = static_cast<double>(tr.tokens);
+        stats[kSkipped] = static_cast<double>(tr.skipped_updates);  // summed over ranks: each group once
         std::vector<io::ConsumedRecord>& consumed = tr.consumed;
         train::WeightSyncStats ss = sync_weights(s + 1, &idle);
         const bool eval_now = !data_ && ((opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps);
@@ -536,6 +554,7 @@ class SyncScheduler final : public Scheduler {
         row.staleness_max = 0;
         row.samples_per_s = static_cast<float>(static_cast<double>(row.samples) / std::max(1e-9, t_end - t_start));
         row.idle_frac = static_cast<float>(stats[kIdle] / (roles_.world_size * std::max(1e-9, t_end - t_start)));
+        row.skipped_updates = static_cast<int32_t>(stats[kSkipped]);
         out.eval = stats[kEval] - 1.0;  // -1: no evaluation this step
         out.signal = stats[kSigUsr1] > 0   ? SIGUSR1
                      : stats[kSigTerm] > 0 ? SIGTERM
@@ -618,6 +637,7 @@ class SyncScheduler final : public Scheduler {
     uint64_t rewards_failed_ = 0;                  // --data: rewards scored 0 under --reward-error zero
     ckpt::Plan ckpt_;          // where and how often to checkpoint; what to resume from
     bool have_ckpt_ = false;   // false: no checkpoints (a scheduler built without a plan)
+    BadSteps bad_steps_{opt_.max_bad_steps};  // --max-bad-steps: NaN/inf updates in a row stop the run
 };
 
 }  // namespace

@@ -132,7 +132,9 @@ public:
     /// COLLECTIVE over comm: gradients <- sum over the group (nullptr or size 1: nothing).
     virtual SyncStats allreduce_grads(Collectives* comm) = 0;
     /// Clips the global gradient norm, AdamW step, zeroes gradients. Returns the norm before
-    /// clipping. Call allreduce_grads first when data-parallel.
+    /// clipping. Call allreduce_grads first when data-parallel. A non-finite norm (NaN or inf
+    /// gradients) skips the update: gradients zeroed, weights, optimiser state and global_step()
+    /// unchanged, and the non-finite norm returned so the caller can count the skip.
     virtual double step() = 0;
     virtual void zero_grad() = 0;
     virtual void set_lr(double lr) = 0;
@@ -145,6 +147,7 @@ public:
     /// same module shapes; it throws tagflow::Error on a mismatch or unreadable data.
     virtual void save(std::ostream& out) const = 0;
     virtual void load(std::istream& in) = 0;
+    /// save() throws tagflow::Error (nothing written) when a weight is NaN or inf (model::check_finite).
     /// save()/load() through `dir`/engine_state.pt (the directory is created).
     void save_dir(const std::string& dir) const;
     void load_dir(const std::string& dir);

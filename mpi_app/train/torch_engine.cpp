@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "common/error.hpp"
+#include "model/hf_export.hpp"
 
 namespace tagflow::train {
 namespace {
@@ -141,6 +142,13 @@ double TorchEngine::step() {
         for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
         norm = std::sqrt(sq);
     }
+    if (!std::isfinite(norm)) {
+        // A NaN or inf gradient (a poisoned reward, an overflowing loss) never reaches the
+        // weights or the AdamW moments: the update is dropped, the step counter stays. The
+        // gradients were all-reduced first, so every rank of the group sees the same norm.
+        zero_grad();
+        return norm;
+    }
     opt_->step();
     ++step_;
     zero_grad();
@@ -171,6 +179,7 @@ std::vector<torch::Tensor> TorchEngine::gradients() const {
 }
 
 void TorchEngine::save(std::ostream& out) const {
+    model::check_finite(*model_.module, model_.kind);
     torch::serialize::OutputArchive ar;
     torch::serialize::OutputArchive model_ar;
     model_.module->save(model_ar);

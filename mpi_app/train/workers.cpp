@@ -4,6 +4,7 @@
 #include "train/workers.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <torch/torch.h>
@@ -72,6 +73,26 @@ std::vector<double> reduce_sums(std::vector<double> s, Collectives* comm, const 
 }
 
 double safe_div(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+// COLLECTIVE over comm, after the gradient all-reduce: one optimiser step unless the loss on
+// some rank or the (all-reduced, so common) gradient norm is not finite. Adds the norm of an
+// applied step to *norm_sum and counts it in *steps, or counts the skip in *skipped.
+void step_if_finite(TrainEngine& engine, double local_loss, Collectives* comm, double* norm_sum, int32_t* steps,
+                    int32_t* skipped) {
+    const bool bad_loss = reduce_sums({std::isfinite(local_loss) ? 0.0 : 1.0}, comm, engine.device())[0] > 0;
+    if (bad_loss) {
+        engine.zero_grad();
+        ++*skipped;
+        return;
+    }
+    const double norm = engine.step();
+    if (!std::isfinite(norm)) {
+        ++*skipped;
+        return;
+    }
+    *norm_sum += norm;
+    ++*steps;
+}
 
 }  // namespace
 
@@ -171,7 +192,7 @@ ActorStats ActorWorker::update(const std::vector<TrainSeq>& local, Collectives* 
     const auto chunks = split_chunks(local, sched.mini_batches);
     std::vector<double> sums(aNumSums, 0.0);
     double norm_sum = 0;
-    int32_t steps = 0;
+    int32_t steps = 0, skipped = 0;
     for (int32_t ep = 0; ep < sched.epochs; ++ep)
         for (const auto& chunk : chunks) {
             const BatchCounts global = allreduce_counts(count_batch(chunk), comm, engine_->device());
@@ -179,11 +200,11 @@ ActorStats ActorWorker::update(const std::vector<TrainSeq>& local, Collectives* 
             const std::vector<double> s = actor_sums(*engine_, cfg_, chunk, global);
             for (size_t i = 0; i < sums.size(); ++i) sums[i] += s[i];
             engine_->allreduce_grads(comm);
-            norm_sum += engine_->step();
-            ++steps;
+            step_if_finite(*engine_, s[aLoss], comm, &norm_sum, &steps, &skipped);
         }
     sums = reduce_sums(sums, comm, engine_->device());
-    ActorStats st = actor_stats(sums, steps);
+    ActorStats st = actor_stats(sums, steps + skipped);
+    st.skipped_steps = skipped;
     st.tokens = static_cast<int64_t>(sums[aTok] / sched.epochs + 0.5);
     st.grad_norm = safe_div(norm_sum, steps);
     st.optimizer_steps = steps;
@@ -268,7 +289,7 @@ CriticStats CriticWorker::update(const std::vector<TrainSeq>& local, Collectives
     const auto chunks = split_chunks(local, sched.mini_batches);
     std::vector<double> sums(cNumSums, 0.0);
     double norm_sum = 0;
-    int32_t steps = 0;
+    int32_t steps = 0, skipped = 0;
     for (int32_t ep = 0; ep < sched.epochs; ++ep)
         for (const auto& chunk : chunks) {
             const BatchCounts global = allreduce_counts(count_batch(chunk), comm, engine_->device());
@@ -276,11 +297,11 @@ CriticStats CriticWorker::update(const std::vector<TrainSeq>& local, Collectives
             const std::vector<double> s = critic_sums(*engine_, cfg_, chunk, global, ep == 0);
             for (size_t i = 0; i < sums.size(); ++i) sums[i] += s[i];
             engine_->allreduce_grads(comm);
-            norm_sum += engine_->step();
-            ++steps;
+            step_if_finite(*engine_, s[cLoss], comm, &norm_sum, &steps, &skipped);
         }
     sums = reduce_sums(sums, comm, engine_->device());
-    CriticStats st = critic_stats(sums, steps);
+    CriticStats st = critic_stats(sums, steps + skipped);
+    st.skipped_steps = skipped;
     st.tokens = static_cast<int64_t>(sums[cTok] / sched.epochs + 0.5);
     st.grad_norm = safe_div(norm_sum, steps);
     st.optimizer_steps = steps;

@@ -45,7 +45,8 @@ struct ActorStats {
     double logprob_diff_mean = 0.0; ///< mean |rollout logprob - trainer logprob|
     double grad_norm = 0.0;         ///< mean over optimiser steps, before clipping
     int64_t tokens = 0;             ///< response tokens of the batch (each epoch counted once)
-    int32_t optimizer_steps = 0;
+    int32_t optimizer_steps = 0;    ///< updates applied
+    int32_t skipped_steps = 0;      ///< updates dropped: non-finite loss or gradient norm (same on every rank)
 };
 
 struct CriticStats {
@@ -56,6 +57,7 @@ struct CriticStats {
     double grad_norm = 0.0;
     int64_t tokens = 0;
     int32_t optimizer_steps = 0;
+    int32_t skipped_steps = 0;  ///< as ActorStats::skipped_steps
 };
 
 /// How one update() walks the local batch: `epochs` passes, each split into `mini_batches`
@@ -96,7 +98,9 @@ public:
     ActorStats accumulate(const std::vector<TrainSeq>& local, const BatchCounts& global);
 
     /// COLLECTIVE over comm (nullptr = one rank): the whole PPO update of this rank's
-    /// share: per mini-batch, global counts, accumulate, gradient all-reduce, one step.
+    /// share: per mini-batch, global counts, accumulate, gradient all-reduce, one step. A
+    /// mini-batch whose loss (on any rank) or all-reduced gradient norm is NaN or inf is not
+    /// applied (skipped_steps; TrainEngine::step): every rank of the group decides alike.
     ActorStats update(const std::vector<TrainSeq>& local, Collectives* comm, const UpdateSchedule& sched = {});
 
     TrainEngine& engine() { return *engine_; }

@@ -250,6 +250,11 @@ def case_signal(a):
     d = read_run(out)
     check([r[0] for r in d["resumes"]] == [s1, s2, s3, s4], f"/resumes rows from steps {s1}, {s2}, {s3}, {s4}: {d['resumes']}")
     check(all(r[2] == 0 for r in d["resumes"]), "nothing to discard after a signal checkpoint")
+    # OUT/resumes.log: the append-only restart log, one line per resuming start, written before
+    # the run file is touched (a /resumes row can be cut back; these lines cannot).
+    log = open(os.path.join(out, "resumes.log")).read().splitlines() if os.path.exists(os.path.join(out, "resumes.log")) else []
+    froms = [int(re.search(r"from_step=(\d+)", ln).group(1)) for ln in log if "from_step=" in ln]
+    check(froms == [s1, s2, s3, s4] and len(log) == 4, f"resumes.log has one line per resume, steps {s1}..{s4}: {log}")
     check_exactly_once(d, "signal", steps)
 
 

@@ -19,7 +19,8 @@ Throughout: every probe answered 200 within --max-latency seconds (1 s), the gat
 alive, its resident memory grown by less than --max-rss-mb. With --tagflow the job (2 ranks,
 built-in task prompts beside the gateway) must also have trained throughout (>= 10 steps ended
 during the abuse, from /steps) and, sent SIGUSR1 afterwards, checkpoint and exit 75 within a
-minute. Exits non-zero on failure, printing one line per failed check.
+minute. Exits non-zero on failure, printing one line per failed check. --rounds N repeats the
+abuse N times against the same job (the soak, tests/hostile/abuse_soak.sh; not a ctest).
 """
 import argparse
 import os
@@ -226,16 +227,21 @@ def run_scenarios(t, a, alive):
     time.sleep(1.0)
     judge("before abuse", prober.take(), a.max_latency)
 
-    scenario_auth(t)
-    scenario_flood(t, a.flood_mb, 20)
-    judge("flood", prober.take(), a.max_latency)
-    check(alive(), "flood: the gateway process is alive")
+    for rnd in range(a.rounds):  # --rounds > 1: the soak (the abuse again and again)
+        t_round = time.monotonic()
+        scenario_auth(t)
+        scenario_flood(t, a.flood_mb, 20)
+        judge("flood", prober.take(), a.max_latency)
+        check(alive(), "flood: the gateway process is alive")
 
-    opened, closed = scenario_trickle(t, 600, a.trickle_s)
-    print(f"slowloris: {opened} connections opened, {closed} closed by the gateway", flush=True)
-    check(closed > 0, "slowloris: the gateway closes connections that trickle a request")
-    judge("slowloris", prober.take(), a.max_latency)
-    check(alive(), "slowloris: the gateway process is alive")
+        opened, closed = scenario_trickle(t, 600, a.trickle_s)
+        print(f"slowloris: {opened} connections opened, {closed} closed by the gateway", flush=True)
+        check(closed > 0, "slowloris: the gateway closes connections that trickle a request")
+        judge("slowloris", prober.take(), a.max_latency)
+        check(alive(), "slowloris: the gateway process is alive")
+        if a.rounds > 1:
+            print(f"round {rnd + 1}/{a.rounds}: {time.monotonic() - t_round:.0f} s, resident size "
+                  f"{t.rss() - rss0:+.0f} MB since the start", flush=True)
 
     grown = t.rss() - rss0
     check(grown < a.max_rss_mb, f"memory: resident size grew {grown:.0f} MB (< {a.max_rss_mb} MB)")
@@ -347,6 +353,8 @@ def main():
     p.add_argument("--flood-mb", type=float, default=20.0)
     p.add_argument("--trickle-s", type=float, default=25.0)
     p.add_argument("--nofile", type=int, default=512, help="RLIMIT_NOFILE of the gateway process")
+    p.add_argument("--rounds", type=int, default=1, help="run the abuse this many times in a row (a soak: "
+                   "tests/hostile/abuse_soak.sh)")
     p.add_argument("--steps", type=int, default=1000000, help="--steps of the train job (it must outlast the abuse; "
                    "SIGUSR1 ends it after)")
     a = p.parse_args()

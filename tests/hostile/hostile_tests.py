@@ -24,6 +24,10 @@ byte-identical afterwards. Cases:
   perms      run directories 0750 (new, nested; a stricter umask still applies) whatever the umask,
              so others cannot reach the files inside (which follow the umask); an existing --out
              keeps its mode
+  links      links planted in a real run directory (tagflow.h5 with --overwrite, membership.json,
+             gateway.token, gateway.url; sft's sft.json) leave their targets byte-identical; an
+             --out writable by others or owned by another user is refused (train, sft) unless
+             --allow-shared-dir; a sticky 1777 --out is accepted
 Does not test the gateway (tests/gateway: Gateway.http, Serial.gateway_unit.*), the SPANK plugin
 (Hostile.spank_rl_tags, a C test) or checkpoints (mpi_app/ckpt's own tests).
 """
@@ -524,8 +528,76 @@ def case_perms(a):
     check(modes == [0o750, 0o750], f"umask 000: tagflow sft makes --out and its parent 0750 (got {[oct(m) for m in modes]})")
 
 
+def case_links(a):
+    """Planted links in a real run directory, and run directories others may write to."""
+    d = fresh(a, "links")
+    victims = {}
+    for name in ("tagflow.h5", "membership.json", "gateway.token", "gateway.url"):
+        v = os.path.join(d, "victim-" + name)
+        with open(v, "wb") as fh:
+            fh.write(b"precious " + name.encode() + b"\n")
+        victims[name] = v
+    run_dir = os.path.join(d, "run")
+    os.makedirs(run_dir, mode=0o750)
+    for name, v in victims.items():
+        os.symlink(v, os.path.join(run_dir, name))
+    before = {n: digest(v) for n, v in victims.items()}
+    # A 2-rank async run with the gateway: it writes the run file (--overwrite: a link is there),
+    # membership.json, gateway.token and gateway.url, each where a link to a victim was planted.
+    p = tagflow(a, ["train", "--out", run_dir, "--overwrite", "--mode", "disaggregated", "--rank-tags",
+                    "0=rollout;1=rollout,train", "--gateway", "127.0.0.1:0", "--task", "reverse", "--digits", "3",
+                    "--max-new-tokens", "4", "--steps", "2", "--group-size", "2", "--train-threshold", "4",
+                    "--eval-prompts", "2", "--gemm-check", "false", "--threads", "1"], np_=2, timeout=240)
+    if p.returncode != 0:
+        sys.stdout.write(p.err[-3000:])
+    check(p.returncode == 0, f"a run over planted links exits 0 ({p.wall:.1f}s)")
+    for name, v in victims.items():
+        check(digest(v) == before[name], f"the victim behind the planted {name} is byte-identical")
+        path = os.path.join(run_dir, name)
+        if os.path.lexists(path):
+            check(not os.path.islink(path), f"{name} is now tagflow's own file, not the planted link")
+    check(stat.S_IMODE(os.stat(os.path.join(run_dir, "gateway.token")).st_mode) == 0o600
+          if os.path.exists(os.path.join(run_dir, "gateway.token")) else True, "gateway.token is 0600")
+    short = ["--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--eval-prompts", "2",
+             "--gemm-check", "false"]
+    # A run directory writable by others (no sticky bit) is refused before anything is written there.
+    shared = os.path.join(d, "shared")
+    os.makedirs(shared)
+    os.chmod(shared, 0o777)
+    p = tagflow(a, ["train", "--out", shared] + short)
+    one_line(p, 2, ["run directory", "writable by others (mode 0777)", "--allow-shared-dir"], "train into a 0777 --out")
+    check(os.listdir(shared) == [], "nothing was written into the refused directory")
+    p = tagflow(a, ["sft", "--task", "addition", "--out", shared, "--steps", "1", "--eval-prompts", "2"])
+    one_line(p, 2, ["run directory", "writable by others", "--allow-shared-dir"], "sft into a 0777 --out")
+    # Owned by another user: refused too (tests run as root: chown works).
+    other = os.path.join(d, "other")
+    os.makedirs(other, mode=0o755)
+    os.chown(other, 65534, 65534)
+    p = tagflow(a, ["train", "--out", other] + short)
+    one_line(p, 2, ["run directory", "belongs to user id 65534", "--allow-shared-dir"], "train into another user's --out")
+    # --allow-shared-dir accepts it; the sticky bit (like /tmp) is accepted as it is.
+    p = tagflow(a, ["train", "--out", shared, "--allow-shared-dir"] + short, timeout=180)
+    check(p.returncode == 0, f"--allow-shared-dir: the 0777 --out is used (exit {p.returncode})")
+    sticky = os.path.join(d, "sticky")
+    os.makedirs(sticky)
+    os.chmod(sticky, 0o1777)
+    p = tagflow(a, ["train", "--out", sticky] + short, timeout=180)
+    check(p.returncode == 0, f"a 1777 --out (sticky, like /tmp) is accepted (exit {p.returncode})")
+    # tagflow sft's OUT/sft.json over a planted link.
+    sft_out = os.path.join(d, "sft")
+    os.makedirs(sft_out, mode=0o750)
+    v = os.path.join(d, "victim-sft.json")
+    with open(v, "wb") as fh:
+        fh.write(b"precious sft\n")
+    os.symlink(v, os.path.join(sft_out, "sft.json"))
+    p = tagflow(a, ["sft", "--task", "addition", "--out", sft_out, "--steps", "1", "--eval-prompts", "2"], timeout=180)
+    check(p.returncode == 0, f"sft over a planted sft.json link exits 0 (exit {p.returncode})")
+    check(digest(v) == b"precious sft\n", "the victim behind the planted sft.json is byte-identical")
+    check(not os.path.islink(os.path.join(sft_out, "sft.json")), "sft.json is sft's own file")
+
+
 CASES = {"config": case_config, "cli": case_cli, "tags": case_tags, "runfile": case_runfile,
-         "model": case_model, "perms": case_perms}
+         "model": case_model, "perms": case_perms, "links": case_links}
 
 
 def main():

@@ -47,6 +47,7 @@ std::vector<StepRecord> steps_of(int rank, int round) {
     s.idle_frac = 0.1f;
     s.stale_dropped = 3 * round + 1;
     s.stale_weighted = round;
+    s.skipped_updates = round % 2;
     return {s};
 }
 std::vector<EvalRecord> eval_of(int rank, int round, int n) {
@@ -296,10 +297,11 @@ TEST(RunFile, OpenAppendContinuesWhereItStopped) {
     EXPECT_EQ(read_ds<int32_t>(file.get(), "/resumes/from_step"), std::vector<int32_t>{1});
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_dropped"), (std::vector<int64_t>{1, 4, 7}));
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_weighted"), (std::vector<int64_t>{0, 1, 2}));
+    EXPECT_EQ(read_ds<int32_t>(file.get(), "/steps/skipped_updates"), (std::vector<int32_t>{0, 1, 0}));
     EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
 }
 
-// A run started by a tagflow before /steps/stale_dropped and stale_weighted existed resumes:
+// A run started by a tagflow before /steps/stale_dropped, stale_weighted and skipped_updates existed resumes:
 // open_append adds them, -1 ("not recorded") in the rows written before, and appends go on.
 TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     const std::string path = test_file();
@@ -309,7 +311,7 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     }
     {
         File f = open_file(MPI_COMM_WORLD, path, true);
-        for (const char* name : {"/steps/stale_dropped", "/steps/stale_weighted"})
+        for (const char* name : {"/steps/stale_dropped", "/steps/stale_weighted", "/steps/skipped_updates"})
             ASSERT_GE(H5Ldelete(f.get(), name, H5P_DEFAULT), 0);
     }
     {
@@ -321,6 +323,7 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     File file = open_file_serial(path);
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_dropped"), (std::vector<int64_t>{-1, -1, 7, 10}));
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_weighted"), (std::vector<int64_t>{-1, -1, 2, 3}));
+    EXPECT_EQ(read_ds<int32_t>(file.get(), "/steps/skipped_updates"), (std::vector<int32_t>{-1, -1, 0, 1}));
     EXPECT_EQ(read_string_attr(open_dataset(file.get(), "/steps/stale_dropped").get(), "units"), "samples");
     EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
 }

@@ -3,10 +3,18 @@
 // MpiCollectives (counts and gradients summed), and the result must equal one engine
 // stepping on the whole batch (computed on every rank with no communicator) within 1e-6 —
 // for the actor in every loss-aggregation mode and for the critic. Run at np 1 and 2.
+// Also: a poisoned sample (NaN or float32-overflowing advantage, NaN return) on ONE rank makes
+// every rank skip that update (weights, AdamW state and step counter unchanged), and an engine
+// refuses to save non-finite weights.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "common/error.hpp"
 
 #include "model/llama.hpp"
 #include "model/value_model.hpp"
@@ -34,6 +42,13 @@ std::vector<TrainSeq> share(const std::vector<TrainSeq>& all, int rank, int size
     std::vector<TrainSeq> out;
     for (size_t i = static_cast<size_t>(rank); i < all.size(); i += static_cast<size_t>(size)) out.push_back(all[i]);
     return out;
+}
+
+bool all_finite_on_every_rank(const std::vector<torch::Tensor>& ps) {
+    int ok = 1;
+    for (const auto& p : ps) ok = ok && torch::isfinite(p).all().item<bool>();
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return ok == 1;
 }
 
 TEST(DataParallel, ActorMatchesSingleRank) {
@@ -84,6 +99,71 @@ TEST(DataParallel, CriticMatchesSingleRank) {
         EXPECT_NEAR(a.vf_clip_frac, b.vf_clip_frac, 1e-6);
     }
     EXPECT_LT(max_abs_diff(dp.engine().parameters(), single.engine().parameters()), 1e-6);
+}
+
+// The last rank's share holds the poisoned sample (rank 0's when np = 1): the decision to skip
+// must still be the same on every rank, since it is taken on all-reduced numbers.
+TEST(DataParallel, PoisonedUpdateIsSkippedOnEveryRank) {
+    MpiCollectives comm(MPI_COMM_WORLD, 4096);
+    const float poisons[] = {std::numeric_limits<float>::quiet_NaN(), 3e38f, -std::numeric_limits<float>::infinity()};
+    for (float poison : poisons) {
+        ActorWorker dp(make_engine(policy_handle(model::LlamaModel(tiny_config(), 11)), engine_cfg(2)), ActorConfig{});
+        auto mine = share(tiny_batch(6), comm.rank(), comm.size());
+        const std::vector<torch::Tensor> before = snapshot(dp.engine().parameters());
+        auto bad = mine;
+        if (comm.rank() == comm.size() - 1) bad.back().advantages = {poison};
+        ActorStats st = dp.update(bad, &comm, UpdateSchedule{1, 1});
+        EXPECT_EQ(st.skipped_steps, 1) << poison;
+        EXPECT_EQ(st.optimizer_steps, 0) << poison;
+        EXPECT_EQ(dp.engine().global_step(), 0) << poison;
+        EXPECT_EQ(max_abs_diff(dp.engine().parameters(), before), 0.0) << "weights moved after poison " << poison;
+        // The next, clean update trains normally: the skip left no NaN in gradients or AdamW moments.
+        ActorStats ok = dp.update(mine, &comm, UpdateSchedule{1, 1});
+        EXPECT_EQ(ok.skipped_steps, 0);
+        EXPECT_EQ(ok.optimizer_steps, 1);
+        EXPECT_EQ(dp.engine().global_step(), 1);
+        EXPECT_GT(max_abs_diff(dp.engine().parameters(), before), 0.0);
+        for (const auto& p : dp.engine().parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+    }
+    // Two mini-batches, only the second poisoned (on the last rank): one step applied, one skipped.
+    ActorWorker two(make_engine(policy_handle(model::LlamaModel(tiny_config(), 11)), engine_cfg(2)), ActorConfig{});
+    std::vector<TrainSeq> mine = share(tiny_batch(8), comm.rank(), comm.size());
+    if (comm.rank() == comm.size() - 1) mine.back().advantages = {std::numeric_limits<float>::quiet_NaN()};
+    ActorStats st = two.update(mine, &comm, UpdateSchedule{2, 1});
+    EXPECT_EQ(st.optimizer_steps, 1);
+    EXPECT_EQ(st.skipped_steps, 1);
+    EXPECT_TRUE(all_finite_on_every_rank(two.engine().parameters()));
+}
+
+TEST(DataParallel, PoisonedCriticUpdateIsSkipped) {
+    MpiCollectives comm(MPI_COMM_WORLD, 4096);
+    CriticWorker dp(make_engine(value_handle(model::ValueModel(tiny_config(), 12)), engine_cfg(1)), CriticConfig{});
+    auto mine = share(tiny_batch(5, 3), comm.rank(), comm.size());
+    const std::vector<torch::Tensor> before = snapshot(dp.engine().parameters());
+    if (comm.rank() == comm.size() - 1) mine.back().returns.back() = std::numeric_limits<float>::quiet_NaN();
+    CriticStats st = dp.update(mine, &comm);
+    EXPECT_EQ(st.skipped_steps, 1);
+    EXPECT_EQ(st.optimizer_steps, 0);
+    EXPECT_EQ(max_abs_diff(dp.engine().parameters(), before), 0.0);
+}
+
+TEST(Checkpoint, NonFiniteWeightsAreNotSaved) {
+    auto engine = make_engine(policy_handle(model::LlamaModel(tiny_config(), 11)), engine_cfg(2));
+    std::ostringstream good(std::ios::binary);
+    engine->save(good);
+    EXPECT_GT(good.str().size(), 0u);
+    {
+        torch::NoGradGuard ng;
+        engine->parameters()[1].view(-1)[0] = std::numeric_limits<float>::infinity();
+    }
+    std::ostringstream out(std::ios::binary);
+    try {
+        engine->save(out);
+        ADD_FAILURE() << "save() wrote non-finite weights";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("NaN or inf"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(out.str().size(), 0u) << "bytes were written before the refusal";
 }
 
 }  // namespace

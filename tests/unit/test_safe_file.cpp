@@ -138,6 +138,42 @@ TEST(SafeFile, RunDirWritableByOthersIsRefused) {
     EXPECT_NE(msg.find("--allow-shared-dir"), std::string::npos) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
     tagflow::check_run_dir(run.string(), true);
+    // World-writable with the sticky bit (like /tmp): others cannot rename or remove our files.
+    ASSERT_EQ(::chmod(run.c_str(), 01777), 0);
+    tagflow::check_run_dir(run.string(), false);
     { std::ofstream(d.path / "file") << "x"; }
     EXPECT_THROW(tagflow::check_run_dir((d.path / "file").string(), false), ConfigError);
+}
+
+// A directory another user owns: its owner can plant links there whatever the mode. Needs root
+// (chown), as the full-disk tests do.
+TEST(SafeFile, RunDirOfAnotherUserIsRefused) {
+    TempDir d;
+    const auto run = d.path / "run";
+    fs::create_directory(run);
+    ASSERT_EQ(::chmod(run.c_str(), 0755), 0);
+    ASSERT_EQ(::chown(run.c_str(), 65534, 65534), 0) << "this test chowns a directory: run it as root";
+    std::string msg;
+    try {
+        tagflow::check_run_dir(run.string(), false);
+    } catch (const ConfigError& e) {
+        msg = e.what();
+    }
+    EXPECT_NE(msg.find("belongs to user id 65534"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--allow-shared-dir"), std::string::npos) << msg;
+    tagflow::check_run_dir(run.string(), true);
+}
+
+TEST(SafeFile, AppendNeverFollowsALink) {
+    TempDir d;
+    const auto victim = d.path / "victim", log = d.path / "hdf5-errors.log";
+    { std::ofstream(victim) << "precious"; }
+    fs::create_symlink(victim, log);
+    const std::string msg = thrown([&] { tagflow::append_file_nofollow(log.string(), "stack\n"); });
+    EXPECT_NE(msg.find("symbolic link"), std::string::npos) << msg;
+    EXPECT_EQ(slurp(victim), "precious");
+    fs::remove(log);
+    tagflow::append_file_nofollow(log.string(), "one\n");
+    tagflow::append_file_nofollow(log.string(), "two\n");
+    EXPECT_EQ(slurp(log), "one\ntwo\n");
 }
