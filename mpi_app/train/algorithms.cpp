@@ -318,9 +318,10 @@ AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>&
         case AdvEstimator::kGrpo:
         case AdvEstimator::kRloo: {
             const std::vector<float> scores = seq_scores();
-            const std::vector<float> a = cfg.estimator == AdvEstimator::kGrpo
-                                             ? grpo_advantages(scores, groups, cfg.norm_adv_by_std, cfg.grpo_unbiased_std)
-                                             : rloo_advantages(scores, groups);
+            const std::vector<float> a =
+                cfg.estimator == AdvEstimator::kGrpo
+                    ? grpo_advantages(scores, groups, cfg.norm_adv_by_std, cfg.grpo_unbiased_std)
+                    : rloo_advantages(scores, groups);
             for (size_t i = 0; i < N; ++i) {
                 res.advantages[i].assign(samples[i].n_resp, a[i]);
                 for (size_t j = 0; j < samples[i].n_resp; ++j)

@@ -143,8 +143,9 @@ struct KlController {
 /// The whole advantage computation of one batch (every sample of the step, so grouping and
 /// whitening see the global batch). Outcome estimators use score - kl_coef * sum(kl) as the
 /// sequence score when kl_in_reward. Tokens whose mask is 0 (multi-turn environment tokens)
-/// take no KL, no reward, and no part in GAE, returns or whitening; their advantage is 0. Throws tagflow::Error on missing/mis-sized inputs
-/// (values for gae, logprobs/ref_logprobs for kl_in_reward) naming the sample.
+/// take no KL, no reward, and no part in GAE, returns or whitening; their advantage is 0.
+/// Throws tagflow::Error on missing/mis-sized inputs (values for gae, logprobs/ref_logprobs
+/// for kl_in_reward) naming the sample.
 AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>& samples);
 
 }  // namespace tagflow::train
