@@ -151,7 +151,27 @@ po::options_description describe(Options& o) {
         ("micro-batch", val(&o.micro_batch), "sequences per forward/backward (0 = the whole local batch)")
         ("bf16", val(&o.bf16)->implicit_value(true), "bf16 autocast for the trainer's matmuls")
         ("shuffle-advantages", val(&o.shuffle_advantages)->implicit_value(true),
-         "control experiment: shuffle advantages across samples (must not learn)");
+         "control experiment: shuffle advantages across samples (must not learn)")
+        // Objectives (share/doc/train.md "Objectives"): veRL's names and defaults.
+        ("clip-ratio-low", val(&o.clip_ratio_low), "PPO lower clip range: ratio >= 1 - this (0 = --clip-eps)")
+        ("clip-ratio-high", val(&o.clip_ratio_high), "PPO upper clip range: ratio <= 1 + this (0 = --clip-eps; "
+                                                     "DAPO's clip-higher e.g. 0.28)")
+        ("clip-ratio-c", val(&o.clip_ratio_c), "dual-clip PPO: the loss of a token with A < 0 is at most -A * this "
+                                               "(> 1; 0 = off)")
+        ("norm-adv-by-std-in-grpo", val(&o.norm_adv_by_std_in_grpo)->implicit_value(true),
+         "grpo: divide by the group's std (false: Dr.GRPO, with --loss-agg seq-mean-token-sum-norm)")
+        ("grpo-std", val(&o.grpo_std), "grpo: unbiased (n - 1, as veRL, TRL, OpenRLHF) or population (n) std")
+        ("kl-penalty", val(&o.kl_penalty), "KL estimator of the reward penalty (--kl-in reward): kl, mse, "
+                                           "low_var_kl, abs (default: --kl-estimator)")
+        ("kl-loss-type", val(&o.kl_loss_type), "KL estimator of the KL loss (--kl-in loss): kl, mse, low_var_kl, "
+                                               "abs (default: --kl-estimator)")
+        ("kl-ctrl", val(&o.kl_ctrl), "fixed or adaptive (--kl-in reward: the coefficient follows --kl-target, "
+                                     "Ziegler et al. 2019, as veRL's kl_ctrl)")
+        ("kl-target", val(&o.kl_target), "adaptive KL controller: target KL per token")
+        ("kl-horizon", val(&o.kl_horizon), "adaptive KL controller: horizon in samples")
+        ("loss-scale-factor", val(&o.loss_scale_factor),
+         "--loss-agg seq-mean-token-sum-norm: the constant token count each sequence's sum is divided by "
+         "(0 = --max-new-tokens)");
     po::options_description eval("Evaluation");
     eval.add_options()
         ("eval-every", val(&o.eval_every), "held-out greedy evaluation every N steps (0 = only at the end)")
@@ -259,6 +279,30 @@ void check_choice(const char* name, const std::string& v, std::initializer_list<
     throw ConfigError("--" + std::string(name) + " '" + v + "': unknown value (choose " + list + ")");
 }
 
+// The objective options (share/doc/train.md "Objectives").
+void check_objectives(const Options& o) {
+    check_range<double>("clip-ratio-low", o.clip_ratio_low, 0.0, 1.0);
+    check_range<double>("clip-ratio-high", o.clip_ratio_high, 0.0, 10.0);
+    check_range<double>("clip-ratio-c", o.clip_ratio_c, 0.0, 1e6);
+    if (o.clip_ratio_c != 0.0 && !(o.clip_ratio_c > 1.0))
+        throw ConfigError("--clip-ratio-c " + std::to_string(o.clip_ratio_c) + ": must be > 1 (or 0 = off)");
+    check_choice("grpo-std", o.grpo_std, {"unbiased", "population"});
+    if (!o.kl_penalty.empty()) check_choice("kl-penalty", o.kl_penalty, {"kl", "mse", "low_var_kl", "abs"});
+    if (!o.kl_loss_type.empty()) check_choice("kl-loss-type", o.kl_loss_type, {"kl", "mse", "low_var_kl", "abs"});
+    check_choice("kl-ctrl", o.kl_ctrl, {"fixed", "adaptive"});
+    check_range<double>("kl-target", o.kl_target, 1e-9, 1e6);
+    check_range<double>("kl-horizon", o.kl_horizon, 1.0, 1e12);
+    if (o.kl_ctrl == "adaptive" && !(o.kl_coef > 0 && o.kl_in == "reward"))
+        throw ConfigError("--kl-ctrl adaptive: adapts the reward penalty; needs --kl-in reward and --kl-coef > 0");
+    check_range<double>("loss-scale-factor", o.loss_scale_factor, 0.0, 1e9);
+    if (o.loss_agg == "seq-mean-token-sum-norm" && o.loss_scale_factor == 0 && o.max_new_tokens == 0)
+        throw ConfigError("--loss-agg seq-mean-token-sum-norm: needs a constant token count, --loss-scale-factor N "
+                          "or --max-new-tokens N");
+    for (double v : {o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c, o.kl_target, o.kl_horizon,
+                     o.loss_scale_factor})
+        if (!std::isfinite(v)) throw ConfigError("a floating-point objective option is not finite");
+}
+
 void validate(const Options& o) {
     if (o.out.empty()) throw ConfigError("--out: missing (the run directory is required)");
     check_range<int64_t>("steps", o.steps, 1, 1000000000);
@@ -294,10 +338,12 @@ void validate(const Options& o) {
     check_range<int32_t>("max-new-tokens", o.max_new_tokens, 0, 1 << 16);
     check_range<int32_t>("top-k", o.top_k, 0, 1 << 20);
     check_range<int32_t>("max-batch", o.max_batch, 1, 1 << 20);
-    check_choice("algo", o.algo, {"grpo", "ppo", "rloo", "reinforce_pp"});
+    check_choice("algo", o.algo, {"grpo", "ppo", "rloo", "reinforce_pp", "reinforce_pp_baseline"});
     check_choice("kl-in", o.kl_in, {"loss", "reward"});
     check_choice("kl-estimator", o.kl_estimator, {"kl", "mse", "low_var_kl", "abs"});
-    check_choice("loss-agg", o.loss_agg, {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean"});
+    check_choice("loss-agg", o.loss_agg,
+                 {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"});
+    check_objectives(o);
     check_range<double>("critic-lr", o.critic_lr, 0.0, 10.0);
     check_range<double>("gamma", o.gamma, 0.0, 1.0);
     check_range<double>("lam", o.lam, 0.0, 1.0);

@@ -100,6 +100,18 @@ struct Options {
     double reward_timeout = 30.0;   // s per sample (pool) / per request (URL)
     int32_t reward_workers = 2;     // Python worker processes per rollout rank
     std::string reward_error = "fail";  // fail (checkpoint, exit 1) or zero (score 0, counted)
+    // ---- objectives: veRL's names and defaults (share/doc/train.md "Objectives") ----
+    double clip_ratio_low = 0;    // PPO lower clip; 0 = --clip-eps
+    double clip_ratio_high = 0;   // PPO upper clip; 0 = --clip-eps
+    double clip_ratio_c = 3.0;    // dual-clip bound for A < 0 (veRL default 3); 0 = off
+    bool norm_adv_by_std_in_grpo = true;  // false: Dr.GRPO advantages (no std division)
+    std::string grpo_std = "unbiased";    // unbiased (n - 1, veRL/TRL/OpenRLHF) or population (n)
+    std::string kl_penalty;       // estimator of the reward penalty; "" = --kl-estimator
+    std::string kl_loss_type;     // estimator of the KL loss; "" = --kl-estimator
+    std::string kl_ctrl = "fixed";  // fixed or adaptive (reward penalty only)
+    double kl_target = 0.1;       // adaptive: target KL
+    double kl_horizon = 10000;    // adaptive: horizon in samples
+    double loss_scale_factor = 0; // seq-mean-token-sum-norm's constant; 0 = --max-new-tokens
     // ---- eval ----
     int32_t eval_every = 10;
     int32_t eval_prompts = 128;

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -72,6 +74,7 @@ struct RlTrainer::Impl {
     model::LlamaModel policy;
     train::AdvConfig adv;
     bool kl_in_loss = false, kl_in_reward = false;
+    train::KlController kl_ctrl;  // --kl-ctrl adaptive: the reward KL coefficient, updated every step
     train::UpdateSchedule schedule;
     std::unique_ptr<train::ActorWorker> actor;
     std::unique_ptr<train::ReferenceWorker> ref;
@@ -122,14 +125,23 @@ struct RlTrainer::Impl {
             critic_c = roles.critic.get();
         }
         adv.estimator = train::parse_adv_estimator(opt.algo);
-        adv.norm_adv_by_std = true;
+        adv.norm_adv_by_std = opt.norm_adv_by_std_in_grpo;
+        adv.grpo_unbiased_std = opt.grpo_std == "unbiased";
         adv.gamma = opt.gamma;
         adv.lam = opt.lam;
-        adv.kl_mode = train::parse_kl_mode(opt.kl_estimator);
+        // Separate estimators for the reward penalty (veRL algorithm.kl_penalty) and the loss
+        // (veRL actor.kl_loss_type); each defaults to --kl-estimator.
+        adv.kl_mode = train::parse_kl_mode(opt.kl_penalty.empty() ? opt.kl_estimator : opt.kl_penalty);
+        const train::KlMode kl_loss_mode =
+            train::parse_kl_mode(opt.kl_loss_type.empty() ? opt.kl_estimator : opt.kl_loss_type);
         kl_in_loss = opt.kl_coef > 0 && opt.kl_in == "loss";
         kl_in_reward = opt.kl_coef > 0 && opt.kl_in == "reward";
         adv.kl_in_reward = kl_in_reward;
         adv.kl_coef = opt.kl_coef;
+        kl_ctrl.coef = opt.kl_coef;
+        kl_ctrl.target = opt.kl_target;
+        kl_ctrl.horizon = opt.kl_ctrl == "adaptive" ? opt.kl_horizon : 0.0;
+        const double norm_tokens = opt.loss_scale_factor > 0 ? opt.loss_scale_factor : opt.max_new_tokens;
         schedule.mini_batches = opt.mini_batches;
         schedule.epochs = opt.ppo_epochs;
         const size_t bucket = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
@@ -151,11 +163,14 @@ struct RlTrainer::Impl {
                     train::make_engine(train::policy_handle(train::clone_llama(policy)), rc), opt.temperature);
             }
             train::ActorConfig ac;
-            ac.clip_eps = opt.clip_eps;
+            ac.clip_eps = opt.clip_ratio_low > 0 ? opt.clip_ratio_low : opt.clip_eps;
+            ac.clip_eps_high = opt.clip_ratio_high > 0 ? opt.clip_ratio_high : opt.clip_eps;
+            ac.dual_clip = opt.clip_ratio_c;
             ac.entropy_coef = opt.entropy_coef;
             ac.kl_loss_coef = kl_in_loss ? opt.kl_coef : 0.0;
-            ac.kl_loss_mode = adv.kl_mode;
+            ac.kl_loss_mode = kl_loss_mode;
             ac.loss_agg = train::parse_loss_agg(opt.loss_agg);
+            ac.loss_norm_tokens = norm_tokens;
             ac.temperature = opt.temperature;
             actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(policy), ec), ac);
         }
@@ -169,6 +184,7 @@ struct RlTrainer::Impl {
             train::CriticConfig crc;
             crc.clip_range = opt.value_clip;
             crc.loss_agg = train::parse_loss_agg(opt.loss_agg);
+            crc.loss_norm_tokens = norm_tokens;
             critic = std::make_unique<train::CriticWorker>(train::make_engine(train::value_handle(vm), cc), crc);
         }
     }
@@ -235,6 +251,7 @@ struct RlTrainer::Impl {
             as[i].group = all[i].group;
             as[i].score = all[i].reward;
             as[i].n_resp = lengths[i];
+            as[i].mask = all[i].loss_mask;  // multi-turn: tool tokens take no KL, reward or advantage
             if (gae) as[i].values = values[i];
             if (kl_in_reward) {
                 as[i].logprobs = all[i].logprobs;
@@ -242,6 +259,10 @@ struct RlTrainer::Impl {
             }
         }
         train::AdvResult ar = train::compute_advantages(adv, as);
+        if (kl_in_reward && kl_ctrl.horizon > 0) {  // veRL: updated after the penalty is applied
+            kl_ctrl.update(ar.kl_seq_mean, static_cast<double>(N));
+            adv.kl_coef = kl_ctrl.coef;
+        }
         std::vector<float> seq_adv = ar.seq_advantages;
         if (opt.shuffle_advantages) {
             // Control experiment: same values, wrong samples. Same permutation on every rank.
@@ -265,6 +286,7 @@ struct RlTrainer::Impl {
             train::ActorStats st = actor->update(local, train_comm.get(), schedule);
             rep.loss = st.loss;
             rep.kl = kl_in_reward ? ar.kl_mean : st.kl;
+            rep.kl_coef = kl_in_reward ? adv.kl_coef : (kl_in_loss ? opt.kl_coef : 0.0);
             rep.entropy = st.entropy;
             rep.clip_frac = st.clip_frac;
             rep.logprob_diff_mean = st.logprob_diff_mean;
@@ -338,6 +360,16 @@ std::vector<std::string> RlTrainer::save_state(const std::string& dir) const {
             save_engine(m.ref->engine(), dir, "reference_state.pt");
             files.push_back("reference_state.pt");
         }
+        if (m.kl_ctrl.horizon > 0) {  // --kl-ctrl adaptive: the coefficient reached so far
+            const std::string path = dir + "/kl_ctrl.txt";
+            std::ofstream out(path, std::ios::trunc);
+            char line[64];
+            std::snprintf(line, sizeof line, "%.17g\n", m.adv.kl_coef);
+            out << line;
+            out.flush();
+            if (!out) throw Error("checkpoint: writing " + path + " failed: " + std::strerror(errno));
+            files.push_back("kl_ctrl.txt");
+        }
     }
     if (m.critic && !m.critic_ranks.empty() && m.me == m.critic_ranks.front()) {
         save_engine(m.critic->engine(), dir, "critic_state.pt");
@@ -359,6 +391,14 @@ void RlTrainer::load_state(const std::string& dir) {
     Impl& m = *impl_;
     if (m.actor) load_engine(m.actor->engine(), dir, "actor_state.pt");
     if (m.ref) load_engine(m.ref->engine(), dir, "reference_state.pt");
+    if (m.kl_ctrl.horizon > 0) {  // absent in a checkpoint of a fixed-coefficient run: start from --kl-coef
+        std::ifstream in(dir + "/kl_ctrl.txt");
+        double c = 0;
+        if (in && (in >> c)) {
+            if (!std::isfinite(c) || c < 0) throw Error("checkpoint " + dir + "/kl_ctrl.txt: bad KL coefficient");
+            m.kl_ctrl.coef = m.adv.kl_coef = c;
+        }
+    }
     if (m.critic) load_engine(m.critic->engine(), dir, "critic_state.pt");
 }
 

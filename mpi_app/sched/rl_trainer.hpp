@@ -55,6 +55,7 @@ rollout::GenParams rollout_params(const config::Options& opt, const rollout::Tas
 struct TrainReport {
     double loss = 0, kl = 0, entropy = 0, clip_frac = 0, logprob_diff_mean = 0, grad_norm = 0;
     double value_loss = 0, explained_var = 0;
+    double kl_coef = 0;  ///< the KL coefficient in force after this step (--kl-ctrl adaptive changes it)
     int64_t tokens = 0;
     /// Optimiser updates dropped for a non-finite loss or gradient norm (train::ActorStats::
     /// skipped_steps): the actor's on the train root plus the critic's on the critic group's

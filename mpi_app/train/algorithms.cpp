@@ -37,8 +37,11 @@ AdvEstimator parse_adv_estimator(const std::string& name) {
     if (name == "grpo") return AdvEstimator::kGrpo;
     if (name == "rloo") return AdvEstimator::kRloo;
     if (name == "reinforce_pp" || name == "reinforce_plus_plus") return AdvEstimator::kReinforcePP;
+    if (name == "reinforce_pp_baseline" || name == "reinforce_plus_plus_baseline")
+        return AdvEstimator::kReinforcePPBaseline;
     if (name == "gae" || name == "ppo") return AdvEstimator::kGae;
-    throw ConfigError("unknown advantage estimator '" + name + "' (choose grpo, rloo, reinforce_pp, gae)");
+    throw ConfigError("unknown advantage estimator '" + name +
+                      "' (choose grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae)");
 }
 
 std::string to_string(AdvEstimator e) {
@@ -46,6 +49,7 @@ std::string to_string(AdvEstimator e) {
         case AdvEstimator::kGrpo: return "grpo";
         case AdvEstimator::kRloo: return "rloo";
         case AdvEstimator::kReinforcePP: return "reinforce_pp";
+        case AdvEstimator::kReinforcePPBaseline: return "reinforce_pp_baseline";
         case AdvEstimator::kGae: return "gae";
     }
     return "?";
@@ -73,8 +77,9 @@ LossAgg parse_loss_agg(const std::string& name) {
     if (name == "token-mean") return LossAgg::kTokenMean;
     if (name == "seq-mean-token-sum") return LossAgg::kSeqMeanTokenSum;
     if (name == "seq-mean-token-mean") return LossAgg::kSeqMeanTokenMean;
+    if (name == "seq-mean-token-sum-norm") return LossAgg::kSeqMeanTokenSumNorm;
     throw ConfigError("unknown loss aggregation '" + name +
-                      "' (choose token-mean, seq-mean-token-sum, seq-mean-token-mean)");
+                      "' (choose token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm)");
 }
 
 std::string to_string(LossAgg a) {
@@ -82,6 +87,7 @@ std::string to_string(LossAgg a) {
         case LossAgg::kTokenMean: return "token-mean";
         case LossAgg::kSeqMeanTokenSum: return "seq-mean-token-sum";
         case LossAgg::kSeqMeanTokenMean: return "seq-mean-token-mean";
+        case LossAgg::kSeqMeanTokenSumNorm: return "seq-mean-token-sum-norm";
     }
     return "?";
 }
@@ -93,8 +99,8 @@ float kl_value(float logp, float ref_logp, KlMode mode) {
         case KlMode::kK2: return static_cast<float>(0.5 * d * d);
         case KlMode::kAbs: return static_cast<float>(std::fabs(d));
         case KlMode::kK3: {
-            const double k = std::exp(-d) + d - 1.0;  // r = ref - logp: exp(r) - r - 1
-            return static_cast<float>(std::clamp(k, -10.0, 10.0));
+            const double r = std::clamp(-d, -20.0, 20.0);  // r = ref - logp, clamped before the exp (veRL)
+            return static_cast<float>(std::clamp(std::exp(r) - r - 1.0, -10.0, 10.0));
         }
     }
     return 0.0f;
@@ -110,20 +116,39 @@ std::vector<float> kl_per_token(const std::vector<float>& logp, const std::vecto
 }
 
 std::vector<float> grpo_advantages(const std::vector<float>& scores, const std::vector<int64_t>& groups,
-                                   bool normalize_std, double eps) {
+                                   bool normalize_std, bool unbiased_std, double eps) {
     std::vector<float> adv(scores.size(), 0.0f);
     for (const auto& [g, idx] : members(scores, groups, "grpo_advantages")) {
         const double n = static_cast<double>(idx.size());
+        if (idx.size() < 2) continue;  // a group of one has no baseline
         double mean = 0.0;
         for (size_t i : idx) mean += scores[i];
         mean /= n;
         double var = 0.0;
         for (size_t i : idx) var += (scores[i] - mean) * (scores[i] - mean);
         if (var == 0.0) continue;  // exact 0 for equal scores
-        const double denom = normalize_std ? std::sqrt(var / n) + eps : 1.0;
+        const double denom = normalize_std ? std::sqrt(var / (unbiased_std ? n - 1.0 : n)) + eps : 1.0;
         for (size_t i : idx) adv[i] = static_cast<float>((scores[i] - mean) / denom);
     }
     return adv;
+}
+
+std::vector<float> group_centred(const std::vector<float>& scores, const std::vector<int64_t>& groups) {
+    std::vector<float> adv(scores.size(), 0.0f);
+    for (const auto& [g, idx] : members(scores, groups, "group_centred")) {
+        if (idx.size() < 2) continue;
+        double mean = 0.0;
+        for (size_t i : idx) mean += scores[i];
+        mean /= static_cast<double>(idx.size());
+        for (size_t i : idx) adv[i] = static_cast<float>(scores[i] - mean);
+    }
+    return adv;
+}
+
+void KlController::update(double current_kl, double n_samples) {
+    if (!(horizon > 0.0) || !(target > 0.0) || !std::isfinite(current_kl)) return;
+    const double err = std::clamp(current_kl / target - 1.0, -0.2, 0.2);
+    coef *= 1.0 + err * n_samples / horizon;
 }
 
 std::vector<float> rloo_advantages(const std::vector<float>& scores, const std::vector<int64_t>& groups) {
@@ -231,7 +256,7 @@ AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>&
     res.seq_advantages.assign(N, 0.0f);
     std::vector<std::vector<uint8_t>> masks(N);
     std::vector<std::vector<float>> tok_rewards(N);
-    double kl_sum = 0, kl_n = 0;
+    double kl_sum = 0, kl_n = 0, kl_seq_sum = 0;
     for (size_t i = 0; i < N; ++i) {
         const AdvSample& s = samples[i];
         const std::string who = "compute_advantages: sample " + std::to_string(i);
@@ -245,11 +270,18 @@ AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>&
                 throw Error(who + " needs logprobs and ref_logprobs for each of its " + std::to_string(s.n_resp) +
                             " response tokens (kl_in_reward)");
             kl = kl_per_token(s.logprobs, s.ref_logprobs, cfg.kl_mode);
-            for (size_t j = 0; j < s.n_resp; ++j)
-                if (valid(s.mask, j)) {
-                    kl_sum += kl[j];
-                    kl_n += 1;
+            double seq_sum = 0, seq_n = 0;
+            for (size_t j = 0; j < s.n_resp; ++j) {
+                if (!valid(s.mask, j)) {
+                    kl[j] = 0.0f;  // an environment token's log-prob is a placeholder: no KL there
+                    continue;
                 }
+                seq_sum += kl[j];
+                seq_n += 1;
+            }
+            kl_sum += seq_sum;
+            kl_n += seq_n;
+            if (seq_n > 0) kl_seq_sum += seq_sum / seq_n;
         }
         tok_rewards[i] = token_level_rewards(s.score, s.n_resp, s.mask, cfg.kl_in_reward ? &kl : nullptr, cfg.kl_coef);
         if (cfg.estimator == AdvEstimator::kGae && s.values.size() != s.n_resp)
@@ -257,6 +289,7 @@ AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>&
                         " response tokens (gae), got " + std::to_string(s.values.size()));
     }
     res.kl_mean = kl_n > 0 ? kl_sum / kl_n : 0.0;
+    res.kl_seq_mean = N > 0 ? kl_seq_sum / static_cast<double>(N) : 0.0;
 
     auto mean_valid = [&](size_t i) {
         double sum = 0, n = 0;
@@ -268,22 +301,31 @@ AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>&
         return static_cast<float>(n > 0 ? sum / n : 0.0);
     };
 
+    // The outcome estimators' sequence score: the sum of the token rewards (score - KL penalty).
+    auto seq_scores = [&] {
+        std::vector<float> scores(N);
+        for (size_t i = 0; i < N; ++i) {
+            double sc = 0;
+            for (float r : tok_rewards[i]) sc += r;
+            scores[i] = static_cast<float>(sc);
+        }
+        return scores;
+    };
+    std::vector<int64_t> groups(N);
+    for (size_t i = 0; i < N; ++i) groups[i] = samples[i].group;
+
     switch (cfg.estimator) {
         case AdvEstimator::kGrpo:
         case AdvEstimator::kRloo: {
-            std::vector<float> scores(N);
-            std::vector<int64_t> groups(N);
-            for (size_t i = 0; i < N; ++i) {
-                double sc = 0;
-                for (float r : tok_rewards[i]) sc += r;
-                scores[i] = static_cast<float>(sc);
-                groups[i] = samples[i].group;
-            }
-            const std::vector<float> a = cfg.estimator == AdvEstimator::kGrpo
-                                             ? grpo_advantages(scores, groups, cfg.norm_adv_by_std)
-                                             : rloo_advantages(scores, groups);
+            const std::vector<float> scores = seq_scores();
+            const std::vector<float> a =
+                cfg.estimator == AdvEstimator::kGrpo
+                    ? grpo_advantages(scores, groups, cfg.norm_adv_by_std, cfg.grpo_unbiased_std)
+                    : rloo_advantages(scores, groups);
             for (size_t i = 0; i < N; ++i) {
                 res.advantages[i].assign(samples[i].n_resp, a[i]);
+                for (size_t j = 0; j < samples[i].n_resp; ++j)
+                    if (!valid(masks[i], j)) res.advantages[i][j] = 0.0f;
                 res.returns[i] = discounted_returns(tok_rewards[i], masks[i], 1.0);
                 res.seq_advantages[i] = a[i];
             }
@@ -293,6 +335,18 @@ AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>&
             for (size_t i = 0; i < N; ++i) {
                 res.returns[i] = discounted_returns(tok_rewards[i], masks[i], cfg.gamma);
                 res.advantages[i] = res.returns[i];
+            }
+            if (cfg.whiten) whiten(res.advantages, masks);
+            for (size_t i = 0; i < N; ++i) res.seq_advantages[i] = mean_valid(i);
+            return res;
+        }
+        case AdvEstimator::kReinforcePPBaseline: {
+            const std::vector<float> a = group_centred(seq_scores(), groups);
+            for (size_t i = 0; i < N; ++i) {
+                res.advantages[i].assign(samples[i].n_resp, a[i]);
+                for (size_t j = 0; j < samples[i].n_resp; ++j)
+                    if (!valid(masks[i], j)) res.advantages[i][j] = 0.0f;
+                res.returns[i] = discounted_returns(tok_rewards[i], masks[i], 1.0);
             }
             if (cfg.whiten) whiten(res.advantages, masks);
             for (size_t i = 0; i < N; ++i) res.seq_advantages[i] = mean_valid(i);

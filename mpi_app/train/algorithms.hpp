@@ -13,16 +13,18 @@
 
 namespace tagflow::train {
 
-/// Advantage estimator (--algo). grpo/rloo/reinforce_pp need no critic; gae needs values.
-enum class AdvEstimator { kGrpo, kRloo, kReinforcePP, kGae };
-/// "grpo", "rloo", "reinforce_pp" (or "reinforce_plus_plus"), "gae" (or "ppo").
+/// Advantage estimator (--algo). grpo/rloo/reinforce_pp(_baseline) need no critic; gae needs values.
+enum class AdvEstimator { kGrpo, kRloo, kReinforcePP, kReinforcePPBaseline, kGae };
+/// "grpo", "rloo", "reinforce_pp" (or "reinforce_plus_plus"), "reinforce_pp_baseline" (or
+/// "reinforce_plus_plus_baseline"), "gae" (or "ppo").
 /// Throws ConfigError naming the value and the choices otherwise.
 AdvEstimator parse_adv_estimator(const std::string& name);
 std::string to_string(AdvEstimator e);
 
 /// Per-token KL estimator between the policy (logp) and the reference (ref_logp), as in
 /// veRL's kl_penalty: k1 "kl" = logp - ref; k2 "mse" = 0.5 (logp - ref)^2; k3
-/// "low_var_kl" = exp(ref - logp) - (ref - logp) - 1, clamped to [-10, 10]; "abs" = |logp - ref|.
+/// "low_var_kl" = exp(r) - r - 1 with r = ref - logp clamped to [-20, 20] first (so the exp never
+/// overflows, whatever a masked slot holds), the result clamped to [-10, 10]; "abs" = |logp - ref|.
 enum class KlMode { kK1, kK2, kK3, kAbs };
 /// "kl"/"k1", "mse"/"k2", "low_var_kl"/"k3", "abs". Throws ConfigError otherwise.
 KlMode parse_kl_mode(const std::string& name);
@@ -32,8 +34,10 @@ std::string to_string(KlMode m);
 /// GLOBAL counts so that summing the ranks' gradients gives the global loss:
 /// "token-mean": sum over all tokens / global token count;
 /// "seq-mean-token-sum": sum over sequences of (sum over its tokens) / global sequence count;
-/// "seq-mean-token-mean": sum over sequences of (mean over its tokens) / global sequence count.
-enum class LossAgg { kTokenMean, kSeqMeanTokenSum, kSeqMeanTokenMean };
+/// "seq-mean-token-mean": sum over sequences of (mean over its tokens) / global sequence count;
+/// "seq-mean-token-sum-norm" (Dr.GRPO): sum over all tokens / (global sequence count x a constant
+/// token count, the response token limit), i.e. seq-mean-token-sum divided by that constant.
+enum class LossAgg { kTokenMean, kSeqMeanTokenSum, kSeqMeanTokenMean, kSeqMeanTokenSumNorm };
 LossAgg parse_loss_agg(const std::string& name);  ///< throws ConfigError on unknown names
 std::string to_string(LossAgg a);
 
@@ -43,12 +47,17 @@ float kl_value(float logp, float ref_logp, KlMode mode);
 std::vector<float> kl_per_token(const std::vector<float>& logp, const std::vector<float>& ref_logp,
                                 KlMode mode);
 
-/// GRPO: score - mean(group), divided by (population std of the group + eps) when
-/// `normalize_std`. Groups are given by id (any order, not necessarily consecutive); a group
-/// whose scores are all equal (including a group of one) gets exactly 0. For consecutive
-/// groups this equals train::group_advantages. Throws if the sizes differ.
+/// GRPO: score - mean(group), divided by (std of the group + eps) when `normalize_std` (veRL's
+/// norm_adv_by_std_in_grpo; false = Dr.GRPO). The std is the unbiased one (n - 1, as veRL, TRL
+/// and OpenRLHF: torch.std) unless `unbiased_std` is false (population std, n). Groups are
+/// given by id (any order, not necessarily consecutive); a group whose scores are all equal
+/// gets exactly 0, and so does a group of one (no baseline exists; veRL passes the raw score
+/// through there). Throws if the sizes differ.
 std::vector<float> grpo_advantages(const std::vector<float>& scores, const std::vector<int64_t>& groups,
-                                   bool normalize_std, double eps = 1e-6);
+                                   bool normalize_std, bool unbiased_std = true, double eps = 1e-6);
+
+/// REINFORCE++-baseline before whitening: score - mean(group) (a group of one gets 0).
+std::vector<float> group_centred(const std::vector<float>& scores, const std::vector<int64_t>& groups);
 
 /// RLOO: score minus the mean of the OTHER samples of its group, i.e. n/(n-1) (r - mean).
 /// A group of one has no baseline and gets 0.
@@ -97,13 +106,14 @@ struct AdvSample {
 
 struct AdvConfig {
     AdvEstimator estimator = AdvEstimator::kGrpo;
-    bool norm_adv_by_std = true;  ///< grpo: divide by the group std
+    bool norm_adv_by_std = true;  ///< grpo: divide by the group std (veRL norm_adv_by_std_in_grpo)
+    bool grpo_unbiased_std = true; ///< grpo: unbiased (n - 1) std; false: population std (n)
     double gamma = 1.0;           ///< reinforce_pp, gae
     double lam = 1.0;             ///< gae
     bool kl_in_reward = false;    ///< subtract kl_coef * KL(logprobs || ref) from token rewards
     double kl_coef = 0.001;
     KlMode kl_mode = KlMode::kK1;
-    bool whiten = true;           ///< gae, reinforce_pp: whiten advantages over the whole batch
+    bool whiten = true;           ///< gae, reinforce_pp(_baseline): whiten advantages over the whole batch
 };
 
 struct AdvResult {
@@ -116,12 +126,26 @@ struct AdvResult {
     /// the mean advantage over its valid tokens.
     std::vector<float> seq_advantages;
     double kl_mean = 0.0;  ///< mean per-token KL penalty over valid tokens (kl_in_reward), else 0
+    /// veRL's current_kl for the adaptive KL controller: the mean over samples of each sample's
+    /// mean KL over its valid tokens (kl_in_reward), else 0.
+    double kl_seq_mean = 0.0;
+};
+
+/// veRL's AdaptiveKLController (Ziegler et al. 2019, arXiv:1909.08593): after each step
+/// coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_samples / horizon. Fixed when horizon <= 0.
+struct KlController {
+    double coef = 0.0;
+    double target = 0.1;      ///< veRL target_kl
+    double horizon = 10000;   ///< veRL horizon; <= 0: fixed coefficient
+    void update(double current_kl, double n_samples);
 };
 
 /// The whole advantage computation of one batch (every sample of the step, so grouping and
 /// whitening see the global batch). Outcome estimators use score - kl_coef * sum(kl) as the
-/// sequence score when kl_in_reward. Throws tagflow::Error on missing/mis-sized inputs
-/// (values for gae, logprobs/ref_logprobs for kl_in_reward) naming the sample.
+/// sequence score when kl_in_reward. Tokens whose mask is 0 (multi-turn environment tokens)
+/// take no KL, no reward, and no part in GAE, returns or whitening; their advantage is 0.
+/// Throws tagflow::Error on missing/mis-sized inputs (values for gae, logprobs/ref_logprobs
+/// for kl_in_reward) naming the sample.
 AdvResult compute_advantages(const AdvConfig& cfg, const std::vector<AdvSample>& samples);
 
 }  // namespace tagflow::train

@@ -23,13 +23,20 @@ torch::Tensor kl_penalty(const torch::Tensor& logp, const torch::Tensor& ref_log
         case KlMode::kK1: return d;
         case KlMode::kK2: return 0.5 * d.pow(2);
         case KlMode::kAbs: return d.abs();
-        case KlMode::kK3: return torch::clamp(torch::exp(-d) + d - 1.0, -10.0, 10.0);
+        case KlMode::kK3: {
+            // r = ref - logp clamped to [-20, 20] BEFORE the exp (veRL): an unclamped exp overflows
+            // to inf on a masked slot whose log-prob is a placeholder, and 0 * inf = NaN gradients.
+            const torch::Tensor r = torch::clamp(-d, -20.0, 20.0);
+            return torch::clamp(torch::exp(r) - r - 1.0, -10.0, 10.0);
+        }
     }
     return d;
 }
 
-torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, LossAgg mode, const BatchCounts& global) {
-    const torch::Tensor masked = loss * mask;
+torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, LossAgg mode, const BatchCounts& global,
+                       double norm_tokens) {
+    // where(), not loss * mask: a non-finite loss on a masked slot must not become NaN (0 * inf).
+    const torch::Tensor masked = torch::where(mask > 0, loss * mask, torch::zeros_like(loss));
     switch (mode) {
         case LossAgg::kTokenMean:
             if (!(global.tokens > 0)) throw Error("agg_loss: token-mean needs a global token count > 0");
@@ -42,6 +49,10 @@ torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, Los
             const torch::Tensor per_seq = masked.sum(-1) / mask.sum(-1).clamp_min(1.0);
             return per_seq.sum() / global.seqs;
         }
+        case LossAgg::kSeqMeanTokenSumNorm:
+            if (!(global.seqs > 0)) throw Error("agg_loss: seq-mean modes need a global sequence count > 0");
+            if (!(norm_tokens > 0)) throw Error("agg_loss: seq-mean-token-sum-norm needs a token normaliser > 0");
+            return masked.sum() / (global.seqs * norm_tokens);
     }
     return masked.sum();
 }

@@ -16,12 +16,16 @@ namespace tagflow::train {
 torch::Tensor token_log_probs(const torch::Tensor& logits, const torch::Tensor& targets, double temperature,
                               torch::Tensor* entropy = nullptr);
 
-/// The KL estimator of KlMode per element (k3 clamped to [-10, 10], as veRL does).
+/// The KL estimator of KlMode per element (k3: ref - logp clamped to [-20, 20] before the exp,
+/// the result to [-10, 10], as veRL does: finite values and gradients for any input).
 torch::Tensor kl_penalty(const torch::Tensor& logp, const torch::Tensor& ref_logp, KlMode mode);
 
 /// loss [n,T] x mask [n,T] -> scalar by `mode` (see LossAgg), over GLOBAL counts: summing
 /// the results of every micro-batch on every rank gives the loss of the whole batch.
-torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, LossAgg mode, const BatchCounts& global);
+/// `norm_tokens` is seq-mean-token-sum-norm's constant (the response token limit; unused otherwise).
+/// Masked slots contribute exactly 0 even when their loss is not finite.
+torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, LossAgg mode, const BatchCounts& global,
+                       double norm_tokens = 0.0);
 
 struct PolicyLossTerms {
     torch::Tensor loss;          ///< [n,T] per-token surrogate loss

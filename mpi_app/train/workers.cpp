@@ -104,6 +104,8 @@ ActorWorker::ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig&
     if (!(cfg.temperature > 0.0)) throw ConfigError("actor: temperature must be > 0");
     if (!(cfg.clip_eps > 0.0)) throw ConfigError("actor: clip_eps must be > 0");
     if (cfg.dual_clip != 0.0 && !(cfg.dual_clip > 1.0)) throw ConfigError("actor: dual_clip must be > 1 (or 0 = off)");
+    if (cfg.loss_agg == LossAgg::kSeqMeanTokenSumNorm && !(cfg.loss_norm_tokens > 0.0))
+        throw ConfigError("actor: seq-mean-token-sum-norm needs loss_norm_tokens > 0");
     if (cfg.kl_loss_coef < 0.0 || cfg.entropy_coef < 0.0) throw ConfigError("actor: coefficients must be >= 0");
 }
 
@@ -156,13 +158,14 @@ std::vector<double> actor_sums(TrainEngine& engine, const ActorConfig& cfg, cons
         const torch::Tensor& m = mb.mask;
         const torch::Tensor w = mb.weight;
         PolicyLossTerms pg = ppo_policy_loss(logp, mb.old_logp, mb.adv, cfg.clip_eps, clip_high, cfg.dual_clip);
-        const torch::Tensor pg_agg = agg_loss(pg.loss * w, m, cfg.loss_agg, global);
+        const double nt = cfg.loss_norm_tokens;
+        const torch::Tensor pg_agg = agg_loss(pg.loss * w, m, cfg.loss_agg, global, nt);
         torch::Tensor loss = pg_agg;
-        if (cfg.entropy_coef > 0.0) loss = loss - cfg.entropy_coef * agg_loss(ent * w, m, cfg.loss_agg, global);
+        if (cfg.entropy_coef > 0.0) loss = loss - cfg.entropy_coef * agg_loss(ent * w, m, cfg.loss_agg, global, nt);
         torch::Tensor kl;
         if (mb.ref_logp.defined()) {
             kl = kl_penalty(logp, mb.ref_logp, cfg.kl_loss_mode);
-            if (cfg.kl_loss_coef > 0.0) loss = loss + cfg.kl_loss_coef * agg_loss(kl * w, m, cfg.loss_agg, global);
+            if (cfg.kl_loss_coef > 0.0) loss = loss + cfg.kl_loss_coef * agg_loss(kl * w, m, cfg.loss_agg, global, nt);
         }
         torch::NoGradGuard no_grad;
         const torch::Tensor lpd = logp.detach();
@@ -243,7 +246,7 @@ std::vector<double> critic_sums(TrainEngine& engine, const CriticConfig& cfg, co
         const torch::Tensor& m = mb.mask;
         const torch::Tensor old = mb.old_values.defined() ? mb.old_values : values.detach();
         ValueLossTerms vl = value_loss(values, old, mb.returns, cfg.clip_range);
-        torch::Tensor loss = agg_loss(vl.loss * mb.weight, m, cfg.loss_agg, global);
+        torch::Tensor loss = agg_loss(vl.loss * mb.weight, m, cfg.loss_agg, global, cfg.loss_norm_tokens);
         torch::NoGradGuard no_grad;
         const torch::Tensor v = values.detach();
         s[cLoss] += loss.item<double>();

@@ -78,6 +78,7 @@ struct ActorConfig {
     double kl_loss_coef = 0.0;    ///< > 0: KL to the reference as a loss term (needs ref_logprobs)
     KlMode kl_loss_mode = KlMode::kK3;
     LossAgg loss_agg = LossAgg::kTokenMean;
+    double loss_norm_tokens = 0.0; ///< seq-mean-token-sum-norm's constant (the response token limit)
     double temperature = 1.0;     ///< the rollout temperature (log-probs of logits / T)
 };
 
@@ -114,6 +115,7 @@ private:
 struct CriticConfig {
     double clip_range = 0.5;  ///< value clipping around old_values (veRL cliprange_value); <= 0 off
     LossAgg loss_agg = LossAgg::kTokenMean;
+    double loss_norm_tokens = 0.0;  ///< seq-mean-token-sum-norm's constant
 };
 
 class CriticWorker {

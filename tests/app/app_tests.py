@@ -369,6 +369,30 @@ def case_learning_ppo(a):
     check(max(scores) - scores[0] >= a.margin, f"PPO held-out greedy score rises by {max(scores) - scores[0]:.3f} >= {a.margin}")
 
 
+# ---------------------------------------------------------------- objectives (issue 21)
+def case_objectives(a):
+    # The objective options reach the trainer: REINFORCE++-baseline with an adaptive reward KL,
+    # asymmetric and dual clip, and Dr.GRPO (no std, seq-mean-token-sum-norm).
+    out = fresh(a, "rfpp_baseline")
+    p = mpirun(a, 2, ["train", "--out", out, "--algo", "reinforce_pp_baseline", "--kl-coef", "0.05", "--kl-in",
+                      "reward", "--kl-penalty", "kl", "--kl-ctrl", "adaptive", "--kl-target", "0.001",
+                      "--kl-horizon", "100", "--clip-ratio-low", "0.2", "--clip-ratio-high", "0.28",
+                      "--clip-ratio-c", "3"] + FAST)
+    check(p.returncode == 0, f"reinforce_pp_baseline with an adaptive KL exits 0 ({p.stderr.strip()[-300:]})")
+    with open(os.path.join(out, "checkpoint", "kl_ctrl.txt")) as f:
+        coef = float(f.read())
+    # Each step multiplies by 1 + clip(kl / target - 1, +-0.2) * 16 / 100; a KL far from 0.001 moves it.
+    check(coef != 0.05 and 0.05 * (1 - 0.2 * 0.16) ** 4 - 1e-12 <= coef <= 0.05 * (1 + 0.2 * 0.16) ** 4 + 1e-12,
+          f"the adaptive controller moved the KL coefficient within its bounds (0.05 -> {coef:.6g})")
+    out = fresh(a, "drgrpo")
+    p = mpirun(a, 2, ["train", "--out", out, "--norm-adv-by-std-in-grpo", "false", "--loss-agg",
+                      "seq-mean-token-sum-norm", "--max-new-tokens", "8", "--grpo-std", "population"] + FAST)
+    check(p.returncode == 0, f"Dr.GRPO exits 0 ({p.stderr.strip()[-300:]})")
+    p = mpirun(a, 2, ["train", "--out", fresh(a, "bad"), "--loss-agg", "seq-mean-token-sum-norm"] + FAST)
+    check(p.returncode == 2 and "--loss-agg seq-mean-token-sum-norm: needs a constant token count" in p.stderr,
+          "seq-mean-token-sum-norm without a constant: one line, exit 2")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")

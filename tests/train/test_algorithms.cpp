@@ -19,9 +19,12 @@ void expect_near(const std::vector<float>& got, const std::vector<float>& want, 
 }
 
 TEST(Grpo, GroupsById) {
-    // group 7: {1, 3}: mean 2, pop std 1 -> -1, +1; group 3: {5, 1}: mean 3, std 2 -> +1, -1.
+    // group 7: {1, 3}: mean 2, unbiased std sqrt(2) -> -+1/sqrt(2); group 3: {5, 1}: mean 3,
+    // std 2 sqrt(2) -> +-1/sqrt(2). Population std (1 and 2): -1, +1, +1, -1.
+    const float h = static_cast<float>(1 / std::sqrt(2.0));
     auto a = grpo_advantages({1, 5, 3, 1}, {7, 3, 7, 3}, true);
-    expect_near(a, {-1, 1, 1, -1});
+    expect_near(a, {-h, h, h, -h});
+    expect_near(grpo_advantages({1, 5, 3, 1}, {7, 3, 7, 3}, true, /*unbiased_std=*/false), {-1, 1, 1, -1});
     // Without std: r - mean.
     expect_near(grpo_advantages({1, 5, 3, 1}, {7, 3, 7, 3}, false), {-1, 2, 1, -2});
     // Equal scores and singleton groups give exactly 0.
@@ -34,14 +37,16 @@ TEST(Grpo, GroupsById) {
 TEST(Grpo, ConsecutiveGroupsHandValues) {
     // {1, 2} and {3, 5} without std: r - mean.
     expect_near(grpo_advantages({1, 2, 3, 5}, {0, 0, 1, 1}, false), {-0.5f, 0.5f, -1, 1});
-    // {0, 1}: (0 - 0.5) / (0.5 + eps) = -1, +1; a group of equal scores gives exactly 0.
+    // {0, 1}: (0 - 0.5) / (sqrt(0.5) + eps) = -+0.7071; a group of equal scores gives exactly 0.
     auto b = grpo_advantages({0, 1, 0.25f, 0.25f, 0.25f, 0.25f}, {0, 0, 1, 1, 2, 2}, true);
-    expect_near(b, {-1, 1, 0, 0, 0, 0});
+    expect_near(b, {-0.70710678f, 0.70710678f, 0, 0, 0, 0});
     for (int i = 2; i < 6; ++i) EXPECT_EQ(b[i], 0.0f);
-    // {1, 2, 6}: mean 3, population std sqrt(14/3).
+    // {1, 2, 6}: mean 3, squares 4 + 1 + 9 = 14: unbiased std sqrt(7), population sqrt(14/3).
     auto d = grpo_advantages({1, 2, 6}, {4, 4, 4}, true);
-    EXPECT_NEAR(d[2], 3.0 / std::sqrt(14.0 / 3.0), kTol);
-    EXPECT_NEAR(d[0], -2.0 / std::sqrt(14.0 / 3.0), kTol);
+    EXPECT_NEAR(d[2], 3.0 / std::sqrt(7.0), kTol);
+    EXPECT_NEAR(d[0], -2.0 / std::sqrt(7.0), kTol);
+    auto p = grpo_advantages({1, 2, 6}, {4, 4, 4}, true, /*unbiased_std=*/false);
+    EXPECT_NEAR(p[2], 3.0 / std::sqrt(14.0 / 3.0), kTol);
 }
 
 TEST(Rloo, LeaveOneOut) {
@@ -114,7 +119,7 @@ TEST(Whiten, UnbiasedOverValidTokens) {
 
 TEST(ComputeAdvantages, GrpoWithKlInReward) {
     // k1 KL: sample 0 {0.5, 0}, sample 1 {0, 0}; coef 0.2 -> scores 1 - 0.1 = 0.9 and 0.
-    // Group mean .45, std .45 -> +-1 (minus the 1e-6 in the denominator).
+    // Group mean .45, unbiased std .45 sqrt(2) -> +-1/sqrt(2) (minus the 1e-6 in the denominator).
     AdvConfig cfg;
     cfg.estimator = AdvEstimator::kGrpo;
     cfg.kl_in_reward = true;
@@ -130,14 +135,69 @@ TEST(ComputeAdvantages, GrpoWithKlInReward) {
     s[1].logprobs = {-2, -2};
     s[1].ref_logprobs = {-2, -2};
     AdvResult r = compute_advantages(cfg, s);
-    expect_near(r.advantages[0], {1, 1});
-    expect_near(r.advantages[1], {-1, -1});
-    expect_near(r.seq_advantages, {1, -1});
+    const float h = 0.70710678f;
+    expect_near(r.advantages[0], {h, h});
+    expect_near(r.advantages[1], {-h, -h});
+    expect_near(r.seq_advantages, {h, -h});
     EXPECT_NEAR(r.kl_mean, 0.5 / 4, 1e-9);
     // Return-to-go of the token rewards {-0.1, 1}: {0.9, 1}.
     expect_near(r.returns[0], {0.9f, 1});
     s[1].ref_logprobs.clear();
     EXPECT_THROW(compute_advantages(cfg, s), Error);
+}
+
+TEST(ComputeAdvantages, MaskedTokensTakeNoKlInReward) {
+    // Issue 21 defect 1: two equal-reward samples of one group; sample 0 has a tool token
+    // (mask 0, log-prob placeholder 0, reference -5). Its KL must not count: both sequences
+    // then score 1 exactly, the advantages are 0 and the KL mean is 0 (k3 of equal log-probs).
+    for (auto est : {AdvEstimator::kGrpo, AdvEstimator::kRloo, AdvEstimator::kReinforcePPBaseline}) {
+        AdvConfig cfg;
+        cfg.estimator = est;
+        cfg.kl_in_reward = true;
+        cfg.kl_coef = 0.1;
+        cfg.kl_mode = KlMode::kK3;
+        std::vector<AdvSample> s(2);
+        s[0].score = s[1].score = 1;
+        s[0].n_resp = 3;
+        s[0].mask = {1, 0, 1};
+        s[0].logprobs = {-1, 0, -2};
+        s[0].ref_logprobs = {-1, -5, -2};
+        s[1].n_resp = 2;
+        s[1].logprobs = {-0.5f, -0.5f};
+        s[1].ref_logprobs = {-0.5f, -0.5f};
+        AdvResult r = compute_advantages(cfg, s);
+        EXPECT_EQ(r.kl_mean, 0.0) << to_string(est);
+        expect_near(r.seq_advantages, {0, 0});
+        expect_near(r.advantages[0], {0, 0, 0});
+    }
+}
+
+TEST(ComputeAdvantages, ReinforcePlusPlusBaseline) {
+    // Group {1, 3} -> {-1, +1}, group {5} (one sample) -> 0; broadcast over 2, 1, 1 tokens:
+    // {-1, -1, 1, 0}: mean -0.25, unbiased var (0.5625*2 + 1.5625 + 0.0625) / 3 = 0.91667.
+    AdvConfig cfg;
+    cfg.estimator = AdvEstimator::kReinforcePPBaseline;
+    std::vector<AdvSample> s(3);
+    s[0] = {0, 1.0f, 2, {}, {}, {}, {}};
+    s[1] = {0, 3.0f, 1, {}, {}, {}, {}};
+    s[2] = {1, 5.0f, 1, {}, {}, {}, {}};
+    AdvResult r = compute_advantages(cfg, s);
+    const double sd = std::sqrt(2.75 / 3 + 1e-8);
+    expect_near(r.advantages[0], {static_cast<float>(-0.75 / sd), static_cast<float>(-0.75 / sd)});
+    expect_near(r.advantages[1], {static_cast<float>(1.25 / sd)});
+    expect_near(r.advantages[2], {static_cast<float>(0.25 / sd)});
+}
+
+TEST(KlController, AdaptiveAsVerl) {
+    // kl 0.15 vs target 0.1: error clipped to 0.2; 100 samples / horizon 1000 -> x 1.02.
+    KlController c{0.05, 0.1, 1000};
+    c.update(0.15, 100);
+    EXPECT_NEAR(c.coef, 0.051, 1e-12);
+    c.update(0.09, 100);  // error -0.1 -> x 0.99
+    EXPECT_NEAR(c.coef, 0.051 * 0.99, 1e-12);
+    KlController fixed{0.05, 0.1, 0};
+    fixed.update(1.0, 100);
+    EXPECT_EQ(fixed.coef, 0.05);
 }
 
 TEST(ComputeAdvantages, Rloo) {
@@ -207,9 +267,12 @@ TEST(Options, ParseNames) {
     EXPECT_EQ(parse_kl_mode("low_var_kl"), KlMode::kK3);
     EXPECT_EQ(parse_kl_mode("k1"), KlMode::kK1);
     EXPECT_EQ(parse_loss_agg("seq-mean-token-mean"), LossAgg::kSeqMeanTokenMean);
-    for (auto e : {AdvEstimator::kGrpo, AdvEstimator::kRloo, AdvEstimator::kReinforcePP, AdvEstimator::kGae})
+    EXPECT_EQ(parse_adv_estimator("reinforce_plus_plus_baseline"), AdvEstimator::kReinforcePPBaseline);
+    for (auto e : {AdvEstimator::kGrpo, AdvEstimator::kRloo, AdvEstimator::kReinforcePP,
+                   AdvEstimator::kReinforcePPBaseline, AdvEstimator::kGae})
         EXPECT_EQ(parse_adv_estimator(to_string(e)), e);
-    for (auto a : {LossAgg::kTokenMean, LossAgg::kSeqMeanTokenSum, LossAgg::kSeqMeanTokenMean})
+    for (auto a : {LossAgg::kTokenMean, LossAgg::kSeqMeanTokenSum, LossAgg::kSeqMeanTokenMean,
+                   LossAgg::kSeqMeanTokenSumNorm})
         EXPECT_EQ(parse_loss_agg(to_string(a)), a);
     EXPECT_THROW(parse_adv_estimator("dpo"), ConfigError);
     EXPECT_THROW(parse_kl_mode("k9"), ConfigError);

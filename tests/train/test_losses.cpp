@@ -105,6 +105,32 @@ TEST(KlPenalty, MatchesScalarEstimators) {
     }
 }
 
+TEST(KlPenalty, K3FiniteGradientOnAMaskedPlaceholder) {
+    // Issue 21 defect 2: a masked slot holding log-prob -200 against a reference of 0 made
+    // exp(ref - logp) overflow to inf; 0 (mask) * inf = NaN in the backward pass.
+    torch::Tensor lp = torch::tensor({-200.0f, -1.0f, 0.0f}).view({1, 3}).requires_grad_(true);
+    torch::Tensor ref = torch::tensor({0.0f, -1.2f, -150.0f}).view({1, 3});
+    torch::Tensor mask = torch::tensor({0.0f, 1.0f, 0.0f}).view({1, 3});
+    torch::Tensor loss = agg_loss(kl_penalty(lp, ref, KlMode::kK3), mask, LossAgg::kTokenMean, BatchCounts{1, 1});
+    loss.backward();
+    EXPECT_TRUE(std::isfinite(loss.item<double>()));
+    EXPECT_TRUE(torch::isfinite(lp.grad()).all().item<bool>()) << lp.grad();
+    EXPECT_EQ(lp.grad()[0][0].item<float>(), 0.0f);
+    // d/dlogp of exp(r) - r - 1 with r = ref - logp: 1 - exp(r) = 1 - exp(-0.2).
+    EXPECT_NEAR(lp.grad()[0][1].item<float>(), 1.0 - std::exp(-0.2), 1e-6);
+    // Both extremes clamp to 10 and stay finite.
+    EXPECT_FLOAT_EQ(kl_value(-200, 0, KlMode::kK3), 10.0f);
+    EXPECT_FLOAT_EQ(kl_value(0, -200, KlMode::kK3), 10.0f);
+}
+
+TEST(AggLoss, SeqMeanTokenSumNormDividesByTheConstant) {
+    // Rows {1, 2 | masked 3} and {4}: token sums 3 and 4; 2 sequences x constant 10 -> 7 / 20.
+    torch::Tensor loss = t2({1, 2, 3, 4, 0, 0}, 2);
+    torch::Tensor mask = t2({1, 1, 0, 1, 0, 0}, 2);
+    EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kSeqMeanTokenSumNorm, BatchCounts{3, 2}, 10).item<double>(), 0.35, 1e-6);
+    EXPECT_THROW(agg_loss(loss, mask, LossAgg::kSeqMeanTokenSumNorm, BatchCounts{3, 2}), Error);
+}
+
 TEST(TokenLogProbs, TemperatureAndEntropy) {
     // Uniform over 3: logp = -ln 3, entropy ln 3. Logits {2, 0} at T = 2 -> {1, 0}:
     // logp(token 0) = 1 - ln(e + 1).

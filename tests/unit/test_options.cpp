@@ -216,6 +216,32 @@ TEST(Options, AlgorithmChoicesAreChecked) {
     EXPECT_NE(error_of({"--out", "d", "--loss-agg", "mean"}).find("--loss-agg 'mean'"), std::string::npos);
 }
 
+TEST(Options, ObjectiveOptions) {
+    // veRL's names and defaults (issue 21).
+    const tagflow::config::Options d = parse({"--out", "d"}).options;
+    EXPECT_EQ(d.clip_ratio_c, 3.0);
+    EXPECT_TRUE(d.norm_adv_by_std_in_grpo);
+    EXPECT_EQ(d.grpo_std, "unbiased");
+    EXPECT_EQ(d.kl_ctrl, "fixed");
+    const tagflow::config::Options o =
+        parse({"--out", "d", "--algo", "reinforce_pp_baseline", "--clip-ratio-low", "0.2", "--clip-ratio-high", "0.28",
+               "--clip-ratio-c", "0", "--norm-adv-by-std-in-grpo", "false", "--loss-agg", "seq-mean-token-sum-norm",
+               "--max-new-tokens", "16", "--grpo-std", "population", "--kl-coef", "0.01", "--kl-in", "reward",
+               "--kl-ctrl", "adaptive", "--kl-penalty", "kl", "--kl-loss-type", "mse"})
+            .options;
+    EXPECT_EQ(o.clip_ratio_high, 0.28);
+    EXPECT_FALSE(o.norm_adv_by_std_in_grpo);
+    EXPECT_EQ(o.kl_penalty, "kl");
+    EXPECT_NE(error_of({"--out", "d", "--clip-ratio-c", "0.5"}).find("--clip-ratio-c"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--grpo-std", "biased"}).find("--grpo-std 'biased'"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--kl-penalty", "k9"}).find("--kl-penalty 'k9'"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--kl-ctrl", "adaptive"}).find("--kl-ctrl adaptive: adapts the reward penalty"),
+              std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--loss-agg", "seq-mean-token-sum-norm"})
+                  .find("--loss-agg seq-mean-token-sum-norm: needs a constant token count"),
+              std::string::npos);
+}
+
 TEST(Options, ModelShapeIsChecked) {
     EXPECT_NE(error_of({"--out", "d", "--heads", "4", "--kv-heads", "3"}).find("--kv-heads 3: must divide --heads 4"),
               std::string::npos);
