@@ -163,7 +163,10 @@ std::vector<io::EvalRecord> eval_records(const ValResult& r, int32_t step, const
     std::vector<io::EvalRecord> v;
     auto rows = [&](int32_t k) {
         auto mean = [&](const ValScore& s) { return static_cast<float>(k == 0 ? s.greedy() : s.mean_at_k()); };
-        for (const auto& [src, s] : r.sources) v.push_back({step, task, mean(s), static_cast<int32_t>(s.n), src, k});
+        const bool only_unnamed = r.sources.size() == 1 && r.sources.begin()->first.empty();  // = the overall row
+        if (!only_unnamed)
+            for (const auto& [src, s] : r.sources)
+                v.push_back({step, task, mean(s), static_cast<int32_t>(s.n), src, k});
         v.push_back({step, task, mean(r.overall), static_cast<int32_t>(r.overall.n), "", k});
     };
     rows(0);

@@ -81,6 +81,7 @@ ValResult reduce_validation(const ValResult& local, MPI_Comm comm);
 
 /// The /eval rows of a result at `step` (io/run_file.hpp, share/doc/hdf5-schema.md): greedy
 /// (k 0) per data_source and overall (data_source ""), and with K > 1 the same rows with k = K.
+/// Rows without a data_source only get the overall row.
 std::vector<io::EvalRecord> eval_records(const ValResult& r, int32_t step, const std::string& task);
 
 /// "0.420 (a 0.500, b 0.340)" -- greedy overall then per data_source, for progress lines; with
