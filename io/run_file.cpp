@@ -151,16 +151,18 @@ std::string RunFile::Impl::open_objects(bool create) {
         for (size_t i : added) {
             const schema::Column& c = ts.columns[i];
             if (c.type != schema::ColType::kI32 && c.type != schema::ColType::kI64 && c.type != schema::ColType::kU8 &&
-                c.type != schema::ColType::kF64)
+                c.type != schema::ColType::kF64 && c.type != schema::ColType::kStr)
                 throw InternalError(std::string("run file schema: added_later column ") + c.name +
-                                    " is not an integer or float64");
+                                    " is not an integer, float64 or string column");
             const int64_t minus1_64 = -1;
             const int32_t minus1_32 = -1;
             const uint8_t zero_u8 = 0;
             const double minus1_f64 = -1.0;
+            const std::string empty_str(c.str_len, '\0');
             const void* fill = c.type == schema::ColType::kI64   ? static_cast<const void*>(&minus1_64)
                                : c.type == schema::ColType::kI32 ? static_cast<const void*>(&minus1_32)
                                : c.type == schema::ColType::kF64 ? static_cast<const void*>(&minus1_f64)
+                               : c.type == schema::ColType::kStr ? static_cast<const void*>(empty_str.data())
                                                                  : static_cast<const void*>(&zero_u8);
             t.cols[i] = create_column(g, c.name, t.types[i].get(), ts.chunk, rows, fill);
             if (c.units) write_attr(t.cols[i].get(), "units", c.units);

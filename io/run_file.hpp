@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/finish_reason.hpp"
@@ -89,10 +90,18 @@ struct StepRecord {
 };
 
 struct EvalRecord {
+    EvalRecord() = default;
+    // (step, task, score, n) as before the columns below existed; they default to "" and 0.
+    EvalRecord(int32_t step_, std::string task_, float score_, int32_t n_, std::string data_source_ = "",
+               int32_t k_ = 0)
+        : step(step_), task(std::move(task_)), score(score_), n(n_), data_source(std::move(data_source_)), k(k_) {}
     int32_t step = 0;
     std::string task;  // S32
     float score = 0;
     int32_t n = 0;
+    // Added later (older files lack them; open_append adds them, "" / -1 in the rows before):
+    std::string data_source;  // S64: the rows' data_source ("" = all rows of the evaluation, or a task)
+    int32_t k = 0;            // 0: greedy; K >= 1: mean score of K sampled responses per prompt (mean@K)
 };
 
 /// One weight sync (train root -> rollout ranks), written by the root. The last three fields
@@ -158,7 +167,7 @@ struct RunAttributes {
 /// Fixed lengths (bytes) of the string columns; longer values are cut (never inside a UTF-8
 /// sequence).
 inline constexpr size_t kTaskLen = 32, kModeLen = 16, kHostLen = 64, kTagsLen = 32,
-                        kTagSourceLen = 16;
+                        kTagSourceLen = 16, kDataSourceLen = 64;
 inline constexpr int32_t kFormatVersion = 1;
 
 /// An open run file. Every method marked COLLECTIVE must be called by every rank of the

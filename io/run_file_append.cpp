@@ -345,6 +345,8 @@ void RunFile::append_eval(const std::vector<EvalRecord>& rows) {
         impl_->put_strings(T, "task", column(rows, &EvalRecord::task), s, w);
         impl_->put(T, "score", column(rows, &EvalRecord::score), s, w);
         impl_->put(T, "n", column(rows, &EvalRecord::n), s, w);
+        impl_->put_strings(T, "data_source", column(rows, &EvalRecord::data_source), s, w);
+        impl_->put(T, "k", column(rows, &EvalRecord::k), s, w);
     });
 }
 

@@ -70,7 +70,13 @@ std::vector<Table> make_tables() {
                   {"stale_weighted", C::kI64, 0, "samples", "", true},
                   {"skipped_updates", C::kI32, 0, "updates", "", true}}});
     t.push_back({kEval, "/eval", kRowChunk,
-                 {{"step", C::kI32}, {"task", C::kStr, kTaskLen}, {"score", C::kF32}, {"n", C::kI32}}});
+                 {{"step", C::kI32},
+                  {"task", C::kStr, kTaskLen},
+                  {"score", C::kF32},
+                  {"n", C::kI32},
+                  // the rows' data_source ("" = every row); 0 greedy, K mean@K sampled (-1: not recorded)
+                  {"data_source", C::kStr, kDataSourceLen, nullptr, "", true},
+                  {"k", C::kI32, 0, nullptr, "", true}}});
     t.push_back({kSyncs, "/syncs", kRowChunk,
                  {{"version", C::kI32},
                   {"bytes", C::kI64, 0, "B"},

@@ -19,10 +19,10 @@ struct Column {
     size_t str_len = 0;             // kStr only: the S<n> length
     const char* units = nullptr;    // written as attribute `units`
     std::string enum_names{};       // uint8 enums: attribute `enum_names` (comma list)
-    /// Added to schema v1 after files were written without it (integer and float64 columns
-    /// only): when open_append finds it missing it creates it with every existing row -1 ("not
-    /// recorded"; a uint8 column: 0), so a run started by an older tagflow resumes instead of
-    /// failing.
+    /// Added to schema v1 after files were written without it (integer, float64 or string
+    /// columns): when open_append finds it missing it creates it with every existing row -1 ("not
+    /// recorded"; a uint8 column: 0; a string column: ""), so a run started by an older tagflow
+    /// resumes instead of failing.
     bool added_later = false;
 };
 

@@ -53,7 +53,7 @@ std::vector<StepRecord> steps_of(int rank, int round) {
 std::vector<EvalRecord> eval_of(int rank, int round, int n) {
     if (rank != n - 1) return {};
     return {{round, "a_task_name_much_longer_than_thirty_two_bytes_" + std::to_string(round),
-             0.75f, 16}};
+             0.75f, 16, "source/" + std::to_string(round), round % 3}};
 }
 std::vector<SyncRecord> syncs_of(int rank, int round) {
     if (rank != 0) return {};
@@ -140,6 +140,14 @@ void expect_tables(const std::string& path, int last) {
     ASSERT_EQ(etask.size(), static_cast<size_t>(last));
     for (int k = 0; k < last; ++k)
         EXPECT_EQ(etask[k], eval_of(n - 1, k, n)[0].task.substr(0, kTaskLen));  // cut to S32
+    auto esource = read_strings(f, "/eval/data_source");
+    auto ek = read_ds<int32_t>(f, "/eval/k");
+    ASSERT_EQ(esource.size(), static_cast<size_t>(last));
+    ASSERT_EQ(ek.size(), static_cast<size_t>(last));
+    for (int k = 0; k < last; ++k) {
+        EXPECT_EQ(esource[k], eval_of(n - 1, k, n)[0].data_source);
+        EXPECT_EQ(ek[k], eval_of(n - 1, k, n)[0].k);
+    }
 
     auto smode = read_strings(f, "/syncs/mode");
     auto sbytes = read_ds<int64_t>(f, "/syncs/bytes");
@@ -241,7 +249,7 @@ TEST(RunFile, RootAttributesDtypesAndEnums) {
     EXPECT_EQ(read_string_attr(gbps.get(), "units"), "GB/s");
     // Fixed-length null-padded strings, chunked unlimited 1-D datasets, created empty.
     const std::pair<const char*, size_t> strings[] = {{"/samples/task", 32}, {"/eval/task", 32},
-        {"/syncs/mode", 16}, {"/ranks/host", 64}, {"/ranks/tags", 32}, {"/ranks/tag_source", 16}};
+        {"/eval/data_source", 64}, {"/syncs/mode", 16}, {"/ranks/host", 64}, {"/ranks/tags", 32}, {"/ranks/tag_source", 16}};
     for (auto [name, len] : strings) {
         Dataset d = open_dataset(f, name);
         Datatype t(H5Dget_type(d.get()), name);
@@ -325,6 +333,31 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/stale_weighted"), (std::vector<int64_t>{-1, -1, 2, 3}));
     EXPECT_EQ(read_ds<int32_t>(file.get(), "/steps/skipped_updates"), (std::vector<int32_t>{-1, -1, 0, 1}));
     EXPECT_EQ(read_string_attr(open_dataset(file.get(), "/steps/stale_dropped").get(), "units"), "samples");
+    EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
+}
+
+// A run started before /eval had data_source and k resumes: open_append adds them ("" and -1 in
+// the rows written before, which were greedy task evaluations), and later rows carry theirs.
+TEST(RunFile, OpenAppendAddsTheEvalColumnsAnOlderFileLacks) {
+    const std::string path = test_file();
+    {
+        RunFile f = RunFile::create(MPI_COMM_WORLD, path, attrs());
+        write_rounds(f, 0, 2);
+    }
+    {
+        File f = open_file(MPI_COMM_WORLD, path, true);
+        for (const char* name : {"/eval/data_source", "/eval/k"}) ASSERT_GE(H5Ldelete(f.get(), name, H5P_DEFAULT), 0);
+    }
+    {
+        RunFile f = RunFile::open_append(MPI_COMM_WORLD, path);
+        EXPECT_EQ(f.sizes().eval, 2);
+        write_rounds(f, 2, 4);
+    }
+    File file = open_file_serial(path);
+    EXPECT_EQ(read_strings(file.get(), "/eval/data_source"),
+              (std::vector<std::string>{"", "", "source/2", "source/3"}));
+    EXPECT_EQ(read_ds<int32_t>(file.get(), "/eval/k"), (std::vector<int32_t>{-1, -1, 2, 0}));
+    EXPECT_EQ(read_ds<float>(file.get(), "/eval/score").size(), 4u);
     EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
 }
 
