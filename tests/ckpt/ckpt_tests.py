@@ -569,7 +569,7 @@ def case_full_disk(a, kind="blocks"):
         raise Failure(f"this test mounts a tmpfs and needs root (CI runs as root): {m.stderr.strip()}")
     try:
         out = os.path.join(mnt, "run")
-        steps = 40
+        steps = 200  # long enough that a fast machine cannot finish before the filler fills the disk
         proc = start(a, out, "full_disk.log", every=2, steps=steps)
         at = wait_for_checkpoint(proc, out, 2)
         filler = os.path.join(mnt, "filler")
