@@ -69,8 +69,8 @@ void select(hid_t fs, Dataspace& ms, hsize_t start, hsize_t count) {
 }
 }  // namespace
 
-H5D_mpio_actual_io_mode_t write_slab(hid_t ds, hid_t dxpl, hid_t mem_type, hsize_t new_size,
-                                     hsize_t start, hsize_t count, const void* buf) {
+H5D_mpio_actual_io_mode_t write_slab(hid_t ds, hid_t dxpl, hid_t mem_type, hsize_t new_size, hsize_t start,
+                                     hsize_t count, const void* buf) {
     TAGFLOW_H5_CHECK(H5Dset_extent(ds, &new_size));
     Dataspace fs(H5Dget_space(ds), "H5Dget_space");
     Dataspace ms;
@@ -128,25 +128,16 @@ void write_attr(hid_t obj, const char* name, const std::string& value) {
 void write_attr(hid_t obj, const char* name, const char* value) {
     write_attr(obj, name, std::string(value ? value : ""));
 }
-void write_attr(hid_t obj, const char* name, int32_t value) {
-    write_scalar_attr(obj, name, H5T_NATIVE_INT32, &value);
-}
-void write_attr(hid_t obj, const char* name, int64_t value) {
-    write_scalar_attr(obj, name, H5T_NATIVE_INT64, &value);
-}
-void write_attr(hid_t obj, const char* name, double value) {
-    write_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, &value);
-}
+void write_attr(hid_t obj, const char* name, int32_t value) { write_scalar_attr(obj, name, H5T_NATIVE_INT32, &value); }
+void write_attr(hid_t obj, const char* name, int64_t value) { write_scalar_attr(obj, name, H5T_NATIVE_INT64, &value); }
+void write_attr(hid_t obj, const char* name, double value) { write_scalar_attr(obj, name, H5T_NATIVE_DOUBLE, &value); }
 
-bool has_attr(hid_t obj, const char* name) {
-    return TAGFLOW_H5_CHECK(H5Aexists(obj, name)) > 0;
-}
+bool has_attr(hid_t obj, const char* name) { return TAGFLOW_H5_CHECK(H5Aexists(obj, name)) > 0; }
 
 std::string read_string_attr(hid_t obj, const char* name) {
     Attribute a(H5Aopen(obj, name, H5P_DEFAULT), (std::string("H5Aopen ") + name).c_str());
     Datatype ft(H5Aget_type(a.get()), "H5Aget_type");
-    if (H5Tget_class(ft.get()) != H5T_STRING)
-        throw Error(std::string("attribute ") + name + " is not a string");
+    if (H5Tget_class(ft.get()) != H5T_STRING) throw Error(std::string("attribute ") + name + " is not a string");
     if (TAGFLOW_H5_CHECK(H5Tis_variable_str(ft.get())) > 0) {
         Datatype mt(H5Tcopy(H5T_C_S1), "H5Tcopy");
         TAGFLOW_H5_CHECK(H5Tset_size(mt.get(), H5T_VARIABLE));
@@ -166,8 +157,7 @@ std::string read_string_attr(hid_t obj, const char* name) {
 int64_t read_int_attr(hid_t obj, const char* name) {
     Attribute a(H5Aopen(obj, name, H5P_DEFAULT), (std::string("H5Aopen ") + name).c_str());
     Datatype ft(H5Aget_type(a.get()), "H5Aget_type");
-    if (H5Tget_class(ft.get()) != H5T_INTEGER)
-        throw Error(std::string("attribute ") + name + " is not an integer");
+    if (H5Tget_class(ft.get()) != H5T_INTEGER) throw Error(std::string("attribute ") + name + " is not an integer");
     int64_t v = 0;
     TAGFLOW_H5_CHECK(H5Aread(a.get(), H5T_NATIVE_INT64, &v));
     return v;

@@ -38,8 +38,8 @@ hsize_t extent_of(hid_t ds);
 /// COLLECTIVE (with a collective dxpl): sets the extent to `new_size` (same on every rank)
 /// and writes this rank's `count` elements of `buf` at `start` in one H5Dwrite; a rank with
 /// count == 0 selects nothing and still takes part. Returns the I/O mode HDF5 really used.
-H5D_mpio_actual_io_mode_t write_slab(hid_t ds, hid_t dxpl, hid_t mem_type, hsize_t new_size,
-                                     hsize_t start, hsize_t count, const void* buf);
+H5D_mpio_actual_io_mode_t write_slab(hid_t ds, hid_t dxpl, hid_t mem_type, hsize_t new_size, hsize_t start,
+                                     hsize_t count, const void* buf);
 
 /// Reads `count` elements at `start` into `buf` (COLLECTIVE when dxpl is collective).
 void read_slab(hid_t ds, hid_t dxpl, hid_t mem_type, hsize_t start, hsize_t count, void* buf);

@@ -26,9 +26,8 @@ std::string message_of(hid_t id) {
 herr_t walk_cb(unsigned n, const H5E_error2_t* e, void* data) {
     auto* st = static_cast<WalkState*>(data);
     char line[768];
-    snprintf(line, sizeof line, "  #%03u %s:%u %s(): %s [%s / %s]\n", n,
-             e->file_name ? e->file_name : "?", e->line, e->func_name ? e->func_name : "?",
-             e->desc ? e->desc : "", message_of(e->maj_num).c_str(),
+    snprintf(line, sizeof line, "  #%03u %s:%u %s(): %s [%s / %s]\n", n, e->file_name ? e->file_name : "?", e->line,
+             e->func_name ? e->func_name : "?", e->desc ? e->desc : "", message_of(e->maj_num).c_str(),
              message_of(e->min_num).c_str());
     st->text += line;
     // Walking downward, the last frame is the innermost: the real cause.

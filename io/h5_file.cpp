@@ -57,8 +57,7 @@ File open_file_serial(const std::string& path) {
 
 PropList mpio_dxpl(bool collective) {
     PropList dxpl(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate(H5P_DATASET_XFER)");
-    TAGFLOW_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), collective ? H5FD_MPIO_COLLECTIVE
-                                                             : H5FD_MPIO_INDEPENDENT));
+    TAGFLOW_H5_CHECK(H5Pset_dxpl_mpio(dxpl.get(), collective ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT));
     return dxpl;
 }
 

@@ -19,7 +19,7 @@ void log_close_failure(const char* kind, hid_t id) noexcept;
 
 template <herr_t (*Close)(hid_t)>
 class H5Handle {
- public:
+public:
     H5Handle() = default;
     /// Takes ownership of `id`; throws H5Error (naming `what`) when id < 0.
     H5Handle(hid_t id, const char* what) : id_(id) {
@@ -54,7 +54,7 @@ class H5Handle {
         if (id >= 0 && Close(id) < 0) throw H5Error::from_stack(kind());
     }
 
- private:
+private:
     static const char* kind() noexcept;
     hid_t id_ = H5I_INVALID_HID;
 };

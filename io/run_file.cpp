@@ -80,8 +80,7 @@ int64_t read_tree_end(RunFile::Impl& im, int64_t i) {
     if (i < 0) return 0;
     int64_t v = 0;
     const size_t c = schema::column_index(schema::kTree, "token_end");
-    read_slab(im.tables[schema::kTree].cols[c].get(), im.dxpl.get(), H5T_NATIVE_INT64,
-              static_cast<hsize_t>(i), 1, &v);
+    read_slab(im.tables[schema::kTree].cols[c].get(), im.dxpl.get(), H5T_NATIVE_INT64, static_cast<hsize_t>(i), 1, &v);
     return v;
 }
 
@@ -91,8 +90,8 @@ int64_t read_text_end(RunFile::Impl& im, int64_t i) {
     if (i < 0) return 0;
     int64_t v = 0;
     const size_t c = schema::column_index(schema::kSamples, "text_end");
-    read_slab(im.tables[schema::kSamples].cols[c].get(), im.dxpl.get(), H5T_NATIVE_INT64,
-              static_cast<hsize_t>(i), 1, &v);
+    read_slab(im.tables[schema::kSamples].cols[c].get(), im.dxpl.get(), H5T_NATIVE_INT64, static_cast<hsize_t>(i), 1,
+              &v);
     return std::max<int64_t>(v, 0);
 }
 
@@ -105,8 +104,7 @@ std::string RunFile::Impl::open_objects(bool create) {
         if (create) {
             groups.emplace_back(H5Gcreate2(file.get(), g, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), g);
         } else {
-            if (TAGFLOW_H5_CHECK(H5Lexists(file.get(), g, H5P_DEFAULT)) <= 0)
-                return std::string("missing group ") + g;
+            if (TAGFLOW_H5_CHECK(H5Lexists(file.get(), g, H5P_DEFAULT)) <= 0) return std::string("missing group ") + g;
             groups.emplace_back(H5Gopen2(file.get(), g, H5P_DEFAULT), g);
         }
     }
@@ -126,8 +124,7 @@ std::string RunFile::Impl::open_objects(bool create) {
             if (create) {
                 t.cols.push_back(create_column(g, c.name, t.types.back().get(), ts.chunk));
                 if (c.units) write_attr(t.cols.back().get(), "units", c.units);
-                if (!c.enum_names.empty())
-                    write_attr(t.cols.back().get(), "enum_names", c.enum_names);
+                if (!c.enum_names.empty()) write_attr(t.cols.back().get(), "enum_names", c.enum_names);
                 continue;
             }
             if (TAGFLOW_H5_CHECK(H5Lexists(g, c.name, H5P_DEFAULT)) <= 0) {
@@ -142,9 +139,10 @@ std::string RunFile::Impl::open_objects(bool create) {
                 return std::string("dataset ") + ts.group + "/" + c.name + " has the wrong type";
             hsize_t n = extent_of(t.cols.back().get());
             if (i > 0 && n != rows && rank == 0)
-                log_warn("run file %s: columns of %s have different lengths (cut by a crash?); "
-                         "appending after the shortest",
-                         path.c_str(), ts.group);
+                log_warn(
+                    "run file %s: columns of %s have different lengths (cut by a crash?); "
+                    "appending after the shortest",
+                    path.c_str(), ts.group);
             rows = i == 0 ? n : std::min(rows, n);
         }
         t.rows = rows;
@@ -169,8 +167,7 @@ std::string RunFile::Impl::open_objects(bool create) {
             if (rank == 0 && rows > 0)
                 log_info("run file %s: added %s/%s (-1 in the %llu rows written before)", path.c_str(), ts.group,
                          c.name, static_cast<unsigned long long>(rows));
-            else if (rank == 0)
-                log_info("run file %s: added %s/%s", path.c_str(), ts.group, c.name);
+            else if (rank == 0) log_info("run file %s: added %s/%s", path.c_str(), ts.group, c.name);
         }
     }
     hid_t samples = group_of("/samples");
@@ -229,8 +226,8 @@ RunFile RunFile::create(MPI_Comm io_comm, const std::string& path, const RunAttr
         im->open_objects(true);
         // token_offsets holds n+1 entries: it starts as a single 0, written by rank 0.
         const int64_t zero = 0;
-        im->record(write_slab(im->token_offsets.get(), im->dxpl.get(), H5T_NATIVE_INT64, 1, 0,
-                              im->rank == 0 ? 1 : 0, &zero));
+        im->record(
+            write_slab(im->token_offsets.get(), im->dxpl.get(), H5T_NATIVE_INT64, 1, 0, im->rank == 0 ? 1 : 0, &zero));
     } catch (...) {
         im->leak();
         throw;
@@ -290,15 +287,19 @@ RunFile RunFile::open_append(MPI_Comm io_comm, const std::string& path) {
         TAGFLOW_MPI_CHECK(MPI_Comm_rank(io_comm, &rank));
         int rc = 0;
         struct stat st {};
-        if (rank == 0) rc = ::stat(path.c_str(), &st) == 0 && ::truncate(path.c_str(), static_cast<off_t>(want)) == 0 ? 0 : errno;
+        if (rank == 0)
+            rc = ::stat(path.c_str(), &st) == 0 && ::truncate(path.c_str(), static_cast<off_t>(want)) == 0 ? 0 : errno;
         TAGFLOW_MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, io_comm));
         if (rc != 0)
-            throw Error("RunFile::open_append: " + path + ": shorter than its superblock says (a kill during a flush) "
-                        "and extending it failed: " + std::strerror(rc));
+            throw Error("RunFile::open_append: " + path +
+                        ": shorter than its superblock says (a kill during a flush) "
+                        "and extending it failed: " +
+                        std::strerror(rc));
         if (rank == 0)
-            log_warn("run file %s: %lld bytes, its superblock records %lld (a kill during a flush): extended "
-                     "to that; the rows after the checkpoint are cut back on resume",
-                     path.c_str(), static_cast<long long>(st.st_size), want);
+            log_warn(
+                "run file %s: %lld bytes, its superblock records %lld (a kill during a flush): extended "
+                "to that; the rows after the checkpoint are cut back on resume",
+                path.c_str(), static_cast<long long>(st.st_size), want);
         return open_append_once(io_comm, path);
     }
 }
@@ -311,16 +312,13 @@ RunFile RunFile::open_append_once(MPI_Comm io_comm, const std::string& path) {
         hid_t f = im->file.get();
         if (!has_attr(f, "format") || read_string_attr(f, "format") != "tagflow") {
             why = "not a tagflow run file (root attribute format is not \"tagflow\")";
-        } else if (!has_attr(f, "format_version") ||
-                   read_int_attr(f, "format_version") != kFormatVersion) {
+        } else if (!has_attr(f, "format_version") || read_int_attr(f, "format_version") != kFormatVersion) {
             why = "format_version is not " + std::to_string(kFormatVersion);
         } else {
             RunAttributes& a = im->attrs;
             a.config_json = has_attr(f, "config") ? read_string_attr(f, "config") : "";
-            a.tagflow_version =
-                has_attr(f, "tagflow_version") ? read_string_attr(f, "tagflow_version") : "";
-            a.world_size = has_attr(f, "world_size")
-                               ? static_cast<int32_t>(read_int_attr(f, "world_size")) : 0;
+            a.tagflow_version = has_attr(f, "tagflow_version") ? read_string_attr(f, "tagflow_version") : "";
+            a.world_size = has_attr(f, "world_size") ? static_cast<int32_t>(read_int_attr(f, "world_size")) : 0;
             a.t0_unix = has_attr(f, "t0_unix") ? read_double_attr(f, "t0_unix") : 0.0;
             a.slurm_job_id = has_attr(f, "slurm_job_id") ? read_string_attr(f, "slurm_job_id") : "";
             im->dxpl = mpio_dxpl(true);
@@ -338,8 +336,7 @@ RunFile RunFile::open_append_once(MPI_Comm io_comm, const std::string& path) {
                 int64_t tok = read_offset(*im, s.rows);
                 if (tok < 0 || static_cast<hsize_t>(tok) > t.rows)
                     why = "token_offsets points past the token arrays; truncate() to a checkpoint";
-                else
-                    t.rows = static_cast<hsize_t>(tok);
+                else t.rows = static_cast<hsize_t>(tok);
             }
         }
         if (why.empty()) {  // the same for /tree: its token arrays end at token_end[rows - 1]
@@ -348,16 +345,14 @@ RunFile RunFile::open_append_once(MPI_Comm io_comm, const std::string& path) {
             int64_t tok = read_tree_end(*im, static_cast<int64_t>(r.rows) - 1);
             if (tok < 0 || static_cast<hsize_t>(tok) > t.rows)
                 why = "/tree/token_end points past the /tree token arrays; truncate() to a checkpoint";
-            else
-                t.rows = static_cast<hsize_t>(tok);
+            else t.rows = static_cast<hsize_t>(tok);
         }
         if (why.empty()) {  // and for /samples/text: it ends at text_end of the last row
             Impl::Table& x = im->tables[schema::kText];
             int64_t end = read_text_end(*im, static_cast<int64_t>(im->tables[schema::kSamples].rows) - 1);
             if (static_cast<hsize_t>(end) > x.rows)
                 why = "/samples/text_end points past /samples/text; truncate() to a checkpoint";
-            else
-                x.rows = static_cast<hsize_t>(end);
+            else x.rows = static_cast<hsize_t>(end);
         }
         if (why.empty()) {
             // Columns of one table can differ in length after a crash between flushes: cut
@@ -403,9 +398,10 @@ RunFile::~RunFile() { close_or_leak(); }
 void RunFile::close_or_leak() noexcept {
     if (!impl_ || !impl_->file) return;
     if (impl_->broken || std::uncaught_exceptions() > 0) {
-        log_warn("run file %s left open (exception in flight or earlier I/O error); it holds "
-                 "what the last flush() wrote",
-                 impl_->path.c_str());
+        log_warn(
+            "run file %s left open (exception in flight or earlier I/O error); it holds "
+            "what the last flush() wrote",
+            impl_->path.c_str());
         impl_->leak();
         return;
     }
@@ -457,26 +453,23 @@ TableSizes RunFile::sizes() const {
 int64_t RunFile::truncate(const TableSizes& to) {
     const TableSizes cur = sizes();
     const std::pair<int64_t, int64_t> rows[] = {
-        {to.samples, cur.samples}, {to.consumed, cur.consumed}, {to.steps, cur.steps},
-        {to.eval, cur.eval},       {to.syncs, cur.syncs},       {to.timeline, cur.timeline},
-        {to.ranks, cur.ranks},     {to.tree, cur.tree}};
+        {to.samples, cur.samples}, {to.consumed, cur.consumed}, {to.steps, cur.steps}, {to.eval, cur.eval},
+        {to.syncs, cur.syncs},     {to.timeline, cur.timeline}, {to.ranks, cur.ranks}, {to.tree, cur.tree}};
     for (auto [want, have] : rows)
         if (want < 0 || want > have)
-            throw Error("RunFile::truncate: requested sizes exceed the file's (" +
-                        std::to_string(want) + " > " + std::to_string(have) + ")");
+            throw Error("RunFile::truncate: requested sizes exceed the file's (" + std::to_string(want) + " > " +
+                        std::to_string(have) + ")");
     int64_t discarded = 0;
     impl_->collective("truncate", [&] {
         Impl& im = *impl_;
         int64_t tok = read_offset(im, static_cast<hsize_t>(to.samples));
         if (to.tokens >= 0 && to.tokens != tok)
-            throw Error("RunFile::truncate: tokens=" + std::to_string(to.tokens) +
-                        " but token_offsets[" + std::to_string(to.samples) + "]=" +
-                        std::to_string(tok));
+            throw Error("RunFile::truncate: tokens=" + std::to_string(to.tokens) + " but token_offsets[" +
+                        std::to_string(to.samples) + "]=" + std::to_string(tok));
         int64_t tree_tok = read_tree_end(im, to.tree - 1);
         if (to.tree_tokens >= 0 && to.tree_tokens != tree_tok)
-            throw Error("RunFile::truncate: tree_tokens=" + std::to_string(to.tree_tokens) +
-                        " but /tree/token_end[" + std::to_string(to.tree - 1) + "]=" +
-                        std::to_string(tree_tok));
+            throw Error("RunFile::truncate: tree_tokens=" + std::to_string(to.tree_tokens) + " but /tree/token_end[" +
+                        std::to_string(to.tree - 1) + "]=" + std::to_string(tree_tok));
         auto cut = [&](schema::TableId id, int64_t n) {
             hsize_t h = static_cast<hsize_t>(n);
             for (Dataset& d : im.tables[id].cols) TAGFLOW_H5_CHECK(H5Dset_extent(d.get(), &h));

@@ -21,7 +21,13 @@ namespace tagflow::io {
 using tagflow::FinishReason;
 /// /timeline kind enum stored as uint8; names in the dataset attribute `enum_names`.
 enum class SpanKind : uint8_t {
-    kRollout = 0, kTrain = 1, kWeightSync = 2, kResplit = 3, kIdle = 4, kIo = 5, kCheckpoint = 6
+    kRollout = 0,
+    kTrain = 1,
+    kWeightSync = 2,
+    kResplit = 3,
+    kIdle = 4,
+    kIo = 5,
+    kCheckpoint = 6
 };
 const char* to_string(FinishReason r);
 const char* to_string(SpanKind k);
@@ -30,7 +36,7 @@ struct SampleRecord {
     int64_t id = 0;
     int64_t group = 0;
     int64_t prompt_index = 0;
-    std::string task;              // fixed-length S32 in the file
+    std::string task;  // fixed-length S32 in the file
     float reward = 0.f;
     FinishReason finish_reason = FinishReason::kStop;
     int32_t rank = 0;
@@ -39,8 +45,8 @@ struct SampleRecord {
     double t_done = 0.0;
     // Ragged per-token columns; all four have the same length (prompt + response).
     std::vector<int32_t> tokens;
-    std::vector<float> logprobs;   // NaN where loss_mask == 0
-    std::vector<int32_t> versions; // -1 on prompt/environment tokens
+    std::vector<float> logprobs;    // NaN where loss_mask == 0
+    std::vector<int32_t> versions;  // -1 on prompt/environment tokens
     std::vector<uint8_t> loss_mask;
     // /tree row of the segment holding the sample's last token (its full sequence is the first
     // len(tokens) tokens through that row, see /tree); -1 when not recorded in /tree.
@@ -55,12 +61,12 @@ struct SampleRecord {
 /// sequence passes through it (mpi_app/traj/, share/doc/hdf5-schema.md "/tree"). Its full
 /// sequence is (full sequence of the parent row)[0:depth] + its own tokens.
 struct TreeNodeRecord {
-    int64_t parent = -1;           // /tree row of the parent written by an EARLIER append, or -1
-    int64_t parent_in_batch = -1;  // >= 0: the parent is this rank's row parent_in_batch of the
-                                   // same call (earlier in `rows`); parent must then be -1
-    int64_t depth = 0;             // tokens of the full sequence before this row's first token
-    int32_t rank = 0;              // rank that served the request that stored these tokens
-    double t_start = 0, t_end = 0; // that request's arrival and completion (s since t0_unix)
+    int64_t parent = -1;            // /tree row of the parent written by an EARLIER append, or -1
+    int64_t parent_in_batch = -1;   // >= 0: the parent is this rank's row parent_in_batch of the
+                                    // same call (earlier in `rows`); parent must then be -1
+    int64_t depth = 0;              // tokens of the full sequence before this row's first token
+    int32_t rank = 0;               // rank that served the request that stored these tokens
+    double t_start = 0, t_end = 0;  // that request's arrival and completion (s since t0_unix)
     // Own tokens, as in SampleRecord (all four the same length, at least one token).
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
@@ -84,9 +90,9 @@ struct StepRecord {
     float logprob_diff_mean = 0, staleness_mean = 0;
     int32_t staleness_max = 0;
     float samples_per_s = 0, idle_frac = 0;
-    int64_t stale_dropped = 0;   // samples consumed with weight 0 (older than --staleness)
-    int64_t stale_weighted = 0;  // samples trained with an importance weight < 1 (--stale weight)
-    int32_t skipped_updates = 0; // optimiser updates dropped: non-finite loss or gradient norm
+    int64_t stale_dropped = 0;    // samples consumed with weight 0 (older than --staleness)
+    int64_t stale_weighted = 0;   // samples trained with an importance weight < 1 (--stale weight)
+    int32_t skipped_updates = 0;  // optimiser updates dropped: non-finite loss or gradient norm
 };
 
 struct EvalRecord {
@@ -143,10 +149,9 @@ struct ResumeRecord {
 /// Row counts of every table (equal on every rank). `tokens` is the length of the flat
 /// per-token arrays of /samples (== token_offsets[samples]).
 struct TableSizes {
-    int64_t samples = 0, tokens = 0, consumed = 0, steps = 0, eval = 0, syncs = 0, timeline = 0,
-            ranks = 0, resumes = 0;
+    int64_t samples = 0, tokens = 0, consumed = 0, steps = 0, eval = 0, syncs = 0, timeline = 0, ranks = 0, resumes = 0;
     int64_t tree = 0, tree_tokens = 0;  // /tree rows and its flat token arrays' length
-    int64_t text = 0;  // bytes of /samples/text (truncate() derives it from /samples/text_end)
+    int64_t text = 0;                   // bytes of /samples/text (truncate() derives it from /samples/text_end)
 };
 
 /// This rank's H5Dwrite calls, by the I/O mode HDF5 reports it really used
@@ -166,15 +171,15 @@ struct RunAttributes {
 
 /// Fixed lengths (bytes) of the string columns; longer values are cut (never inside a UTF-8
 /// sequence).
-inline constexpr size_t kTaskLen = 32, kModeLen = 16, kHostLen = 64, kTagsLen = 32,
-                        kTagSourceLen = 16, kDataSourceLen = 64;
+inline constexpr size_t kTaskLen = 32, kModeLen = 16, kHostLen = 64, kTagsLen = 32, kTagSourceLen = 16,
+                        kDataSourceLen = 64;
 inline constexpr int32_t kFormatVersion = 1;
 
 /// An open run file. Every method marked COLLECTIVE must be called by every rank of the
 /// I/O communicator given to create(), in the same order, each rank passing its own rows
 /// (possibly none). Rows from all ranks are appended in rank order.
 class RunFile {
- public:
+public:
     /// COLLECTIVE: creates (truncates) `path`, writes the root attributes and every group and
     /// dataset of schema v1. The communicator is duplicated; it must be fixed for the run.
     /// `path` and `attrs` are taken from rank 0 of `io_comm` (broadcast), so ranks cannot
@@ -191,14 +196,14 @@ class RunFile {
     RunFile& operator=(RunFile&&) noexcept;
     ~RunFile();  // closes; never throws
 
-    void append_samples(const std::vector<SampleRecord>& rows);    // COLLECTIVE
-    void append_consumed(const std::vector<ConsumedRecord>& rows); // COLLECTIVE
-    void append_steps(const std::vector<StepRecord>& rows);        // COLLECTIVE
-    void append_eval(const std::vector<EvalRecord>& rows);         // COLLECTIVE
-    void append_syncs(const std::vector<SyncRecord>& rows);        // COLLECTIVE
-    void append_timeline(const std::vector<SpanRecord>& rows);     // COLLECTIVE
-    void append_ranks(const std::vector<RankRecord>& rows);        // COLLECTIVE
-    void append_resumes(const std::vector<ResumeRecord>& rows);    // COLLECTIVE
+    void append_samples(const std::vector<SampleRecord>& rows);     // COLLECTIVE
+    void append_consumed(const std::vector<ConsumedRecord>& rows);  // COLLECTIVE
+    void append_steps(const std::vector<StepRecord>& rows);         // COLLECTIVE
+    void append_eval(const std::vector<EvalRecord>& rows);          // COLLECTIVE
+    void append_syncs(const std::vector<SyncRecord>& rows);         // COLLECTIVE
+    void append_timeline(const std::vector<SpanRecord>& rows);      // COLLECTIVE
+    void append_ranks(const std::vector<RankRecord>& rows);         // COLLECTIVE
+    void append_resumes(const std::vector<ResumeRecord>& rows);     // COLLECTIVE
     /// COLLECTIVE: appends /tree rows. Returns the /tree row of this rank's first row (its rows
     /// are consecutive, in the order given), or -1 when it passed none. Invalid rows (token
     /// arrays of unequal length or empty, a parent that is not an earlier row) throw as below.
@@ -234,7 +239,7 @@ class RunFile {
 
     struct Impl;  // opaque; defined in io/run_file_impl.hpp
 
- private:
+private:
     explicit RunFile(std::unique_ptr<Impl> impl);
     static RunFile open_append_once(MPI_Comm io_comm, const std::string& path);
     void close_or_leak() noexcept;

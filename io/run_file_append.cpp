@@ -38,8 +38,7 @@ float sync_gbps(const SyncRecord& r) {
 void check_all_written(const std::vector<bool>& written, TableId t) {
     for (size_t i = 0; i < written.size(); ++i)
         if (!written[i])
-            throw InternalError(std::string("RunFile: column ") +
-                                schema::tables()[t].columns[i].name + " not written");
+            throw InternalError(std::string("RunFile: column ") + schema::tables()[t].columns[i].name + " not written");
 }
 
 }  // namespace
@@ -48,14 +47,12 @@ void check_all_written(const std::vector<bool>& written, TableId t) {
 
 std::vector<int64_t> RunFile::Impl::allgather(const std::vector<int64_t>& local) const {
     std::vector<int64_t> all(local.size() * static_cast<size_t>(nranks));
-    TAGFLOW_MPI_CHECK(MPI_Allgather(local.data(), static_cast<int>(local.size()), MPI_INT64_T,
-                                    all.data(), static_cast<int>(local.size()), MPI_INT64_T,
-                                    comm.get()));
+    TAGFLOW_MPI_CHECK(MPI_Allgather(local.data(), static_cast<int>(local.size()), MPI_INT64_T, all.data(),
+                                    static_cast<int>(local.size()), MPI_INT64_T, comm.get()));
     return all;
 }
 
-Slot RunFile::Impl::slot(hsize_t base, const std::vector<int64_t>& counts, size_t stride,
-                         size_t k) const {
+Slot RunFile::Impl::slot(hsize_t base, const std::vector<int64_t>& counts, size_t stride, size_t k) const {
     Slot s;
     hsize_t before = 0;
     for (int r = 0; r < nranks; ++r) {
@@ -69,16 +66,16 @@ Slot RunFile::Impl::slot(hsize_t base, const std::vector<int64_t>& counts, size_
     return s;
 }
 
-void RunFile::Impl::put_strings(TableId t, const char* name, const std::vector<std::string>& v,
-                                const Slot& s, std::vector<bool>& written) {
+void RunFile::Impl::put_strings(TableId t, const char* name, const std::vector<std::string>& v, const Slot& s,
+                                std::vector<bool>& written) {
     size_t i = schema::column_index(t, name);
     const schema::Column& c = schema::tables()[t].columns[i];
     if (c.type != schema::ColType::kStr)
         throw InternalError(std::string("RunFile: column ") + name + " is not a string");
     if (v.size() != s.count) throw InternalError(std::string("RunFile: bad row count for ") + name);
     std::vector<char> buf = pack_fixed_strings(v, c.str_len);
-    record(write_slab(tables[t].cols[i].get(), dxpl.get(), tables[t].types[i].get(), s.new_size,
-                      s.start, s.count, buf.data()));
+    record(write_slab(tables[t].cols[i].get(), dxpl.get(), tables[t].types[i].get(), s.new_size, s.start, s.count,
+                      buf.data()));
     written[i] = true;
 }
 
@@ -89,8 +86,7 @@ void RunFile::Impl::record(H5D_mpio_actual_io_mode_t mode) noexcept {
 
 // Appends rows of a table without ragged columns: `fill(slot, written)` writes each column.
 template <class Rec, class Fill>
-static void append_table(RunFile::Impl& im, const char* what, TableId t,
-                         const std::vector<Rec>& rows, Fill fill) {
+static void append_table(RunFile::Impl& im, const char* what, TableId t, const std::vector<Rec>& rows, Fill fill) {
     im.collective(what, [&] {
         std::vector<int64_t> counts = im.allgather({static_cast<int64_t>(rows.size())});
         Slot s = im.slot(im.tables[t].rows, counts, 1, 0);
@@ -112,16 +108,13 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         for (const SampleRecord& r : rows) {
             ntext += static_cast<int64_t>(r.prompt_text.size() + r.response_text.size());
             size_t n = r.tokens.size();
-            if (bad.empty() && (r.logprobs.size() != n || r.versions.size() != n ||
-                                r.loss_mask.size() != n))
-                bad = "sample id " + std::to_string(r.id) + " has tokens/logprobs/versions/" +
-                      "loss_mask of lengths " + std::to_string(n) + "/" +
-                      std::to_string(r.logprobs.size()) + "/" + std::to_string(r.versions.size()) +
-                      "/" + std::to_string(r.loss_mask.size());
+            if (bad.empty() && (r.logprobs.size() != n || r.versions.size() != n || r.loss_mask.size() != n))
+                bad = "sample id " + std::to_string(r.id) + " has tokens/logprobs/versions/" + "loss_mask of lengths " +
+                      std::to_string(n) + "/" + std::to_string(r.logprobs.size()) + "/" +
+                      std::to_string(r.versions.size()) + "/" + std::to_string(r.loss_mask.size());
             ntok += static_cast<int64_t>(n);
         }
-        std::vector<int64_t> c = im.allgather(
-            {static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1, ntext});
+        std::vector<int64_t> c = im.allgather({static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1, ntext});
         std::string bad_ranks;
         for (int r = 0; r < im.nranks; ++r)
             if (c[static_cast<size_t>(r) * 4 + 2]) bad_ranks += " " + std::to_string(r);
@@ -145,9 +138,7 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         im.put_strings(S, "task", column(rows, &SampleRecord::task), s, w);
         im.put(S, "reward", column(rows, &SampleRecord::reward), s, w);
         im.put(S, "finish_reason",
-               column_of(rows, [](const SampleRecord& r) {
-                   return static_cast<uint8_t>(r.finish_reason);
-               }), s, w);
+               column_of(rows, [](const SampleRecord& r) { return static_cast<uint8_t>(r.finish_reason); }), s, w);
         im.put(S, "rank", column(rows, &SampleRecord::rank), s, w);
         im.put(S, "version_min", column(rows, &SampleRecord::version_min), s, w);
         im.put(S, "version_max", column(rows, &SampleRecord::version_max), s, w);
@@ -180,8 +171,8 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         ends.reserve(rows.size());
         int64_t end = static_cast<int64_t>(ts.start);
         for (const SampleRecord& r : rows) ends.push_back(end += static_cast<int64_t>(r.tokens.size()));
-        im.record(write_slab(im.token_offsets.get(), im.dxpl.get(), H5T_NATIVE_INT64,
-                             s.new_size + 1, s.start + 1, s.count, ends.data()));
+        im.record(write_slab(im.token_offsets.get(), im.dxpl.get(), H5T_NATIVE_INT64, s.new_size + 1, s.start + 1,
+                             s.count, ends.data()));
 
         std::vector<int32_t> tokens, versions;
         std::vector<float> logprobs;
@@ -223,10 +214,9 @@ int64_t RunFile::append_tree(const std::vector<TreeNodeRecord>& rows) {
             const size_t n = r.tokens.size();
             const std::string row = "tree row " + std::to_string(i) + " of this rank";
             if (n == 0 || r.logprobs.size() != n || r.versions.size() != n || r.loss_mask.size() != n)
-                bad = row + " has tokens/logprobs/versions/loss_mask of lengths " +
-                      std::to_string(n) + "/" + std::to_string(r.logprobs.size()) + "/" +
-                      std::to_string(r.versions.size()) + "/" + std::to_string(r.loss_mask.size()) +
-                      " (need equal, > 0)";
+                bad = row + " has tokens/logprobs/versions/loss_mask of lengths " + std::to_string(n) + "/" +
+                      std::to_string(r.logprobs.size()) + "/" + std::to_string(r.versions.size()) + "/" +
+                      std::to_string(r.loss_mask.size()) + " (need equal, > 0)";
             else if (r.parent >= 0 && r.parent_in_batch >= 0)
                 bad = row + " names both a parent row and a parent in the batch";
             else if (r.parent < -1 || r.parent >= static_cast<int64_t>(rt.rows))
@@ -239,14 +229,12 @@ int64_t RunFile::append_tree(const std::vector<TreeNodeRecord>& rows) {
                 bad = row + " has depth " + std::to_string(r.depth) + " (a root row has depth 0)";
             ntok += static_cast<int64_t>(n);
         }
-        std::vector<int64_t> c =
-            im.allgather({static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1});
+        std::vector<int64_t> c = im.allgather({static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1});
         std::string bad_ranks;
         for (int r = 0; r < im.nranks; ++r)
             if (c[static_cast<size_t>(r) * 3 + 2]) bad_ranks += " " + std::to_string(r);
         if (!bad_ranks.empty())  // thrown on every rank, before anything is written
-            throw Error("RunFile::append_tree: invalid rows on rank(s)" + bad_ranks +
-                        (bad.empty() ? "" : ": " + bad));
+            throw Error("RunFile::append_tree: invalid rows on rank(s)" + bad_ranks + (bad.empty() ? "" : ": " + bad));
         Slot s = im.slot(rt.rows, c, 3, 0);
         Slot ts = im.slot(tt.rows, c, 3, 1);
         if (s.total == 0) return;
@@ -258,8 +246,7 @@ int64_t RunFile::append_tree(const std::vector<TreeNodeRecord>& rows) {
         end.reserve(rows.size());
         int64_t pos = static_cast<int64_t>(ts.start);
         for (const TreeNodeRecord& r : rows) {
-            parent.push_back(r.parent_in_batch >= 0
-                                 ? static_cast<int64_t>(s.start) + r.parent_in_batch : r.parent);
+            parent.push_back(r.parent_in_batch >= 0 ? static_cast<int64_t>(s.start) + r.parent_in_batch : r.parent);
             depth.push_back(r.depth);
             start.push_back(pos);
             end.push_back(pos += static_cast<int64_t>(r.tokens.size()));
@@ -358,9 +345,9 @@ void RunFile::append_syncs(const std::vector<SyncRecord>& rows) {
         impl_->put(T, "t_start", column(rows, &SyncRecord::t_start), s, w);
         impl_->put(T, "t_end", column(rows, &SyncRecord::t_end), s, w);
         impl_->put_strings(T, "mode", column(rows, &SyncRecord::mode), s, w);
-        impl_->put(T, "dense_bytes", column_of(rows, [](const SyncRecord& r) {
-                       return r.dense_bytes < 0 ? r.bytes : r.dense_bytes;
-                   }), s, w);
+        impl_->put(T, "dense_bytes",
+                   column_of(rows, [](const SyncRecord& r) { return r.dense_bytes < 0 ? r.bytes : r.dense_bytes; }), s,
+                   w);
         impl_->put(T, "buckets", column(rows, &SyncRecord::buckets), s, w);
         impl_->put(T, "gbps", column_of(rows, [](const SyncRecord& r) { return sync_gbps(r); }), s, w);
     });
@@ -370,9 +357,7 @@ void RunFile::append_timeline(const std::vector<SpanRecord>& rows) {
     const TableId T = schema::kTimeline;
     append_table(*impl_, "append_timeline", T, rows, [&](const Slot& s, std::vector<bool>& w) {
         impl_->put(T, "rank", column(rows, &SpanRecord::rank), s, w);
-        impl_->put(T, "kind", column_of(rows, [](const SpanRecord& r) {
-                       return static_cast<uint8_t>(r.kind);
-                   }), s, w);
+        impl_->put(T, "kind", column_of(rows, [](const SpanRecord& r) { return static_cast<uint8_t>(r.kind); }), s, w);
         impl_->put(T, "t_start", column(rows, &SpanRecord::t_start), s, w);
         impl_->put(T, "t_end", column(rows, &SpanRecord::t_end), s, w);
         impl_->put(T, "step", column(rows, &SpanRecord::step), s, w);

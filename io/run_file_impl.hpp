@@ -37,8 +37,8 @@ constexpr schema::ColType col_type_of() {
 
 struct RunFile::Impl {
     struct Table {
-        std::vector<Dataset> cols;   // schema order
-        std::vector<Datatype> types; // file type == memory type of each column
+        std::vector<Dataset> cols;    // schema order
+        std::vector<Datatype> types;  // file type == memory type of each column
         hsize_t rows = 0;
     };
 
@@ -76,10 +76,9 @@ struct RunFile::Impl {
 
     /// COLLECTIVE: writes column `name` of table `t` (T must match the schema type).
     template <class T>
-    void put(schema::TableId t, const char* name, const std::vector<T>& v, const Slot& s,
-             std::vector<bool>& written);
-    void put_strings(schema::TableId t, const char* name, const std::vector<std::string>& v,
-                     const Slot& s, std::vector<bool>& written);
+    void put(schema::TableId t, const char* name, const std::vector<T>& v, const Slot& s, std::vector<bool>& written);
+    void put_strings(schema::TableId t, const char* name, const std::vector<std::string>& v, const Slot& s,
+                     std::vector<bool>& written);
     void record(H5D_mpio_actual_io_mode_t mode) noexcept;
 };
 
@@ -101,14 +100,13 @@ void RunFile::Impl::collective(const char* what, F&& f) {
 }
 
 template <class T>
-void RunFile::Impl::put(schema::TableId t, const char* name, const std::vector<T>& v,
-                        const Slot& s, std::vector<bool>& written) {
+void RunFile::Impl::put(schema::TableId t, const char* name, const std::vector<T>& v, const Slot& s,
+                        std::vector<bool>& written) {
     size_t i = schema::column_index(t, name);
     if (schema::tables()[t].columns[i].type != col_type_of<T>())
         throw InternalError(std::string("RunFile: wrong C++ type for column ") + name);
     if (v.size() != s.count) throw InternalError(std::string("RunFile: bad row count for ") + name);
-    record(write_slab(tables[t].cols[i].get(), dxpl.get(), native_type<T>(), s.new_size, s.start,
-                      s.count, v.data()));
+    record(write_slab(tables[t].cols[i].get(), dxpl.get(), native_type<T>(), s.new_size, s.start, s.count, v.data()));
     written[i] = true;
 }
 

@@ -24,7 +24,9 @@ std::vector<Table> make_tables() {
     const char* T = kSecondsSinceT0;
     using C = ColType;
     std::vector<Table> t;
-    t.push_back({kSamples, "/samples", kRowChunk,
+    t.push_back({kSamples,
+                 "/samples",
+                 kRowChunk,
                  {{"id", C::kI64},
                   {"group", C::kI64},
                   {"prompt_index", C::kI64},
@@ -41,14 +43,18 @@ std::vector<Table> make_tables() {
                   {"text_start", C::kI64, 0, "B", "", true},
                   {"response_text_start", C::kI64, 0, "B", "", true},
                   {"text_end", C::kI64, 0, "B", "", true}}});
-    t.push_back({kTokens, "/samples", kTokenChunk,
-                 {{"tokens", C::kI32},
-                  {"logprobs", C::kF32, 0, "nats"},
-                  {"versions", C::kI32},
-                  {"loss_mask", C::kU8}}});
-    t.push_back({kConsumed, "/consumed", kRowChunk,
+    t.push_back(
+        {kTokens,
+         "/samples",
+         kTokenChunk,
+         {{"tokens", C::kI32}, {"logprobs", C::kF32, 0, "nats"}, {"versions", C::kI32}, {"loss_mask", C::kU8}}});
+    t.push_back({kConsumed,
+                 "/consumed",
+                 kRowChunk,
                  {{"id", C::kI64}, {"step", C::kI32}, {"advantage", C::kF32}, {"weight", C::kF32}}});
-    t.push_back({kSteps, "/steps", kRowChunk,
+    t.push_back({kSteps,
+                 "/steps",
+                 kRowChunk,
                  {{"step", C::kI32},
                   {"t_start", C::kF64, 0, T},
                   {"t_end", C::kF64, 0, T},
@@ -69,7 +75,9 @@ std::vector<Table> make_tables() {
                   {"stale_dropped", C::kI64, 0, "samples", "", true},
                   {"stale_weighted", C::kI64, 0, "samples", "", true},
                   {"skipped_updates", C::kI32, 0, "updates", "", true}}});
-    t.push_back({kEval, "/eval", kRowChunk,
+    t.push_back({kEval,
+                 "/eval",
+                 kRowChunk,
                  {{"step", C::kI32},
                   {"task", C::kStr, kTaskLen},
                   {"score", C::kF32},
@@ -77,7 +85,9 @@ std::vector<Table> make_tables() {
                   // the rows' data_source ("" = every row); 0 greedy, K mean@K sampled (-1: not recorded)
                   {"data_source", C::kStr, kDataSourceLen, nullptr, "", true},
                   {"k", C::kI32, 0, nullptr, "", true}}});
-    t.push_back({kSyncs, "/syncs", kRowChunk,
+    t.push_back({kSyncs,
+                 "/syncs",
+                 kRowChunk,
                  {{"version", C::kI32},
                   {"bytes", C::kI64, 0, "B"},
                   {"t_start", C::kF64, 0, T},
@@ -86,13 +96,17 @@ std::vector<Table> make_tables() {
                   {"dense_bytes", C::kI64, 0, "B"},
                   {"buckets", C::kI32},
                   {"gbps", C::kF32, 0, "GB/s"}}});
-    t.push_back({kTimeline, "/timeline", kRowChunk,
+    t.push_back({kTimeline,
+                 "/timeline",
+                 kRowChunk,
                  {{"rank", C::kI32},
                   {"kind", C::kU8, 0, nullptr, enum_list<SpanKind>(7)},
                   {"t_start", C::kF64, 0, T},
                   {"t_end", C::kF64, 0, T},
                   {"step", C::kI32}}});
-    t.push_back({kRanks, "/ranks", kRowChunk,
+    t.push_back({kRanks,
+                 "/ranks",
+                 kRowChunk,
                  {{"rank", C::kI32},
                   {"host", C::kStr, kHostLen},
                   {"tags", C::kStr, kTagsLen},
@@ -100,9 +114,11 @@ std::vector<Table> make_tables() {
                   {"gpus", C::kI32},
                   {"clock_offset", C::kF64, 0, "s"},
                   {"clock_error", C::kF64, 0, "s", "", true}}});
-    t.push_back({kResumes, "/resumes", kRowChunk,
-                 {{"from_step", C::kI32}, {"t", C::kF64, 0, T}, {"rows_discarded", C::kI64}}});
-    t.push_back({kTree, "/tree", kRowChunk,
+    t.push_back(
+        {kResumes, "/resumes", kRowChunk, {{"from_step", C::kI32}, {"t", C::kF64, 0, T}, {"rows_discarded", C::kI64}}});
+    t.push_back({kTree,
+                 "/tree",
+                 kRowChunk,
                  {{"parent", C::kI64},
                   {"depth", C::kI64, 0, "tokens"},
                   {"token_start", C::kI64},
@@ -110,11 +126,11 @@ std::vector<Table> make_tables() {
                   {"rank", C::kI32},
                   {"t_start", C::kF64, 0, T},
                   {"t_end", C::kF64, 0, T}}});
-    t.push_back({kTreeTokens, "/tree", kTokenChunk,
-                 {{"tokens", C::kI32},
-                  {"logprobs", C::kF32, 0, "nats"},
-                  {"versions", C::kI32},
-                  {"loss_mask", C::kU8}}});
+    t.push_back(
+        {kTreeTokens,
+         "/tree",
+         kTokenChunk,
+         {{"tokens", C::kI32}, {"logprobs", C::kF32, 0, "nats"}, {"versions", C::kI32}, {"loss_mask", C::kU8}}});
     t.push_back({kText, "/samples", kTokenChunk, {{"text", C::kU8, 0, "UTF-8", "", true}}});
     return t;
 }
@@ -127,9 +143,8 @@ const std::vector<Table>& tables() {
 }
 
 const std::vector<const char*>& groups() {
-    static const std::vector<const char*> g = {"/samples", "/consumed", "/steps", "/eval",
-                                               "/syncs",   "/timeline", "/ranks", "/resumes",
-                                               "/tree"};
+    static const std::vector<const char*> g = {"/samples",  "/consumed", "/steps",   "/eval", "/syncs",
+                                               "/timeline", "/ranks",    "/resumes", "/tree"};
     return g;
 }
 

@@ -16,9 +16,9 @@ enum class ColType { kU8, kI32, kI64, kF32, kF64, kStr };
 struct Column {
     const char* name;
     ColType type;
-    size_t str_len = 0;             // kStr only: the S<n> length
-    const char* units = nullptr;    // written as attribute `units`
-    std::string enum_names{};       // uint8 enums: attribute `enum_names` (comma list)
+    size_t str_len = 0;           // kStr only: the S<n> length
+    const char* units = nullptr;  // written as attribute `units`
+    std::string enum_names{};     // uint8 enums: attribute `enum_names` (comma list)
     /// Added to schema v1 after files were written without it (integer, float64 or string
     /// columns): when open_append finds it missing it creates it with every existing row -1 ("not
     /// recorded"; a uint8 column: 0; a string column: ""), so a run started by an older tagflow
@@ -30,9 +30,18 @@ struct Column {
 /// per-sample rows and the flat per-token arrays (plus token_offsets, handled apart); so does
 /// /tree (rows with token_start/token_end, and the flat arrays).
 enum TableId {
-    kSamples, kTokens, kConsumed, kSteps, kEval, kSyncs, kTimeline, kRanks, kResumes,
-    kTree, kTreeTokens,  // /tree: one row per stored token segment, and its flat token arrays
-    kText,               // /samples/text: the UTF-8 bytes of every sample's prompt and response text
+    kSamples,
+    kTokens,
+    kConsumed,
+    kSteps,
+    kEval,
+    kSyncs,
+    kTimeline,
+    kRanks,
+    kResumes,
+    kTree,
+    kTreeTokens,  // /tree: one row per stored token segment, and its flat token arrays
+    kText,        // /samples/text: the UTF-8 bytes of every sample's prompt and response text
     kNumTables
 };
 
@@ -43,8 +52,8 @@ struct Table {
     std::vector<Column> columns;
 };
 
-inline constexpr hsize_t kRowChunk = 1024;        // row tables
-inline constexpr hsize_t kTokenChunk = 64 * 1024; // flat token arrays (256 KiB of int32)
+inline constexpr hsize_t kRowChunk = 1024;         // row tables
+inline constexpr hsize_t kTokenChunk = 64 * 1024;  // flat token arrays (256 KiB of int32)
 inline constexpr const char* kTokenOffsets = "token_offsets";
 inline constexpr const char* kSecondsSinceT0 = "s since t0_unix";
 

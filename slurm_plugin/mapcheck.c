@@ -26,33 +26,21 @@ static void usage(FILE* f) {
 
 static void fmt_cond(const struct tf_cond* c, char* buf, size_t len) {
     switch (c->kind) {
-        case TF_COND_ANY:
-            snprintf(buf, len, "*");
-            break;
-        case TF_COND_FEATURE:
-            snprintf(buf, len, "feature=%s", c->pattern);
-            break;
-        case TF_COND_HARDWARE:
-            snprintf(buf, len, "hardware=%s", c->pattern);
-            break;
+        case TF_COND_ANY: snprintf(buf, len, "*"); break;
+        case TF_COND_FEATURE: snprintf(buf, len, "feature=%s", c->pattern); break;
+        case TF_COND_HARDWARE: snprintf(buf, len, "hardware=%s", c->pattern); break;
         case TF_COND_GRES:
-            snprintf(buf, len, "gres=%s%s%s:%lu", c->gres_name, c->pattern[0] ? ":" : "", c->pattern,
-                     c->count);
+            snprintf(buf, len, "gres=%s%s%s:%lu", c->gres_name, c->pattern[0] ? ":" : "", c->pattern, c->count);
             break;
-        case TF_COND_SCORE_GE:
-            snprintf(buf, len, "score>=%g", c->value);
-            break;
-        case TF_COND_SCORE_LT:
-            snprintf(buf, len, "score<%g", c->value);
-            break;
+        case TF_COND_SCORE_GE: snprintf(buf, len, "score>=%g", c->value); break;
+        case TF_COND_SCORE_LT: snprintf(buf, len, "score<%g", c->value); break;
     }
 }
 
 static void print_map(const struct tf_map* map) {
     char tags[TF_TAGS_STR_LEN];
 
-    printf("%s: OK: %d hardware line(s), %d rule(s), rules combine by first match\n", map->file,
-           map->nhw, map->nrule);
+    printf("%s: OK: %d hardware line(s), %d rule(s), rules combine by first match\n", map->file, map->nhw, map->nrule);
     printf("score = 0.6*compute/%s + 0.4*membw/%s; thresholds%s:", map->has_normalize ? "ref" : "max",
            map->has_normalize ? "ref" : "max", map->custom_tiers ? "" : " (SeamlessFlow defaults)");
     for (int i = 0; i < map->ntier; i++) {
@@ -64,8 +52,8 @@ static void print_map(const struct tf_map* map) {
         double s = tf_map_hw_score(map, i);
         unsigned t = tf_map_tier_tags(map, s);
         tf_tags_format(t, tags, sizeof(tags));
-        printf("%s:%d: hardware %-10s score %.3f -> %s\n", map->file, map->hw[i].line,
-               map->hw[i].name, s, t ? tags : "(no threshold applies)");
+        printf("%s:%d: hardware %-10s score %.3f -> %s\n", map->file, map->hw[i].line, map->hw[i].name, s,
+               t ? tags : "(no threshold applies)");
     }
     for (int r = 0; r < map->nrule; r++) {
         const struct tf_rule* rule = &map->rule[r];
@@ -167,19 +155,15 @@ int main(int argc, char** argv) {
         tf_node_describe(&node, desc, sizeof(desc));
         tf_tags_format(res.map_tags, maptags, sizeof(maptags));
         tf_tags_format(res.tags, tags, sizeof(tags));
-        if (res.hw >= 0)
-            printf("node %s: hardware %s, score %.3f\n", desc, map->hw[res.hw].name, res.score);
+        if (res.hw >= 0) printf("node %s: hardware %s, score %.3f\n", desc, map->hw[res.hw].name, res.score);
+        else printf("node %s: hardware not in the table (no score)\n", desc);
+        if (res.rule >= 0) printf("node: %s:%d matches first -> %s\n", map->file, map->rule[res.rule].line, maptags);
         else
-            printf("node %s: hardware not in the table (no score)\n", desc);
-        if (res.rule >= 0)
-            printf("node: %s:%d matches first -> %s\n", map->file, map->rule[res.rule].line, maptags);
-        else
-            printf("node: no rule matches -> default %s\n", res.has_default ? (res.map_tags ? maptags : "none") : "(none set)");
+            printf("node: no rule matches -> default %s\n",
+                   res.has_default ? (res.map_tags ? maptags : "none") : "(none set)");
         if (res.tags)
-            printf("TAGFLOW_TAGS=%s TAGFLOW_TAG_SOURCE=%s (with --rl-tags=%s)\n", tags,
-                   tf_source_name(res.source), rl);
-        else
-            printf("no tag in common with --rl-tags=%s: the job's tasks would fail on this node\n", rl);
+            printf("TAGFLOW_TAGS=%s TAGFLOW_TAG_SOURCE=%s (with --rl-tags=%s)\n", tags, tf_source_name(res.source), rl);
+        else printf("no tag in common with --rl-tags=%s: the job's tasks would fail on this node\n", rl);
     }
     free(map);
     return 0;

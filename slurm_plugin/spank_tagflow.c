@@ -33,13 +33,13 @@ SPANK_PLUGIN(tagflow, 1);
 
 /* Everything the hooks share; one copy per process (sbatch, srun, slurmstepd, slurmd). */
 static struct {
-    int args_ok;                   /* plugstack arguments parsed */
+    int args_ok; /* plugstack arguments parsed */
     struct tf_args args;
-    char cfg_err[2 * TF_ERR_LEN];  /* bad arguments or bad map: fails tagflow jobs only */
-    struct tf_map* map;            /* loaded lazily, only for tagflow jobs */
+    char cfg_err[2 * TF_ERR_LEN]; /* bad arguments or bad map: fails tagflow jobs only */
+    struct tf_map* map;           /* loaded lazily, only for tagflow jobs */
     int map_tried;
-    int opt_set;                   /* --rl-tags seen (and valid) */
-    unsigned requested;            /* its tags, TF_TAG_ALL for auto */
+    int opt_set;        /* --rl-tags seen (and valid) */
+    unsigned requested; /* its tags, TF_TAG_ALL for auto */
     char opt_value[TF_OPT_MAX + 1];
     char opt_err[2 * TF_ERR_LEN];  /* remote only: value the client should have refused */
     char node_err[3 * TF_ERR_LEN]; /* remote: this node cannot serve the job */
@@ -49,12 +49,14 @@ static struct {
 
 static int tf_opt_cb(int val, const char* optarg, int remote);
 
-static struct spank_option tf_option = {
-    "rl-tags", "LIST",
-    "tagflow capability tags this job may use on each node: comma list of "
-    "rollout,train,critic, or auto for all; each node exports its tag-map tags "
-    "intersected with LIST as TAGFLOW_TAGS",
-    1, 0, tf_opt_cb};
+static struct spank_option tf_option = {"rl-tags",
+                                        "LIST",
+                                        "tagflow capability tags this job may use on each node: comma list of "
+                                        "rollout,train,critic, or auto for all; each node exports its tag-map tags "
+                                        "intersected with LIST as TAGFLOW_TAGS",
+                                        1,
+                                        0,
+                                        tf_opt_cb};
 
 /*
  * Option callback: runs in sbatch/srun/salloc when the option is parsed
@@ -143,8 +145,7 @@ int slurm_spank_init(spank_t sp, int ac, char** av) {
         /* tell the admin early, in the slurmd log; jobs without --rl-tags are unaffected */
         if (tf.args_ok) tf_load_map(&open_errno);
         if (tf.cfg_err[0])
-            slurm_error("tagflow: %s; jobs using --rl-tags will fail on this node until it is fixed",
-                        tf.cfg_err);
+            slurm_error("tagflow: %s; jobs using --rl-tags will fail on this node until it is fixed", tf.cfg_err);
         return 0;
     }
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_REMOTE && ctx != S_CTX_ALLOCATOR) return 0;
@@ -223,30 +224,27 @@ int slurm_spank_user_init(spank_t sp, int ac, char** av) {
     tf_tags_format(tf.requested, req, sizeof(req));
     if (res.tags == 0) {
         if (res.from_default && !res.has_default)
-            snprintf(tf.node_err, sizeof(tf.node_err),
-                     "node %s (%s): no tag-map rule matches and there is no default",
+            snprintf(tf.node_err, sizeof(tf.node_err), "node %s (%s): no tag-map rule matches and there is no default",
                      node.name, desc);
         else
             snprintf(tf.node_err, sizeof(tf.node_err),
                      "node %s (%s): the %s gives tags '%s' but --rl-tags=%s allows only '%s': "
                      "no tag in common",
-                     node.name, desc, res.from_default ? "default" : "tag map", maptags,
-                     tf.opt_value, req);
+                     node.name, desc, res.from_default ? "default" : "tag map", maptags, tf.opt_value, req);
         return 0;
     }
     tf_tags_format(res.tags, tf.tags, sizeof(tf.tags));
     tf.source = tf_source_name(res.source);
     if (res.rule >= 0)
-        slurm_verbose("tagflow: node %s (%s): %s:%d gives %s; exporting %s (source %s)", node.name,
-                      desc, tf.map->file, tf.map->rule[res.rule].line, maptags, tf.tags, tf.source);
+        slurm_verbose("tagflow: node %s (%s): %s:%d gives %s; exporting %s (source %s)", node.name, desc, tf.map->file,
+                      tf.map->rule[res.rule].line, maptags, tf.tags, tf.source);
     else
-        slurm_verbose("tagflow: node %s (%s): no rule matched, default %s; exporting %s", node.name,
-                      desc, maptags, tf.tags);
+        slurm_verbose("tagflow: node %s (%s): no rule matched, default %s; exporting %s", node.name, desc, maptags,
+                      tf.tags);
     /* overwrite: srun steps inherit the batch step's values from the batch node */
     if ((rc = spank_setenv(sp, TF_ENV_TAGS, tf.tags, 1)) != ESPANK_SUCCESS ||
         (rc = spank_setenv(sp, TF_ENV_SOURCE, tf.source, 1)) != ESPANK_SUCCESS) {
-        snprintf(tf.node_err, sizeof(tf.node_err), "spank_setenv(%s): %s", TF_ENV_TAGS,
-                 spank_strerror(rc));
+        snprintf(tf.node_err, sizeof(tf.node_err), "spank_setenv(%s): %s", TF_ENV_TAGS, spank_strerror(rc));
         return 0;
     }
     return 0;
@@ -265,14 +263,10 @@ int slurm_spank_task_init(spank_t sp, int ac, char** av) {
     (void)ac;
     (void)av;
     if (!tf.opt_set) return 0;
-    if (tf.cfg_err[0])
-        why = tf.cfg_err;
-    else if (tf.opt_err[0])
-        why = tf.opt_err;
-    else if (tf.node_err[0])
-        why = tf.node_err;
-    else if (tf.source == NULL)
-        why = "internal error: tags were not computed for this step";
+    if (tf.cfg_err[0]) why = tf.cfg_err;
+    else if (tf.opt_err[0]) why = tf.opt_err;
+    else if (tf.node_err[0]) why = tf.node_err;
+    else if (tf.source == NULL) why = "internal error: tags were not computed for this step";
     if (why != NULL) {
         /* in the task, slurm_error goes to the job's stderr ("slurmstepd-NODE: error: ...") */
         slurm_error("tagflow: %s", why);

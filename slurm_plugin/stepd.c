@@ -75,10 +75,8 @@ int tf_stepd_describe_node(spank_t sp, struct tf_node* node, char* err, size_t e
         return -1;
     }
 
-    if (slurm_load_node_single(&nmsg, namebuf, SHOW_ALL) != 0 || nmsg == NULL ||
-        nmsg->record_count < 1) {
-        snprintf(err, errlen, "slurm_load_node_single(%s): %s", namebuf,
-                 slurm_strerror(slurm_get_errno()));
+    if (slurm_load_node_single(&nmsg, namebuf, SHOW_ALL) != 0 || nmsg == NULL || nmsg->record_count < 1) {
+        snprintf(err, errlen, "slurm_load_node_single(%s): %s", namebuf, slurm_strerror(slurm_get_errno()));
         goto fail;
     }
     {
@@ -88,8 +86,7 @@ int tf_stepd_describe_node(spank_t sp, struct tf_node* node, char* err, size_t e
     }
 
     if (slurm_load_job(&jmsg, job_id, SHOW_DETAIL) != 0 || jmsg == NULL) {
-        snprintf(err, errlen, "slurm_load_job(%" PRIu32 "): %s", job_id,
-                 slurm_strerror(slurm_get_errno()));
+        snprintf(err, errlen, "slurm_load_job(%" PRIu32 "): %s", job_id, slurm_strerror(slurm_get_errno()));
         goto fail;
     }
     job = tf_find_job(jmsg, job_id, namebuf, &idx);
@@ -100,8 +97,7 @@ int tf_stepd_describe_node(spank_t sp, struct tf_node* node, char* err, size_t e
         slurm_free_job_info_msg(jmsg);
         jmsg = NULL;
         if (slurm_load_job(&jmsg, leader, SHOW_DETAIL) != 0 || jmsg == NULL) {
-            snprintf(err, errlen, "slurm_load_job(%" PRIu32 "): %s", leader,
-                     slurm_strerror(slurm_get_errno()));
+            snprintf(err, errlen, "slurm_load_job(%" PRIu32 "): %s", leader, slurm_strerror(slurm_get_errno()));
             goto fail;
         }
         job = tf_find_job(jmsg, job_id, namebuf, &idx);

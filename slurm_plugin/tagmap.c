@@ -78,16 +78,13 @@ int tf_parse_number(const char* s, double* out) {
     char* end = NULL;
     double v;
 
-    if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *s == '+' || *s == '-')
-        return -1;
+    if (s == NULL || *s == '\0' || isspace((unsigned char)*s) || *s == '+' || *s == '-') return -1;
     errno = 0;
     v = strtod(s, &end);
     if (errno != 0 || end == s || *end != '\0' || !isfinite(v) || v < 0.0) return -1;
     /* refuse hex floats, "inf", "nan": only digits, one '.', optional exponent */
     for (const char* p = s; *p; p++)
-        if (!isdigit((unsigned char)*p) && *p != '.' && *p != 'e' && *p != 'E' && *p != '-' &&
-            *p != '+')
-            return -1;
+        if (!isdigit((unsigned char)*p) && *p != '.' && *p != 'e' && *p != 'E' && *p != '-' && *p != '+') return -1;
     *out = v;
     return 0;
 }
@@ -109,8 +106,7 @@ int tf_parse_count(const char* s, unsigned long* out) {
 
 /* ---- tags ---- */
 
-int tf_tags_parse(const char* s, int allow_auto, int allow_none, unsigned* mask, char* err,
-                  size_t errlen) {
+int tf_tags_parse(const char* s, int allow_auto, int allow_none, unsigned* mask, char* err, size_t errlen) {
     char buf[TF_OPT_MAX + 1];
     char clip[48];
     unsigned m = 0;
@@ -119,8 +115,8 @@ int tf_tags_parse(const char* s, int allow_auto, int allow_none, unsigned* mask,
     size_t n;
 
     if (s == NULL || *s == '\0') {
-        tf_errf(err, errlen, "empty tag list (allowed: rollout,train,critic%s%s)",
-                allow_auto ? " or auto" : "", allow_none ? " or none" : "");
+        tf_errf(err, errlen, "empty tag list (allowed: rollout,train,critic%s%s)", allow_auto ? " or auto" : "",
+                allow_none ? " or none" : "");
         return -1;
     }
     n = strnlen(s, sizeof(buf));
@@ -151,8 +147,7 @@ int tf_tags_parse(const char* s, int allow_auto, int allow_none, unsigned* mask,
                 tf_errf(err, errlen, "'%s' must be used alone, not in a list", item);
             else
                 tf_errf(err, errlen, "unknown tag '%s' (allowed: rollout,train,critic%s%s)",
-                        tf_clip(item, clip, sizeof(clip)), allow_auto ? " or auto" : "",
-                        allow_none ? " or none" : "");
+                        tf_clip(item, clip, sizeof(clip)), allow_auto ? " or auto" : "", allow_none ? " or none" : "");
             return -1;
         }
         if (m & bit) {
@@ -205,8 +200,7 @@ int tf_args_parse(int ac, char** av, struct tf_args* args, char* err, size_t err
                 return -1;
             }
             if (tf_strlcpy(args->map, a + 4, sizeof(args->map)) != 0) {
-                tf_errf(err, errlen, "plugstack argument map=: path longer than %d characters",
-                        TF_PATH_MAX - 1);
+                tf_errf(err, errlen, "plugstack argument map=: path longer than %d characters", TF_PATH_MAX - 1);
                 return -1;
             }
         } else if (strncmp(a, "default=", 8) == 0) {
@@ -215,8 +209,7 @@ int tf_args_parse(int ac, char** av, struct tf_args* args, char* err, size_t err
                 return -1;
             }
             if (tf_tags_parse(a + 8, 0, 1, &args->default_tags, terr, sizeof(terr)) != 0) {
-                tf_errf(err, errlen, "plugstack argument default=%s: %s",
-                        tf_clip(a + 8, clip, sizeof(clip)), terr);
+                tf_errf(err, errlen, "plugstack argument default=%s: %s", tf_clip(a + 8, clip, sizeof(clip)), terr);
                 return -1;
             }
             args->has_default = 1;
@@ -232,4 +225,3 @@ int tf_args_parse(int ac, char** av, struct tf_args* args, char* err, size_t err
     }
     return 0;
 }
-

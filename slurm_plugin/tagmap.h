@@ -38,8 +38,7 @@
  * "auto" means every tag. With allow_none, the single word "none" means the
  * empty set. Returns 0 and sets *mask, or -1 and fills err.
  */
-int tf_tags_parse(const char *s, int allow_auto, int allow_none, unsigned* mask, char* err,
-                  size_t errlen);
+int tf_tags_parse(const char* s, int allow_auto, int allow_none, unsigned* mask, char* err, size_t errlen);
 
 /* Format mask as "rollout,train,critic" in canonical order ("" for 0). */
 void tf_tags_format(unsigned mask, char* buf, size_t len);
@@ -121,8 +120,7 @@ void tf_map_init(struct tf_map* map, const char* file);
  * Parse a whole map held in memory (text need not be NUL-terminated: len
  * bytes). Errors are "FILE:LINE: problem". Returns 0 or -1.
  */
-int tf_map_parse(struct tf_map* map, const char* file, const char* text, size_t len, char* err,
-                 size_t errlen);
+int tf_map_parse(struct tf_map* map, const char* file, const char* text, size_t len, char* err, size_t errlen);
 
 /*
  * Read and parse FILE. Returns 0, or -1 with err filled; *open_errno is set to
@@ -168,9 +166,9 @@ int tf_node_add_gres(struct tf_node* node, const char* detail, char* err, size_t
 enum tf_source { TF_SRC_MAP, TF_SRC_OPTION, TF_SRC_DEFAULT };
 
 struct tf_result {
-    int rule;      /* index of the first matching rule, -1 if none */
-    int hw;        /* node's hardware entry, -1 if unknown */
-    double score;  /* valid when hw >= 0 */
+    int rule;          /* index of the first matching rule, -1 if none */
+    int hw;            /* node's hardware entry, -1 if unknown */
+    double score;      /* valid when hw >= 0 */
     unsigned map_tags; /* tags of the matching rule (or default) */
     int from_default;  /* no rule matched: map_tags is the default */
     int has_default;   /* a default exists (plugstack default= or map default) */

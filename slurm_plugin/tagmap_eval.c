@@ -57,8 +57,7 @@ int tf_node_add_features(struct tf_node* node, const char* csv, char* err, size_
                 return -1;
             }
             if (tf_strncpy_n(node->features[node->nfeatures], TF_NAME_MAX, p, n) != 0) {
-                tf_errf(err, errlen, "node %s: feature longer than %d characters", node->name,
-                        TF_NAME_MAX - 1);
+                tf_errf(err, errlen, "node %s: feature longer than %d characters", node->name, TF_NAME_MAX - 1);
                 return -1;
             }
             node->nfeatures++;
@@ -70,8 +69,7 @@ int tf_node_add_features(struct tf_node* node, const char* csv, char* err, size_
 }
 
 /* One GRES item "gpu:h100:2(IDX:0-1)" of length n. */
-static int tf_node_add_gres_item(struct tf_node* node, const char* s, size_t n, char* err,
-                                 size_t errlen) {
+static int tf_node_add_gres_item(struct tf_node* node, const char* s, size_t n, char* err, size_t errlen) {
     char item[TF_NAME_MAX + TF_GRES_NAME_MAX + 32];
     char shown[48]; /* the entry as messages show it: clipped, printable */
     char paren[128] = "";
@@ -110,8 +108,7 @@ static int tf_node_add_gres_item(struct tf_node* node, const char* s, size_t n, 
         return -1;
     }
     if (tf_strlcpy(g.name, f[0], sizeof(g.name)) != 0) { /* was silently an empty name */
-        tf_errf(err, errlen, "GRES name longer than %d characters in '%s'", TF_GRES_NAME_MAX - 1,
-                shown);
+        tf_errf(err, errlen, "GRES name longer than %d characters in '%s'", TF_GRES_NAME_MAX - 1, shown);
         return -1;
     }
     g.count = 1;
@@ -120,10 +117,8 @@ static int tf_node_add_gres_item(struct tf_node* node, const char* s, size_t n, 
         int numeric = f[1][0] != '\0';
         for (const char* q = f[1]; *q; q++)
             if (!isdigit((unsigned char)*q)) numeric = 0;
-        if (numeric)
-            count_i = 1;
-        else
-            type_i = 1;
+        if (numeric) count_i = 1;
+        else type_i = 1;
     } else if (nf == 3) {
         type_i = 1;
         count_i = 2;
@@ -182,11 +177,11 @@ void tf_node_describe(const struct tf_node* node, char* buf, size_t len) {
 
     if (len == 0) return;
     buf[0] = '\0';
-#define TF_APPEND(...)                                         \
-    do {                                                       \
-        w = snprintf(buf + off, len - off, __VA_ARGS__);       \
-        if (w < 0 || (size_t)w >= len - off) return;           \
-        off += (size_t)w;                                      \
+#define TF_APPEND(...)                                   \
+    do {                                                 \
+        w = snprintf(buf + off, len - off, __VA_ARGS__); \
+        if (w < 0 || (size_t)w >= len - off) return;     \
+        off += (size_t)w;                                \
     } while (0)
     TF_APPEND("features=");
     if (node->nfeatures == 0) TF_APPEND("(none)");
@@ -225,17 +220,15 @@ static int tf_node_hw(const struct tf_map* map, const struct tf_node* node, doub
     return best;
 }
 
-static int tf_cond_match(const struct tf_map* map, const struct tf_cond* c, const struct tf_node* node,
-                         int hw, double score) {
+static int tf_cond_match(const struct tf_map* map, const struct tf_cond* c, const struct tf_node* node, int hw,
+                         double score) {
     switch (c->kind) {
-        case TF_COND_ANY:
-            return 1;
+        case TF_COND_ANY: return 1;
         case TF_COND_FEATURE:
             for (int i = 0; i < node->nfeatures; i++)
                 if (fnmatch(c->pattern, node->features[i], 0) == 0) return 1;
             return 0;
-        case TF_COND_HARDWARE:
-            return hw >= 0 && fnmatch(c->pattern, map->hw[hw].name, 0) == 0;
+        case TF_COND_HARDWARE: return hw >= 0 && fnmatch(c->pattern, map->hw[hw].name, 0) == 0;
         case TF_COND_GRES: {
             unsigned long sum = 0;
             for (int i = 0; i < node->ngres; i++) {
@@ -246,10 +239,8 @@ static int tf_cond_match(const struct tf_map* map, const struct tf_cond* c, cons
             }
             return sum >= c->count;
         }
-        case TF_COND_SCORE_GE:
-            return hw >= 0 && score + TF_EPS >= c->value;
-        case TF_COND_SCORE_LT:
-            return hw >= 0 && score + TF_EPS < c->value;
+        case TF_COND_SCORE_GE: return hw >= 0 && score + TF_EPS >= c->value;
+        case TF_COND_SCORE_LT: return hw >= 0 && score + TF_EPS < c->value;
     }
     return 0;
 }
@@ -288,23 +279,17 @@ unsigned tf_evaluate(const struct tf_map* map, const struct tf_args* args, const
         }
     }
     res->tags = res->map_tags & requested;
-    if (res->from_default)
-        res->source = TF_SRC_DEFAULT;
-    else if (res->tags != res->map_tags)
-        res->source = TF_SRC_OPTION;
-    else
-        res->source = TF_SRC_MAP;
+    if (res->from_default) res->source = TF_SRC_DEFAULT;
+    else if (res->tags != res->map_tags) res->source = TF_SRC_OPTION;
+    else res->source = TF_SRC_MAP;
     return res->tags;
 }
 
 const char* tf_source_name(enum tf_source src) {
     switch (src) {
-        case TF_SRC_MAP:
-            return "map";
-        case TF_SRC_OPTION:
-            return "option";
-        case TF_SRC_DEFAULT:
-            return "default";
+        case TF_SRC_MAP: return "map";
+        case TF_SRC_OPTION: return "option";
+        case TF_SRC_DEFAULT: return "default";
     }
     return "?";
 }

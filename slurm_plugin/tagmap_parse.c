@@ -34,10 +34,8 @@ static void tf_maperr(char* err, size_t errlen, const char* file, int line, cons
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (line > 0)
-        tf_errf(err, errlen, "%s:%d: %s", file, line, msg);
-    else
-        tf_errf(err, errlen, "%s: %s", file, msg);
+    if (line > 0) tf_errf(err, errlen, "%s:%d: %s", file, line, msg);
+    else tf_errf(err, errlen, "%s: %s", file, msg);
 }
 
 void tf_map_init(struct tf_map* map, const char* file) {
@@ -62,9 +60,9 @@ static const char* tf_kv(const char* word, const char* key) {
 /* Parses the "compute=X membw=Y" words w[first..nw) of a `kind` line ("hardware",
  * "normalize") into *compute and *membw: both required, positive, given once. When one is
  * missing the error reads "<subject> needs compute=" (or "needs both ..." with `say_both`). */
-static int tf_parse_compute_membw(const struct tf_map* map, int line, char** w, int first, int nw,
-                                  const char* kind, const char* subject, int say_both,
-                                  double* compute, double* membw, char* err, size_t errlen) {
+static int tf_parse_compute_membw(const struct tf_map* map, int line, char** w, int first, int nw, const char* kind,
+                                  const char* subject, int say_both, double* compute, double* membw, char* err,
+                                  size_t errlen) {
     char clip[48];
     int have_c = 0, have_m = 0;
 
@@ -80,14 +78,12 @@ static int tf_parse_compute_membw(const struct tf_map* map, int line, char** w, 
             dst = membw;
             have = &have_m;
         } else {
-            tf_maperr(err, errlen, map->file, line,
-                      "unknown %s attribute '%s' (expected compute= and membw=)", kind,
+            tf_maperr(err, errlen, map->file, line, "unknown %s attribute '%s' (expected compute= and membw=)", kind,
                       tf_clip(w[i], clip, sizeof(clip)));
             return -1;
         }
         if (*have) {
-            tf_maperr(err, errlen, map->file, line, "'%.*s' given twice",
-                      (int)(strchr(w[i], '=') - w[i] + 1), w[i]);
+            tf_maperr(err, errlen, map->file, line, "'%.*s' given twice", (int)(strchr(w[i], '=') - w[i] + 1), w[i]);
             return -1;
         }
         if (tf_parse_number(v, dst) != 0 || *dst <= 0.0) {
@@ -99,14 +95,15 @@ static int tf_parse_compute_membw(const struct tf_map* map, int line, char** w, 
     }
     if (!have_c || !have_m) {
         tf_maperr(err, errlen, map->file, line, "%s needs %s", subject,
-                  say_both ? "both compute= and membw=" : !have_c ? "compute=" : "membw=");
+                  say_both  ? "both compute= and membw="
+                  : !have_c ? "compute="
+                            : "membw=");
         return -1;
     }
     return 0;
 }
 
-static int tf_parse_hardware(struct tf_map* map, int line, char** w, int nw, char* err,
-                             size_t errlen) {
+static int tf_parse_hardware(struct tf_map* map, int line, char** w, int nw, char* err, size_t errlen) {
     struct tf_hw hw;
     char clip[48];
 
@@ -122,20 +119,18 @@ static int tf_parse_hardware(struct tf_map* map, int line, char** w, int nw, cha
         return -1;
     }
     if (tf_strlcpy(hw.name, w[1], sizeof(hw.name)) != 0) {
-        tf_maperr(err, errlen, map->file, line, "hardware name longer than %d characters",
-                  TF_NAME_MAX - 1);
+        tf_maperr(err, errlen, map->file, line, "hardware name longer than %d characters", TF_NAME_MAX - 1);
         return -1;
     }
     for (int i = 0; i < map->nhw; i++)
         if (strcmp(map->hw[i].name, hw.name) == 0) {
-            tf_maperr(err, errlen, map->file, line, "hardware '%s' already defined on line %d",
-                      hw.name, map->hw[i].line);
+            tf_maperr(err, errlen, map->file, line, "hardware '%s' already defined on line %d", hw.name,
+                      map->hw[i].line);
             return -1;
         }
     char subject[TF_NAME_MAX + 16];
     snprintf(subject, sizeof(subject), "hardware '%s'", hw.name);
-    if (tf_parse_compute_membw(map, line, w, 2, nw, "hardware", subject, 0, &hw.compute,
-                               &hw.membw, err, errlen) != 0)
+    if (tf_parse_compute_membw(map, line, w, 2, nw, "hardware", subject, 0, &hw.compute, &hw.membw, err, errlen) != 0)
         return -1;
     if (map->nhw >= TF_MAX_HW) {
         tf_maperr(err, errlen, map->file, line, "too many hardware lines (at most %d)", TF_MAX_HW);
@@ -145,21 +140,19 @@ static int tf_parse_hardware(struct tf_map* map, int line, char** w, int nw, cha
     return 0;
 }
 
-static int tf_parse_normalize(struct tf_map* map, int line, char** w, int nw, char* err,
-                              size_t errlen) {
+static int tf_parse_normalize(struct tf_map* map, int line, char** w, int nw, char* err, size_t errlen) {
     if (map->has_normalize) {
         tf_maperr(err, errlen, map->file, line, "'normalize' given twice");
         return -1;
     }
-    if (tf_parse_compute_membw(map, line, w, 1, nw, "normalize", "'normalize'", 1,
-                               &map->norm_compute, &map->norm_membw, err, errlen) != 0)
+    if (tf_parse_compute_membw(map, line, w, 1, nw, "normalize", "'normalize'", 1, &map->norm_compute, &map->norm_membw,
+                               err, errlen) != 0)
         return -1;
     map->has_normalize = 1;
     return 0;
 }
 
-static int tf_parse_threshold(struct tf_map* map, int line, char** w, int nw, char* err,
-                              size_t errlen) {
+static int tf_parse_threshold(struct tf_map* map, int line, char** w, int nw, char* err, size_t errlen) {
     char clip[48];
     char terr[TF_ERR_LEN];
     struct tf_tier t;
@@ -184,13 +177,11 @@ static int tf_parse_threshold(struct tf_map* map, int line, char** w, int nw, ch
     }
     for (int i = 0; i < map->ntier; i++)
         if (fabs(map->tier[i].min - t.min) < TF_EPS) {
-            tf_maperr(err, errlen, map->file, line, "threshold %s already given on line %d", w[1],
-                      map->tier[i].line);
+            tf_maperr(err, errlen, map->file, line, "threshold %s already given on line %d", w[1], map->tier[i].line);
             return -1;
         }
     if (map->ntier >= TF_MAX_TIERS) {
-        tf_maperr(err, errlen, map->file, line, "too many threshold lines (at most %d)",
-                  TF_MAX_TIERS);
+        tf_maperr(err, errlen, map->file, line, "too many threshold lines (at most %d)", TF_MAX_TIERS);
         return -1;
     }
     /* insertion keeps the tiers sorted, highest first */
@@ -204,8 +195,7 @@ static int tf_parse_threshold(struct tf_map* map, int line, char** w, int nw, ch
     return 0;
 }
 
-static int tf_parse_default(struct tf_map* map, int line, char** w, int nw, char* err,
-                            size_t errlen) {
+static int tf_parse_default(struct tf_map* map, int line, char** w, int nw, char* err, size_t errlen) {
     char terr[TF_ERR_LEN];
 
     if (map->has_default) {
@@ -229,8 +219,7 @@ static int tf_check_pattern(const char* p, size_t maxlen) {
     return (*p != '\0' && strnlen(p, maxlen) < maxlen && strchr(p, '=') == NULL) ? 0 : -1;
 }
 
-static int tf_parse_cond(struct tf_map* map, int line, const char* word, struct tf_cond* c,
-                         char* err, size_t errlen) {
+static int tf_parse_cond(struct tf_map* map, int line, const char* word, struct tf_cond* c, char* err, size_t errlen) {
     char clip[48];
     const char* v;
 
@@ -274,8 +263,7 @@ static int tf_parse_cond(struct tf_map* map, int line, const char* word, struct 
         }
         if (tf_strncpy_n(c->gres_name, sizeof(c->gres_name), part[0], plen[0]) != 0 ||
             strchr(c->gres_name, '=') != NULL) {
-            tf_maperr(err, errlen, map->file, line, "bad GRES name in '%s'",
-                      tf_clip(word, clip, sizeof(clip)));
+            tf_maperr(err, errlen, map->file, line, "bad GRES name in '%s'", tf_clip(word, clip, sizeof(clip)));
             return -1;
         }
         int type_i = -1, count_i = -1;
@@ -283,22 +271,18 @@ static int tf_parse_cond(struct tf_map* map, int line, const char* word, struct 
             int numeric = 1;
             for (size_t k = 0; k < plen[1]; k++)
                 if (!isdigit((unsigned char)part[1][k])) numeric = 0;
-            if (numeric)
-                count_i = 1;
-            else
-                type_i = 1;
+            if (numeric) count_i = 1;
+            else type_i = 1;
         } else if (np == 3) {
             type_i = 1;
             count_i = 2;
         }
         if (type_i >= 0 && tf_strncpy_n(c->pattern, sizeof(c->pattern), part[type_i], plen[type_i]) != 0) {
-            tf_maperr(err, errlen, map->file, line, "GRES type too long in '%s'",
-                      tf_clip(word, clip, sizeof(clip)));
+            tf_maperr(err, errlen, map->file, line, "GRES type too long in '%s'", tf_clip(word, clip, sizeof(clip)));
             return -1;
         }
         if (count_i >= 0 && tf_parse_count(part[count_i], &c->count) != 0) {
-            tf_maperr(err, errlen, map->file, line,
-                      "bad GRES count in '%s' (a whole number from 1 to 1000000)",
+            tf_maperr(err, errlen, map->file, line, "bad GRES count in '%s' (a whole number from 1 to 1000000)",
                       tf_clip(word, clip, sizeof(clip)));
             return -1;
         }
@@ -438,8 +422,7 @@ static int tf_parse_line(struct tf_map* map, int line, char* buf, char* err, siz
     return -1;
 }
 
-int tf_map_parse(struct tf_map* map, const char* file, const char* text, size_t len, char* err,
-                 size_t errlen) {
+int tf_map_parse(struct tf_map* map, const char* file, const char* text, size_t len, char* err, size_t errlen) {
     char buf[TF_LINE_MAX];
     size_t pos = 0;
     int line = 0;
@@ -451,8 +434,7 @@ int tf_map_parse(struct tf_map* map, const char* file, const char* text, size_t 
 
         line++;
         if (n >= sizeof(buf) - 1) {
-            tf_maperr(err, errlen, map->file, line, "line longer than %d characters",
-                      TF_LINE_MAX - 2);
+            tf_maperr(err, errlen, map->file, line, "line longer than %d characters", TF_LINE_MAX - 2);
             return -1;
         }
         if (memchr(text + pos, '\0', n) != NULL) {
@@ -466,8 +448,7 @@ int tf_map_parse(struct tf_map* map, const char* file, const char* text, size_t 
     }
     map->nlines = line;
     if (map->nrule == 0) {
-        tf_maperr(err, errlen, map->file, line,
-                  "the map has no 'rule' line (every node would get the default)");
+        tf_maperr(err, errlen, map->file, line, "the map has no 'rule' line (every node would get the default)");
         return -1;
     }
     for (int i = 0; i < map->nrule; i++)

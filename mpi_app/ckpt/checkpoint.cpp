@@ -95,7 +95,8 @@ double Manifest::get_double(const std::string& key) const {
     const std::string& v = get(key);
     char* end = nullptr;
     double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end != '\0') throw ConfigError("checkpoint " + path + ": key '" + key + "' is not a number ('" + v + "')");
+    if (v.empty() || *end != '\0')
+        throw ConfigError("checkpoint " + path + ": key '" + key + "' is not a number ('" + v + "')");
     return x;
 }
 const FileEntry* Manifest::find_file(const std::string& name) const {
@@ -107,7 +108,9 @@ const FileEntry* Manifest::find_file(const std::string& name) const {
 // ---- paths and files ----
 
 std::string checkpoint_dir(const std::string& out) { return out + "/checkpoint"; }
-std::string staging_dir(const std::string& out, int64_t step) { return out + "/checkpoint.tmp-" + std::to_string(step); }
+std::string staging_dir(const std::string& out, int64_t step) {
+    return out + "/checkpoint.tmp-" + std::to_string(step);
+}
 std::string previous_dir(const std::string& out) { return out + "/checkpoint.old"; }
 
 uint32_t crc32(const void* data, size_t n, uint32_t crc) {
@@ -163,7 +166,8 @@ void remove_tree(const std::string& path) {
         }
         ::closedir(d);
         for (const auto& n : names) remove_tree(path + "/" + n);
-        if (::rmdir(path.c_str()) != 0 && errno != ENOENT) throw Error("checkpoint: cannot remove " + path + ": " + errno_text());
+        if (::rmdir(path.c_str()) != 0 && errno != ENOENT)
+            throw Error("checkpoint: cannot remove " + path + ": " + errno_text());
     } else if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
         throw Error("checkpoint: cannot remove " + path + ": " + errno_text());
     }
@@ -213,7 +217,8 @@ void write_manifest(const std::string& dir, const Manifest& m) {
         if (!o) throw Error("checkpoint: cannot write " + tmp + ": " + errno_text());
     }
     fsync_path(tmp);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("checkpoint: cannot rename " + tmp + ": " + errno_text());
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        throw Error("checkpoint: cannot rename " + tmp + ": " + errno_text());
     fsync_path(dir);
 }
 
@@ -231,8 +236,8 @@ Manifest read_manifest(const std::string& dir) {
         h >> magic >> v;
         if (magic != kMagic) throw ConfigError("checkpoint " + m.path + ": not a tagflow checkpoint manifest");
         if (v != kFormatVersion)
-            throw ConfigError("checkpoint " + m.path + ": format version " + std::to_string(v) + ", this tagflow reads version " +
-                              std::to_string(kFormatVersion));
+            throw ConfigError("checkpoint " + m.path + ": format version " + std::to_string(v) +
+                              ", this tagflow reads version " + std::to_string(kFormatVersion));
         m.format_version = v;
     }
     bool ended = false;
@@ -269,10 +274,12 @@ void verify_files(const std::string& dir, const Manifest& m) {
     for (const auto& f : m.files) {
         const std::string path = dir + "/" + f.name;
         struct stat st;
-        if (::stat(path.c_str(), &st) != 0) throw ConfigError("checkpoint " + path + ": missing (" + errno_text() + ")");
+        if (::stat(path.c_str(), &st) != 0)
+            throw ConfigError("checkpoint " + path + ": missing (" + errno_text() + ")");
         if (static_cast<uint64_t>(st.st_size) != f.bytes)
             throw ConfigError("checkpoint " + path + ": " + std::to_string(st.st_size) + " bytes, the manifest says " +
-                              std::to_string(f.bytes) + (static_cast<uint64_t>(st.st_size) < f.bytes ? " (truncated)" : ""));
+                              std::to_string(f.bytes) +
+                              (static_cast<uint64_t>(st.st_size) < f.bytes ? " (truncated)" : ""));
         FileEntry got;
         try {
             got = describe_file(dir, f.name);
@@ -300,13 +307,16 @@ void verify_shapes(const std::string& dir, const std::string& name,
     }
     for (const auto& [n, shape] : expected) {
         const model::st::TensorInfo* t = h.find(n);
-        if (!t) throw ConfigError("checkpoint " + path + ": no tensor " + n + " (the model needs " + shape_text(shape) + ")");
+        if (!t)
+            throw ConfigError("checkpoint " + path + ": no tensor " + n + " (the model needs " + shape_text(shape) +
+                              ")");
         if (t->shape != shape)
             throw ConfigError("checkpoint " + path + ": tensor " + n + " has shape " + shape_text(t->shape) +
                               ", the model needs " + shape_text(shape) + " (other model size options?)");
     }
     for (const auto& t : h.tensors)
-        if (!expected.count(t.name)) throw ConfigError("checkpoint " + path + ": unexpected tensor " + t.name + " (another model?)");
+        if (!expected.count(t.name))
+            throw ConfigError("checkpoint " + path + ": unexpected tensor " + t.name + " (another model?)");
 }
 
 // ---- commit ----
@@ -333,7 +343,8 @@ void commit(const std::string& out, const std::string& staging) {
     // File systems without RENAME_EXCHANGE: keep the previous one as .old until the new one is
     // in place (recover_and_probe() puts .old back after a crash in between).
     remove_tree(old);
-    if (std::rename(cur.c_str(), old.c_str()) != 0) throw Error("checkpoint: cannot rename " + cur + ": " + errno_text());
+    if (std::rename(cur.c_str(), old.c_str()) != 0)
+        throw Error("checkpoint: cannot rename " + cur + ": " + errno_text());
     if (std::rename(staging.c_str(), cur.c_str()) != 0) {
         const std::string why = errno_text();
         std::rename(old.c_str(), cur.c_str());

@@ -21,7 +21,7 @@ inline constexpr int kFormatVersion = 1;
 
 /// One data file of a checkpoint, relative to its directory.
 struct FileEntry {
-    std::string name;     ///< e.g. "policy/model.safetensors"; no spaces, no "..", no leading '/'
+    std::string name;  ///< e.g. "policy/model.safetensors"; no spaces, no "..", no leading '/'
     uint64_t bytes = 0;
     uint32_t crc32 = 0;
 };
@@ -51,7 +51,7 @@ struct Plan {
     int32_t every = 0;    ///< --ckpt-every (0: only on a signal and at the end)
     bool resume = false;  ///< resume from `manifest` (read and verified on every rank)
     Manifest manifest;
-    std::string dir;      ///< out/checkpoint when resuming
+    std::string dir;  ///< out/checkpoint when resuming
 };
 
 /// `<out>/checkpoint`, `<out>/checkpoint.tmp-<step>`, `<out>/checkpoint.old`.

@@ -15,7 +15,8 @@ std::vector<FileEntry> write_policy(const std::string& staging, const model::Lla
         files.push_back(describe_file(staging, "policy/" + name));
     fsync_path(staging + "/policy");
     if (e.dtype != model::st::DType::F32) {
-        model::save_safetensors(staging + "/" + kPolicyFp32, m.hf_state_dict(), model::st::DType::F32, {{"format", "pt"}});
+        model::save_safetensors(staging + "/" + kPolicyFp32, m.hf_state_dict(), model::st::DType::F32,
+                                {{"format", "pt"}});
         files.push_back(describe_file(staging, kPolicyFp32));
     }
     return files;

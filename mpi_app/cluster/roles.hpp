@@ -19,14 +19,14 @@ struct Roles {
     int world_rank = 0;
     int world_size = 1;
     uint32_t my_tags = 0;
-    std::vector<uint32_t> all_tags;     // by world rank
-    std::vector<std::string> sources;   // by world rank
-    std::vector<std::string> hosts;     // by world rank
-    std::vector<int> rollout_ranks;     // world ranks, ascending
-    std::vector<int> train_ranks;       // world ranks, ascending
-    std::vector<int> critic_ranks;      // world ranks tagged critic, else = train_ranks
-    bool critic_colocated = true;       // true when no rank is tagged critic
-    int train_root = -1;                // lowest world rank tagged train
+    std::vector<uint32_t> all_tags;    // by world rank
+    std::vector<std::string> sources;  // by world rank
+    std::vector<std::string> hosts;    // by world rank
+    std::vector<int> rollout_ranks;    // world ranks, ascending
+    std::vector<int> train_ranks;      // world ranks, ascending
+    std::vector<int> critic_ranks;     // world ranks tagged critic, else = train_ranks
+    bool critic_colocated = true;      // true when no rank is tagged critic
+    int train_root = -1;               // lowest world rank tagged train
 
     Comm io;
     Comm rollout;  // null on ranks without the rollout tag
@@ -37,9 +37,7 @@ struct Roles {
     bool is_rollout() const { return (my_tags & kRollout) != 0; }
     bool is_train() const { return (my_tags & kTrain) != 0; }
     bool is_train_root() const { return world_rank == train_root; }
-    bool is_critic() const {
-        return critic_colocated ? is_train() : (my_tags & kCritic) != 0;
-    }
+    bool is_critic() const { return critic_colocated ? is_train() : (my_tags & kCritic) != 0; }
 };
 
 /// COLLECTIVE over MPI_COMM_WORLD. `local` is this rank's tags, or an error message in

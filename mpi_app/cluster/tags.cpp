@@ -27,17 +27,11 @@ uint32_t parse_tag_list(const std::string& list, const std::string& what) {
         size_t comma = list.find(',', start);
         if (comma == std::string::npos) comma = list.size();
         std::string tag = trim(std::string_view(list).substr(start, comma - start));
-        if (tag == "rollout")
-            bits |= kRollout;
-        else if (tag == "train")
-            bits |= kTrain;
-        else if (tag == "critic")
-            bits |= kCritic;
-        else if (tag.empty())
-            throw ConfigError(what + " '" + list + "': empty tag in list");
-        else
-            throw ConfigError(what + " '" + list + "': unknown tag '" + tag +
-                              "' (allowed: rollout, train, critic)");
+        if (tag == "rollout") bits |= kRollout;
+        else if (tag == "train") bits |= kTrain;
+        else if (tag == "critic") bits |= kCritic;
+        else if (tag.empty()) throw ConfigError(what + " '" + list + "': empty tag in list");
+        else throw ConfigError(what + " '" + list + "': unknown tag '" + tag + "' (allowed: rollout, train, critic)");
         start = comma + 1;
     }
     return bits;
@@ -56,9 +50,8 @@ std::string tags_to_string(uint32_t bits) {
     return s;
 }
 
-RankTags resolve_rank_tags(int rank, int world_size, const std::string& tags,
-                           const std::string& tags_origin, const std::string& plugin_source,
-                           const std::string& rank_tags) {
+RankTags resolve_rank_tags(int rank, int world_size, const std::string& tags, const std::string& tags_origin,
+                           const std::string& plugin_source, const std::string& rank_tags) {
     RankTags r;
     if (!rank_tags.empty()) {
         // "0=rollout;1=rollout,train": validate every entry on every rank (same error everywhere).
@@ -71,8 +64,7 @@ RankTags resolve_rank_tags(int rank, int world_size, const std::string& tags,
             start = semi + 1;
             if (entry.empty()) continue;
             size_t eq = entry.find('=');
-            if (eq == std::string::npos)
-                throw ConfigError("--rank-tags '" + entry + "': expected RANK=TAGS");
+            if (eq == std::string::npos) throw ConfigError("--rank-tags '" + entry + "': expected RANK=TAGS");
             std::string num = trim(std::string_view(entry).substr(0, eq));
             char* end = nullptr;
             long n = std::strtol(num.c_str(), &end, 10);

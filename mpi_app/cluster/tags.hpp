@@ -23,8 +23,7 @@ struct RankTags {
 /// then --tags / TAGFLOW_TAGS (with TAGFLOW_TAG_SOURCE when it came from the environment),
 /// then the colocated default rollout,train. Throws ConfigError on bad input.
 /// `tags_origin` is "option" or "env"; `plugin_source` is TAGFLOW_TAG_SOURCE (may be empty).
-RankTags resolve_rank_tags(int rank, int world_size, const std::string& tags,
-                           const std::string& tags_origin, const std::string& plugin_source,
-                           const std::string& rank_tags);
+RankTags resolve_rank_tags(int rank, int world_size, const std::string& tags, const std::string& tags_origin,
+                           const std::string& plugin_source, const std::string& rank_tags);
 
 }  // namespace tagflow::cluster

@@ -30,8 +30,7 @@ double measure_gemm_gflops(double seconds) {
 }
 
 void maybe_reexec_for_openblas(char** argv) {
-    if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("TAGFLOW_REEXEC") != nullptr)
-        return;
+    if (std::getenv("OPENBLAS_CORETYPE") != nullptr || std::getenv("TAGFLOW_REEXEC") != nullptr) return;
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f")) return;
     setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);

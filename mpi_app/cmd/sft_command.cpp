@@ -85,7 +85,7 @@ struct SftOptions {
     int64_t max_prompt_tokens = 0;  // 0 = no limit
     int32_t val_samples = 1;        // K of mean@K (1 = greedy only)
     double val_temperature = 1.0;
-    int32_t val_max_tokens = 0;     // 0 = the longest response of the data
+    int32_t val_max_tokens = 0;  // 0 = the longest response of the data
     int32_t reward_workers = 2;
 };
 
@@ -96,6 +96,7 @@ po::typed_value<T>* val(T* field) {
 
 po::options_description describe(SftOptions& o) {
     po::options_description d("tagflow sft options");
+    // clang-format off
     d.add_options()
         ("help,h", "print this help and exit")
         ("task", val(&o.task), "task (needs a reference solution): addition, longtail, reverse, sort or a registered one")
@@ -125,7 +126,9 @@ po::options_description describe(SftOptions& o) {
         ("eval-every", val(&o.eval_every), "also evaluate every N steps (0 = only at the start and the end)")
         ("log-every", val(&o.log_every), "progress line every N steps (0 = about 20 lines)")
         ("threads", val(&o.threads), "torch threads per rank (0 = cores / ranks on this node)");
+    // clang-format on
     po::options_description data("Data set instead of --task (share/doc/data.md)");
+    // clang-format off
     data.add_options()
         ("data", po::value<std::string>(&o.data), "train on this JSON Lines file (plain or .gz; veRL rows with a "
                                                   "\"response\" or extra_info.answer); needs --tokenizer or an --init "
@@ -149,6 +152,7 @@ po::options_description describe(SftOptions& o) {
         ("val-temperature", val(&o.val_temperature), "sampling temperature of --val-samples")
         ("val-max-tokens", val(&o.val_max_tokens), "validation response budget (0 = the longest response of the data, "
                                                    "end token included)");
+    // clang-format on
     d.add(data);
     return d;
 }
@@ -210,12 +214,14 @@ bool parse(int argc, char** argv, SftOptions& o, po::variables_map& vm) {
     check_range<int64_t>("kv-heads", o.kv_heads, 1, 1024);
     check_range<int64_t>("d-ff", o.d_ff, 1, 1 << 20);
     if (o.d_model % o.heads != 0)
-        throw ConfigError("--heads " + std::to_string(o.heads) + ": must divide --d-model " + std::to_string(o.d_model));
+        throw ConfigError("--heads " + std::to_string(o.heads) + ": must divide --d-model " +
+                          std::to_string(o.d_model));
     if ((o.d_model / o.heads) % 2 != 0)
         throw ConfigError("--d-model / --heads must be even (RoPE head dimension), got " +
                           std::to_string(o.d_model / o.heads));
     if (o.heads % o.kv_heads != 0)
-        throw ConfigError("--kv-heads " + std::to_string(o.kv_heads) + ": must divide --heads " + std::to_string(o.heads));
+        throw ConfigError("--kv-heads " + std::to_string(o.kv_heads) + ": must divide --heads " +
+                          std::to_string(o.heads));
     if (!o.init.empty() && !fs::exists(fs::path(o.init) / "config.json"))
         throw ConfigError("--init " + o.init + ": no config.json there (expected a Hugging Face checkpoint directory)");
     (void)model::parse_export_dtype(o.export_dtype, "");  // the value; the source's dtype is read later
@@ -265,7 +271,8 @@ model::HfConfig new_config(const SftOptions& o, const rollout::Task& task) {
     c.num_key_value_heads = o.kv_heads;
     c.head_dim = o.d_model / o.heads;
     c.vocab_size = task.vocab_size();
-    if (!o.tokenizer.empty()) model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(o.tokenizer), task.vocab_size());
+    if (!o.tokenizer.empty())
+        model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(o.tokenizer), task.vocab_size());
     c.max_position_embeddings = round64(task.max_prompt_tokens() + task.max_response_tokens());
     c.rms_norm_eps = 1e-6;
     c.rope_theta = 10000.0;
@@ -338,8 +345,7 @@ torch::Tensor masked_logits(model::LlamaModelImpl& m, const torch::Tensor& token
         h = m.model->layers[l]->as<model::LlamaDecoderLayerImpl>()->forward(h, cos, sin, nullptr, nullptr);
     h = m.model->norm(h);
     const torch::Tensor rows = h.reshape({-1, h.size(-1)}).index_select(0, mask.reshape({-1}).nonzero().squeeze(1));
-    return c.tie_word_embeddings ? torch::nn::functional::linear(rows, m.model->embed_tokens->weight)
-                                 : m.lm_head(rows);
+    return c.tie_word_embeddings ? torch::nn::functional::linear(rows, m.model->embed_tokens->weight) : m.lm_head(rows);
 }
 
 // One optimizer step on this rank's share `b` (collective over MPI_COMM_WORLD): the summed
@@ -361,7 +367,7 @@ std::pair<double, double> sft_step(model::LlamaModelImpl& m, torch::optim::AdamW
         loss_sum.backward();
         stats[0] = loss_sum.item<float>();
     } else if (!only_masked && b.tokens.size(0) > 0 && b.tokens.size(1) > 1) {  // no rows (short last batch): zeros
-        const torch::Tensor logits = m.forward(b.tokens.slice(1, 0, -1));  // [b, T-1, V]
+        const torch::Tensor logits = m.forward(b.tokens.slice(1, 0, -1));       // [b, T-1, V]
         const torch::Tensor ce = torch::nn::functional::cross_entropy(
             logits.reshape({-1, logits.size(-1)}), b.tokens.slice(1, 1).reshape({-1}),
             torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
@@ -492,11 +498,20 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
     // ---- inputs checked: OUT and its run file from here on ----
     if (rank == 0) make_run_dirs(o.out);
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    nlohmann::ordered_json cfg_json = {{"command", "sft"}, {"data", o.data}, {"val_data", o.val_data},
-                                       {"tokenizer", d.tokenizer_path()}, {"init", o.init}, {"steps", o.steps},
-                                       {"epochs", dopt.epochs}, {"batch", o.batch}, {"lr", o.lr},
-                                       {"warmup", o.warmup}, {"seed", o.seed}, {"val_samples", o.val_samples},
-                                       {"val_max_tokens", val_budget}, {"reward", d.scorer_name()}};
+    nlohmann::ordered_json cfg_json = {{"command", "sft"},
+                                       {"data", o.data},
+                                       {"val_data", o.val_data},
+                                       {"tokenizer", d.tokenizer_path()},
+                                       {"init", o.init},
+                                       {"steps", o.steps},
+                                       {"epochs", dopt.epochs},
+                                       {"batch", o.batch},
+                                       {"lr", o.lr},
+                                       {"warmup", o.warmup},
+                                       {"seed", o.seed},
+                                       {"val_samples", o.val_samples},
+                                       {"val_max_tokens", val_budget},
+                                       {"reward", d.scorer_name()}};
     io::RunAttributes attrs;
     attrs.config_json = cfg_json.dump();
     attrs.tagflow_version = TAGFLOW_VERSION;
@@ -519,23 +534,24 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
     }
     train::bump_versions(params);
     const model::HfConfig& cfg = m->config();
-    print0("tagflow %s sft: data %s (%ld rows, %lu skipped over --max-prompt-tokens), %d rank%s x %d thread%s, model %s "
-           "d=%ld layers=%ld heads=%ld/%ld ff=%ld vocab=%ld positions=%ld (%ld parameters)%s%s\n",
-           TAGFLOW_VERSION, o.data.c_str(), static_cast<long>(rows),
-           static_cast<unsigned long>(d.train().skipped_over_limit()), size, size == 1 ? "" : "s", threads,
-           threads == 1 ? "" : "s", cfg.model_type.c_str(), static_cast<long>(cfg.hidden_size),
-           static_cast<long>(cfg.num_hidden_layers), static_cast<long>(cfg.num_attention_heads),
-           static_cast<long>(cfg.num_key_value_heads), static_cast<long>(cfg.intermediate_size),
-           static_cast<long>(cfg.vocab_size), static_cast<long>(cfg.max_position_embeddings),
-           static_cast<long>(n_params), o.init.empty() ? "" : ", from ", o.init.c_str());
-    const std::string epochs_text = dopt.epochs > 0 ? std::to_string(dopt.epochs) + " epoch" +
-                                                          (dopt.epochs == 1 ? "" : "s")
-                                                    : std::string("epochs until --steps");
-    print0("steps %ld (%s), batch %ld, lr %g (warm-up %ld, cosine to %g), weight decay %g, seed %ld; "
-           "tokenizer %s\n",
-           static_cast<long>(o.steps), epochs_text.c_str(),
-           static_cast<long>(o.batch), o.lr, static_cast<long>(o.warmup), o.lr / 10, o.weight_decay,
-           static_cast<long>(o.seed), d.tokenizer_path().c_str());
+    print0(
+        "tagflow %s sft: data %s (%ld rows, %lu skipped over --max-prompt-tokens), %d rank%s x %d thread%s, model %s "
+        "d=%ld layers=%ld heads=%ld/%ld ff=%ld vocab=%ld positions=%ld (%ld parameters)%s%s\n",
+        TAGFLOW_VERSION, o.data.c_str(), static_cast<long>(rows),
+        static_cast<unsigned long>(d.train().skipped_over_limit()), size, size == 1 ? "" : "s", threads,
+        threads == 1 ? "" : "s", cfg.model_type.c_str(), static_cast<long>(cfg.hidden_size),
+        static_cast<long>(cfg.num_hidden_layers), static_cast<long>(cfg.num_attention_heads),
+        static_cast<long>(cfg.num_key_value_heads), static_cast<long>(cfg.intermediate_size),
+        static_cast<long>(cfg.vocab_size), static_cast<long>(cfg.max_position_embeddings), static_cast<long>(n_params),
+        o.init.empty() ? "" : ", from ", o.init.c_str());
+    const std::string epochs_text = dopt.epochs > 0
+                                        ? std::to_string(dopt.epochs) + " epoch" + (dopt.epochs == 1 ? "" : "s")
+                                        : std::string("epochs until --steps");
+    print0(
+        "steps %ld (%s), batch %ld, lr %g (warm-up %ld, cosine to %g), weight decay %g, seed %ld; "
+        "tokenizer %s\n",
+        static_cast<long>(o.steps), epochs_text.c_str(), static_cast<long>(o.batch), o.lr, static_cast<long>(o.warmup),
+        o.lr / 10, o.weight_decay, static_cast<long>(o.seed), d.tokenizer_path().c_str());
     if (d.has_val()) {
         const std::string kinds = o.val_samples > 1 ? " and mean@" + std::to_string(o.val_samples) : std::string();
         print0("validation: %s (%ld rows), greedy%s, budget %d tokens, reward %s\n", o.val_data.c_str(),
@@ -661,8 +677,8 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
 }  // namespace
 
 std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
-                                                const std::vector<std::vector<int32_t>>& prompts,
-                                                int32_t max_tokens, int32_t eos, int64_t batch_size) {
+                                                const std::vector<std::vector<int32_t>>& prompts, int32_t max_tokens,
+                                                int32_t eos, int64_t batch_size) {
     torch::NoGradGuard no_grad;
     std::vector<std::vector<int32_t>> out(prompts.size());
     std::map<size_t, std::vector<size_t>> by_len;
@@ -675,7 +691,8 @@ std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
             torch::Tensor input = torch::empty({rows, static_cast<int64_t>(len)}, torch::kLong);
             auto acc = input.accessor<int64_t, 2>();
             for (size_t r = lo; r < hi; ++r)
-                for (size_t t = 0; t < len; ++t) acc[static_cast<int64_t>(r - lo)][static_cast<int64_t>(t)] = prompts[all[r]][t];
+                for (size_t t = 0; t < len; ++t)
+                    acc[static_cast<int64_t>(r - lo)][static_cast<int64_t>(t)] = prompts[all[r]][t];
             model::LlamaKVCache cache = model.make_cache();
             torch::Tensor next = model.forward_cached(input, cache).select(1, -1).argmax(-1);
             std::vector<bool> done(static_cast<size_t>(rows), false);
@@ -699,7 +716,8 @@ std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
 
 GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task, const std::vector<int64_t>& indices) {
     // Multi-turn tasks: greedy sessions with the tool (sched/agent_rollout.hpp).
-    if (const rollout::AgentLoop* loop = rollout::as_agent_loop(task)) return score_agent_greedy(model, task, *loop, indices);
+    if (const rollout::AgentLoop* loop = rollout::as_agent_loop(task))
+        return score_agent_greedy(model, task, *loop, indices);
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i : indices) prompts.push_back(task.eval_prompt(i));
     const auto responses = greedy_decode(model, prompts, task.max_response_tokens(), task.eos_token());
@@ -765,12 +783,13 @@ int sft_command(int argc, char** argv) {
         m = model::LlamaModelImpl::from_pretrained(o.init);
         const model::HfConfig& c = m->config();
         if (c.vocab_size < task->vocab_size())
-            throw ConfigError("--init " + o.init + ": vocab_size " + std::to_string(c.vocab_size) + " is smaller than task " +
-                              o.task + "'s " + std::to_string(task->vocab_size()));
+            throw ConfigError("--init " + o.init + ": vocab_size " + std::to_string(c.vocab_size) +
+                              " is smaller than task " + o.task + "'s " + std::to_string(task->vocab_size()));
         const int64_t need = task->max_prompt_tokens() + task->max_response_tokens();
         if (c.max_position_embeddings < need)
-            throw ConfigError("--init " + o.init + ": max_position_embeddings " + std::to_string(c.max_position_embeddings) +
-                              " is below task " + o.task + "'s " + std::to_string(need) + " tokens");
+            throw ConfigError("--init " + o.init + ": max_position_embeddings " +
+                              std::to_string(c.max_position_embeddings) + " is below task " + o.task + "'s " +
+                              std::to_string(need) + " tokens");
         if (!o.tokenizer.empty())
             model::check_tokenizer_fits(model::resolve_tokenizer_json(o.tokenizer), c.vocab_size, o.init);
     }
@@ -798,13 +817,14 @@ int sft_command(int argc, char** argv) {
     }
     train::bump_versions(params);  // written by MPI, behind the version counters
     const model::HfConfig& cfg = m->config();
-    print0("tagflow %s sft: task %s, %d rank%s x %d thread%s, model %s d=%ld layers=%ld heads=%ld/%ld ff=%ld vocab=%ld "
-           "(%ld parameters)%s%s\n",
-           TAGFLOW_VERSION, o.task.c_str(), size, size == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
-           cfg.model_type.c_str(), static_cast<long>(cfg.hidden_size), static_cast<long>(cfg.num_hidden_layers),
-           static_cast<long>(cfg.num_attention_heads), static_cast<long>(cfg.num_key_value_heads),
-           static_cast<long>(cfg.intermediate_size), static_cast<long>(cfg.vocab_size), static_cast<long>(n_params),
-           o.init.empty() ? "" : ", from ", o.init.c_str());
+    print0(
+        "tagflow %s sft: task %s, %d rank%s x %d thread%s, model %s d=%ld layers=%ld heads=%ld/%ld ff=%ld vocab=%ld "
+        "(%ld parameters)%s%s\n",
+        TAGFLOW_VERSION, o.task.c_str(), size, size == 1 ? "" : "s", threads, threads == 1 ? "" : "s",
+        cfg.model_type.c_str(), static_cast<long>(cfg.hidden_size), static_cast<long>(cfg.num_hidden_layers),
+        static_cast<long>(cfg.num_attention_heads), static_cast<long>(cfg.num_key_value_heads),
+        static_cast<long>(cfg.intermediate_size), static_cast<long>(cfg.vocab_size), static_cast<long>(n_params),
+        o.init.empty() ? "" : ", from ", o.init.c_str());
     print0("steps %ld, batch %ld, lr %g (warm-up %ld, cosine to %g), weight decay %g, grad clip %g, seed %ld\n",
            static_cast<long>(o.steps), static_cast<long>(o.batch), o.lr, static_cast<long>(o.warmup), o.lr / 10,
            o.weight_decay, o.grad_clip, static_cast<long>(o.seed));

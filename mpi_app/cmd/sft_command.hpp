@@ -28,12 +28,11 @@ int sft_command(int argc, char** argv);
 /// `max_tokens` tokens per prompt, a row stops after `eos`. Prompts of equal length are
 /// decoded together, at most `batch_size` rows at a time. No autograd. Local (not collective).
 std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
-                                                const std::vector<std::vector<int32_t>>& prompts,
-                                                int32_t max_tokens, int32_t eos, int64_t batch_size = 256);
+                                                const std::vector<std::vector<int32_t>>& prompts, int32_t max_tokens,
+                                                int32_t eos, int64_t batch_size = 256);
 
 /// Greedy held-out scores on eval prompts `indices` (local, not collective): how many
 /// responses equal the task's solution up to EOS, and the sum of their rewards.
-GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task,
-                         const std::vector<int64_t>& indices);
+GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task, const std::vector<int64_t>& indices);
 
 }  // namespace tagflow::sched

@@ -55,8 +55,8 @@ void bcast_string(std::string& s) {
 std::string first_stop(const data::Row& row, const text::Tokenizer& tok, int32_t* id) {
     const std::vector<int32_t> stops = row.prompt.is_string() ? tok.stop_ids() : tok.chat_stop_ids();
     if (stops.empty())
-        return std::string("the tokenizer has no ") + (row.prompt.is_string() ? "eos token" : "chat end-of-turn token") +
-               " to end a response with";
+        return std::string("the tokenizer has no ") +
+               (row.prompt.is_string() ? "eos token" : "chat end-of-turn token") + " to end a response with";
     *id = stops.front();
     return "";
 }
@@ -88,8 +88,8 @@ SftData SftData::load(const SftDataOptions& o, int rank, int size) {
             throw ConfigError(std::string("--data ") + o.data + ": needs a text tokenizer: --tokenizer PATH " +
                               "(a tokenizer.json or a directory holding one)" +
                               (o.init.empty() ? std::string(" for a fresh model")
-                                              : std::string(", or an --init directory with a tokenizer.json (") + o.init +
-                                                    " has none)"));
+                                              : std::string(", or an --init directory with a tokenizer.json (") +
+                                                    o.init + " has none)"));
         }
         d.tok_ = text::load_tokenizer(d.tok_path_, o.chat_template);
     });
@@ -122,8 +122,8 @@ SftData SftData::load(const SftDataOptions& o, int rank, int size) {
         if (!o.val_data.empty()) {
             dopt.sft = false;
             data::Dataset val = data::Dataset::open(o.val_data, dopt);
-            const uint64_t n = o.val_rows > 0 ? std::min<uint64_t>(val.size(), static_cast<uint64_t>(o.val_rows))
-                                              : val.size();
+            const uint64_t n =
+                o.val_rows > 0 ? std::min<uint64_t>(val.size(), static_cast<uint64_t>(o.val_rows)) : val.size();
             for (uint64_t i = 0; i < n; ++i) {
                 lens[3] = std::max<int64_t>(lens[3], val.prompt_tokens().at(i));
                 const data::Row r = val.row(i);
@@ -131,8 +131,8 @@ SftData SftData::load(const SftDataOptions& o, int rank, int size) {
                 const std::string why = first_stop(r, *d.tok_, &stop);
                 if (!why.empty()) throw ConfigError(o.val_data + ":" + std::to_string(r.line) + ": " + why);
                 if (r.has_response)
-                    lens[2] = std::max<int64_t>(lens[2],
-                                                static_cast<int64_t>(d.tok_->encode(r.response, false).size()) + 1);
+                    lens[2] =
+                        std::max<int64_t>(lens[2], static_cast<int64_t>(d.tok_->encode(r.response, false).size()) + 1);
             }
             val_bytes = val.to_bytes();
         }

@@ -22,16 +22,16 @@ namespace tagflow::sched {
 
 struct SftDataOptions {
     std::string data, val_data;
-    std::string tokenizer;        ///< --tokenizer (file or directory); else `init`'s tokenizer.json
-    std::string init;             ///< --init checkpoint directory ("" = a fresh model)
-    std::string chat_template;    ///< --chat-template FILE ("" = the tokenizer's)
+    std::string tokenizer;      ///< --tokenizer (file or directory); else `init`'s tokenizer.json
+    std::string init;           ///< --init checkpoint directory ("" = a fresh model)
+    std::string chat_template;  ///< --chat-template FILE ("" = the tokenizer's)
     int64_t max_prompt_tokens = 0;
-    int64_t epochs = 0;           ///< 0: bounded by `steps` only
+    int64_t epochs = 0;  ///< 0: bounded by `steps` only
     int64_t seed = 1;
-    std::string reward;           ///< builtin:NAME ("" = by data_source)
-    std::string reward_fn;        ///< FILE.py[:NAME]
+    std::string reward;     ///< builtin:NAME ("" = by data_source)
+    std::string reward_fn;  ///< FILE.py[:NAME]
     int32_t reward_workers = 2;
-    int64_t val_rows = 0;         ///< 0 = every validation row, else the first N
+    int64_t val_rows = 0;  ///< 0 = every validation row, else the first N
 };
 
 /// One training sequence: prompt ids then response ids (the response ends with its stop id).

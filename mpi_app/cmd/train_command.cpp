@@ -128,8 +128,8 @@ int train_command(int argc, char** argv) {
     cluster::RankTags local;
     std::string local_error;
     try {
-        local = cluster::resolve_rank_tags(rank, world.size(), opt.tags, opt.tags_origin, opt.tag_source,
-                                           opt.rank_tags);
+        local =
+            cluster::resolve_rank_tags(rank, world.size(), opt.tags, opt.tags_origin, opt.tag_source, opt.rank_tags);
     } catch (const ConfigError& e) {
         local_error = e.what();
     }
@@ -202,7 +202,8 @@ int train_command(int argc, char** argv) {
         throw ConfigError("--out " + opt.out + ": has a checkpoint but no run file " + path +
                           " (use --no-resume --overwrite to start afresh)");
     if (exists && !resume && !opt.overwrite) {
-        if (rank == 0) log_error("--out %s: %s already exists (use a new --out, or --overwrite)", opt.out.c_str(), path.c_str());
+        if (rank == 0)
+            log_error("--out %s: %s already exists (use a new --out, or --overwrite)", opt.out.c_str(), path.c_str());
         throw ConfigError("");
     }
 
@@ -238,9 +239,10 @@ int train_command(int argc, char** argv) {
         model::HfConfig c = check_pretrained_on_every_rank(opt.model, "--model");
         if (c.vocab_size < task->vocab_size())
             throw ConfigError("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) +
-                              " is smaller than the " + std::to_string(task->vocab_size()) + " tokens of task " + task->name());
-        const int64_t need = task->max_prompt_tokens() +
-                             (opt.max_new_tokens > 0 ? opt.max_new_tokens : task->max_response_tokens());
+                              " is smaller than the " + std::to_string(task->vocab_size()) + " tokens of task " +
+                              task->name());
+        const int64_t need =
+            task->max_prompt_tokens() + (opt.max_new_tokens > 0 ? opt.max_new_tokens : task->max_response_tokens());
         if (c.max_position_embeddings < need)
             throw ConfigError("--model " + opt.model + ": max_position_embeddings " +
                               std::to_string(c.max_position_embeddings) + " is below the " + std::to_string(need) +
@@ -253,10 +255,8 @@ int train_command(int argc, char** argv) {
     if (!opt.tokenizer.empty()) {
         const std::string tj = model::resolve_tokenizer_json(opt.tokenizer);
         model::HfConfig c;
-        if (opt.model.empty())
-            model::apply_tokenizer_vocab(c, tj, task->vocab_size());
-        else
-            model::check_tokenizer_fits(tj, model::load_hf_config(opt.model + "/config.json").vocab_size, opt.model);
+        if (opt.model.empty()) model::apply_tokenizer_vocab(c, tj, task->vocab_size());
+        else model::check_tokenizer_fits(tj, model::load_hf_config(opt.model + "/config.json").vocab_size, opt.model);
     }
     // And the run's tokenizer (--model's tokenizer.json, --chat-template): loaded on every rank.
     load_run_tokenizer_on_every_rank(opt);
@@ -272,8 +272,9 @@ int train_command(int argc, char** argv) {
         plan.manifest = ckpt::read_verified(MPI_COMM_WORLD, 0, plan.dir, [&](const ckpt::Manifest& m) {
             auto same = [&](const char* key, const std::string& now, const char* option) {
                 if (m.get(key) != now)
-                    throw ConfigError("checkpoint " + m.path + ": written with " + option + " " + m.get(key) + ", this run has " +
-                                      option + " " + now + " (use --no-resume --overwrite to start afresh)");
+                    throw ConfigError("checkpoint " + m.path + ": written with " + option + " " + m.get(key) +
+                                      ", this run has " + option + " " + now +
+                                      " (use --no-resume --overwrite to start afresh)");
             };
             same("mode", opt.mode.name(), "--mode");
             same("task", task->name(), "--task");
@@ -285,14 +286,16 @@ int train_command(int argc, char** argv) {
                 same("data_rows", std::to_string(dt->dataset().size()), "a --data file of rows");
             if (async) check_async_resume(opt, roles, m);  // same split of the ranks (async_scheduler.hpp)
             if (m.get_int("step") > opt.steps)
-                throw ConfigError("checkpoint " + m.path + ": at step " + m.get("step") + ", past --steps " + std::to_string(opt.steps));
+                throw ConfigError("checkpoint " + m.path + ": at step " + m.get("step") + ", past --steps " +
+                                  std::to_string(opt.steps));
             std::vector<std::string> need = {"policy/model.safetensors", "actor_state.pt"};
             if (opt.kl_coef > 0) need.push_back("reference_state.pt");
             if (opt.algo == "ppo") need.push_back("critic_state.pt");
             for (const auto& n : need)
-                if (!m.find_file(n)) throw ConfigError("checkpoint " + m.path + ": lists no " + n + " (other --kl-coef or --algo?)");
-            const int64_t positions = task->max_prompt_tokens() +
-                                      (opt.max_new_tokens > 0 ? opt.max_new_tokens : task->max_response_tokens());
+                if (!m.find_file(n))
+                    throw ConfigError("checkpoint " + m.path + ": lists no " + n + " (other --kl-coef or --algo?)");
+            const int64_t positions =
+                task->max_prompt_tokens() + (opt.max_new_tokens > 0 ? opt.max_new_tokens : task->max_response_tokens());
             model::LlamaModel fresh = make_policy(opt, *task, positions);
             std::map<std::string, std::vector<int64_t>> shapes;
             for (const auto& [name, t] : fresh->hf_state_dict()) shapes[name] = t.sizes().vec();
@@ -303,8 +306,8 @@ int train_command(int argc, char** argv) {
     // ---- from here on the run exists; errors abort the job ----
     double t0 = profile::unix_now();
     TAGFLOW_MPI_CHECK(MPI_Bcast(&t0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
-    print0("tagflow %s train: %d ranks, mode %s, run file %s\n", TAGFLOW_VERSION, roles.world_size,
-           opt.mode.name(), path.c_str());
+    print0("tagflow %s train: %d ranks, mode %s, run file %s\n", TAGFLOW_VERSION, roles.world_size, opt.mode.name(),
+           path.c_str());
     print0("configuration:\n%s", config::to_table(pr).c_str());
     for (int r = 0; r < roles.world_size; ++r)
         print0("  rank %d on %s: tags %s (source %s)\n", r, roles.hosts[static_cast<size_t>(r)].c_str(),
@@ -321,22 +324,25 @@ int train_command(int argc, char** argv) {
             std::string s;
             for (size_t r = 0; r < all.size(); ++r) s += (r ? ", " : "") + std::to_string(static_cast<int>(all[r]));
             print0("fp32 GEMM (512x512, %d thread%s/rank): %s GFLOP/s per rank (OPENBLAS_CORETYPE=%s)\n", threads,
-                   threads == 1 ? "" : "s", s.c_str(), std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
+                   threads == 1 ? "" : "s", s.c_str(),
+                   std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
         }
         if (g < opt.min_gflops)
-            log_warn("*** SLOW MATHS: fp32 GEMM runs at %.0f GFLOP/s, below --min-gflops %.0f. This looks like the "
-                     "reference Netlib BLAS (~4 GFLOP/s) or generic OpenBLAS kernels: install "
-                     "libopenblas0-pthread (share/setup.sh does) and set OPENBLAS_CORETYPE for this CPU "
-                     "(%s). ***",
-                     g, opt.min_gflops, openblas_hint());
+            log_warn(
+                "*** SLOW MATHS: fp32 GEMM runs at %.0f GFLOP/s, below --min-gflops %.0f. This looks like the "
+                "reference Netlib BLAS (~4 GFLOP/s) or generic OpenBLAS kernels: install "
+                "libopenblas0-pthread (share/setup.sh does) and set OPENBLAS_CORETYPE for this CPU "
+                "(%s). ***",
+                g, opt.min_gflops, openblas_hint());
     }
 
     if (rank == 0) make_run_dirs(opt.out);
-    if (rank == 0 && !resume) ckpt::remove_all(opt.out);  // a fresh run: no stale checkpoint to resume later
+    if (rank == 0 && !resume) ckpt::remove_all(opt.out);   // a fresh run: no stale checkpoint to resume later
     if (rank == 0 && resume) ckpt::remove_stale(opt.out);  // staging dirs a crash left behind
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     // Heartbeat watchdog: a lost rank ends the job within --heartbeat-timeout (health/heartbeat.hpp).
-    health::start_watchdog({opt.out + "/.heartbeat", rank, roles.world_size, roles.hosts, std::to_string(t0), opt.heartbeat_timeout});
+    health::start_watchdog(
+        {opt.out + "/.heartbeat", rank, roles.world_size, roles.hosts, std::to_string(t0), opt.heartbeat_timeout});
     // Every rank's clock against rank 0's (whose clock gave t0): /ranks clock_offset and clock_error,
     // which `tagflow trace` applies. After the watchdog: a rank lost here ends the job.
     const std::vector<profile::ClockOffset> clocks = profile::measure_clock_offsets(MPI_COMM_WORLD, 0);
@@ -386,10 +392,10 @@ int train_command(int argc, char** argv) {
             run = std::make_unique<io::RunFile>(io::RunFile::open_append(async ? MPI_COMM_SELF : roles.io.get(), path));
             clock0 = run->attributes().t0_unix;
             const io::TableSizes want = ckpt::get_sizes(plan.manifest), have = run->sizes();
-            const int64_t w[] = {want.samples, want.consumed, want.steps, want.eval, want.syncs, want.timeline, want.ranks,
-                                 want.resumes, want.tree};
-            const int64_t h[] = {have.samples, have.consumed, have.steps, have.eval, have.syncs, have.timeline, have.ranks,
-                                 have.resumes, have.tree};
+            const int64_t w[] = {want.samples,  want.consumed, want.steps,   want.eval, want.syncs,
+                                 want.timeline, want.ranks,    want.resumes, want.tree};
+            const int64_t h[] = {have.samples,  have.consumed, have.steps,   have.eval, have.syncs,
+                                 have.timeline, have.ranks,    have.resumes, have.tree};
             for (size_t k = 0; k < sizeof w / sizeof w[0]; ++k)
                 if (w[k] > h[k])
                     throw ConfigError(path + ": has fewer rows than checkpoint " + plan.manifest.path +
@@ -459,10 +465,11 @@ int train_command(int argc, char** argv) {
     if (run) run->close();
     health::mark_done();
     health::status_done();
-    print0("summary: %ld steps in %.1fs (%.1f samples/s); reward first step %.3f -> last step %.3f; "
-           "held-out greedy eval %.3f -> %.3f (best %.3f; best constant output %.3f)\n",
-           s.steps, s.elapsed, s.samples_per_s, s.first_reward, s.last_reward, s.first_eval, s.last_eval,
-           s.best_eval, s.best_constant);
+    print0(
+        "summary: %ld steps in %.1fs (%.1f samples/s); reward first step %.3f -> last step %.3f; "
+        "held-out greedy eval %.3f -> %.3f (best %.3f; best constant output %.3f)\n",
+        s.steps, s.elapsed, s.samples_per_s, s.first_reward, s.last_reward, s.first_eval, s.last_eval, s.best_eval,
+        s.best_constant);
     print0("run file: %s\n", path.c_str());
     return s.exit_code;  // ckpt::kExitRequeue after a checkpoint forced by a signal
 }

@@ -30,11 +30,10 @@ std::string mpi_error_message(int code, const char* call, const char* file, int 
 
 }  // namespace tagflow
 
-#define TAGFLOW_MPI_CHECK(call)                                                              \
-    do {                                                                                    \
-        int tagflow_mpi_rc_ = (call);                                                       \
-        if (tagflow_mpi_rc_ != 0 /* MPI_SUCCESS */)                                         \
-            throw ::tagflow::MpiError(                                                      \
-                ::tagflow::mpi_error_message(tagflow_mpi_rc_, #call, __FILE__, __LINE__),   \
-                tagflow_mpi_rc_);                                                           \
+#define TAGFLOW_MPI_CHECK(call)                                                                                 \
+    do {                                                                                                        \
+        int tagflow_mpi_rc_ = (call);                                                                           \
+        if (tagflow_mpi_rc_ != 0 /* MPI_SUCCESS */)                                                             \
+            throw ::tagflow::MpiError(::tagflow::mpi_error_message(tagflow_mpi_rc_, #call, __FILE__, __LINE__), \
+                                      tagflow_mpi_rc_);                                                         \
     } while (0)

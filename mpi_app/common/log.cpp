@@ -12,10 +12,8 @@ int g_size = 1;
 void vlog(FILE* f, const char* prefix, const char* fmt, va_list ap) {
     char buf[4096];
     vsnprintf(buf, sizeof buf, fmt, ap);
-    if (g_size > 1 || prefix[0] != '\0')
-        fprintf(f, "[tagflow %d/%d] %s%s\n", g_rank, g_size, prefix, buf);
-    else
-        fprintf(f, "[tagflow] %s\n", buf);
+    if (g_size > 1 || prefix[0] != '\0') fprintf(f, "[tagflow %d/%d] %s%s\n", g_rank, g_size, prefix, buf);
+    else fprintf(f, "[tagflow] %s\n", buf);
     fflush(f);
 }
 }  // namespace

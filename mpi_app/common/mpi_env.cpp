@@ -26,8 +26,8 @@ MpiEnvironment::MpiEnvironment(int& argc, char**& argv, int required) {
     TAGFLOW_MPI_CHECK(MPI_Init_thread(&argc, &argv, required, &provided_));
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     if (provided_ < required)
-        throw MpiError("MPI_Init_thread granted thread level " + std::to_string(provided_) +
-                           " but tagflow needs " + std::to_string(required),
+        throw MpiError("MPI_Init_thread granted thread level " + std::to_string(provided_) + " but tagflow needs " +
+                           std::to_string(required),
                        0);
 }
 

@@ -12,20 +12,20 @@ namespace tagflow {
 /// Exactly one, first thing in main(). MPI_Init_thread with `required`; throws if the
 /// library grants less. Sets MPI_ERRORS_RETURN on MPI_COMM_WORLD so TAGFLOW_MPI_CHECK sees errors.
 class MpiEnvironment {
- public:
+public:
     MpiEnvironment(int& argc, char**& argv, int required = MPI_THREAD_FUNNELED);
     ~MpiEnvironment();
     MpiEnvironment(const MpiEnvironment&) = delete;
     MpiEnvironment& operator=(const MpiEnvironment&) = delete;
     int provided() const noexcept { return provided_; }
 
- private:
+private:
     int provided_ = 0;
 };
 
 /// A communicator; owning ones are freed on destruction. Move-only.
 class Comm {
- public:
+public:
     Comm() = default;
     static Comm world() noexcept { return Comm(MPI_COMM_WORLD, false); }
     static Comm adopt(MPI_Comm c) noexcept { return Comm(c, true); }
@@ -46,7 +46,7 @@ class Comm {
     MPI_Comm get() const noexcept { return comm_; }
     void reset() noexcept;
 
- private:
+private:
     Comm(MPI_Comm c, bool owning) noexcept : comm_(c), owning_(owning) {}
     MPI_Comm comm_ = MPI_COMM_NULL;
     bool owning_ = false;

@@ -78,7 +78,8 @@ void write_file_replace(const std::string& path, std::string_view bytes, mode_t 
 int create_new_file(const std::string& path, mode_t mode) {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd >= 0) return fd;
-    if (errno == EEXIST) throw Error(path + ": exists (a file or a symbolic link was already there); not overwriting it");
+    if (errno == EEXIST)
+        throw Error(path + ": exists (a file or a symbolic link was already there); not overwriting it");
     throw Error(path + ": cannot create: " + cause(errno));
 }
 
@@ -111,7 +112,8 @@ void append_file_nofollow(const std::string& path, std::string_view bytes, mode_
     }
     try {
         struct stat st {};
-        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(path + ": not a regular file; refusing to write to it");
+        if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+            throw Error(path + ": not a regular file; refusing to write to it");
         write_all(fd, bytes, path);
     } catch (...) {
         ::close(fd);
@@ -129,8 +131,9 @@ void check_run_dir(const std::string& dir, bool allow_shared) {
     if (!S_ISDIR(st.st_mode)) throw ConfigError("run directory " + dir + " exists and is not a directory");
     if (allow_shared) return;
     if (st.st_uid != ::geteuid())
-        throw ConfigError("run directory " + dir + " belongs to user id " + std::to_string(st.st_uid) + ", not to this user (" +
-                          std::to_string(::geteuid()) + "): its owner could plant files in it; use your own "
+        throw ConfigError("run directory " + dir + " belongs to user id " + std::to_string(st.st_uid) +
+                          ", not to this user (" + std::to_string(::geteuid()) +
+                          "): its owner could plant files in it; use your own "
                           "directory, or pass --allow-shared-dir");
     if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
         char mode[8];

@@ -9,7 +9,7 @@
 namespace tagflow::config {
 
 class Mode {
- public:
+public:
     enum Kind { kSync, kDisaggregated, kMultiplex };
     /// The mode of a run without --mode (and without a checkpoint that names one).
     static constexpr Kind kDefault = kMultiplex;
@@ -17,7 +17,7 @@ class Mode {
     constexpr Mode(Kind k = kDefault) : k_(k) {}  // NOLINT(google-explicit-constructor)
     /// Parses a mode name; anything but sync, disaggregated, multiplex throws ConfigError
     /// "unknown mode 'NAME' (sync, disaggregated, multiplex)".
-    Mode(const std::string& name);  // NOLINT(google-explicit-constructor)
+    Mode(const std::string& name);                       // NOLINT(google-explicit-constructor)
     Mode(const char* name) : Mode(std::string(name)) {}  // NOLINT(google-explicit-constructor)
 
     constexpr Kind kind() const { return k_; }
@@ -28,7 +28,7 @@ class Mode {
     friend constexpr bool operator==(Mode a, Mode b) { return a.k_ == b.k_; }
     friend constexpr bool operator!=(Mode a, Mode b) { return a.k_ != b.k_; }
 
- private:
+private:
     Kind k_;
 };
 

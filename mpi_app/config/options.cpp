@@ -42,6 +42,7 @@ po::typed_value<T>* val(T* field) {
 
 po::options_description describe(Options& o) {
     po::options_description run("Run");
+    // clang-format off
     run.add_options()
         ("help,h", "print this help and exit")
         ("config", po::value<std::string>(&o.config_file), "config file (Boost.Program_options INI syntax: key = value)")
@@ -62,11 +63,15 @@ po::options_description describe(Options& o) {
         ("task", val(&o.task), "task: reverse or sort (built in), or one registered with rollout::register_task")
         ("digits", val(&o.digits), "digits per prompt of the digit tasks (0 = the task's default: reverse and sort 5, addition 3)")
         ("threads", val(&o.threads), "torch threads per rank (0 = cores available to the rank / ranks sharing them)");
+    // clang-format on
     po::options_description tags("Tags (capability of each rank: rollout, train, critic)");
+    // clang-format off
     tags.add_options()
         ("tags", val(&o.tags), "tags for every rank, e.g. rollout,train (the SPANK plugin sets TAGFLOW_TAGS)")
         ("rank-tags", val(&o.rank_tags), "per-rank tags, e.g. \"0=rollout;1=rollout,train\"; unlisted ranks get rollout,train");
+    // clang-format on
     po::options_description model("Model (Llama-family decoder: RMSNorm, RoPE, SwiGLU, GQA)");
+    // clang-format off
     model.add_options()
         ("model", val(&o.model), "start from this Hugging Face checkpoint dir (config.json + *.safetensors); "
                                  "its config.json replaces the size options below; its tokenizer.json (if any) is the "
@@ -88,7 +93,9 @@ po::options_description describe(Options& o) {
                                          "(default: --model's own tokenizer files, if any)")
         ("export-dtype", val(&o.export_dtype), "dtype of the checkpoint's policy/ weights: bf16, fp32, or auto (bf16 "
                                                "when --model's torch_dtype is bfloat16, else fp32)");
+    // clang-format on
     po::options_description rollout("Rollout");
+    // clang-format off
     rollout.add_options()
         ("prompts-per-step", val(&o.prompts_per_step), "prompts per training step, over all rollout ranks")
         ("group-size", val(&o.group_size), "responses per prompt (GRPO group size G)")
@@ -102,7 +109,9 @@ po::options_description describe(Options& o) {
          "for throughput benchmarks; single-turn tasks)")
         ("max-batch", val(&o.max_batch), "rollout engine slots per rank: sequences decoding together "
                                          "(a finished one's slot is refilled at once)");
+    // clang-format on
     po::options_description data("Data and rewards (share/doc/data.md, share/doc/rewards.md)");
+    // clang-format off
     data.add_options()
         ("data", val(&o.data), "train on the prompts of this JSON Lines file (plain or .gz; veRL's rows: prompt, "
                                "data_source, reward_model.ground_truth, extra_info) instead of --task's; needs a text "
@@ -122,7 +131,9 @@ po::options_description describe(Options& o) {
         ("reward-workers", val(&o.reward_workers), "Python worker processes per rollout rank (--reward-fn)")
         ("reward-error", val(&o.reward_error), "fail (a failed reward: checkpoint, one line naming the row, exit 1; "
                                                "resumable) or zero (scored 0 and counted)");
+    // clang-format on
     po::options_description train("Train");
+    // clang-format off
     train.add_options()
         ("algo", val(&o.algo), "grpo, ppo (GAE with a learned critic on the ranks tagged critic, else with "
                                "the actor), rloo or reinforce_pp (REINFORCE++)")
@@ -172,11 +183,15 @@ po::options_description describe(Options& o) {
         ("loss-scale-factor", val(&o.loss_scale_factor),
          "--loss-agg seq-mean-token-sum-norm: the constant token count each sequence's sum is divided by "
          "(0 = --max-new-tokens)");
+    // clang-format on
     po::options_description eval("Evaluation");
+    // clang-format off
     eval.add_options()
         ("eval-every", val(&o.eval_every), "held-out greedy evaluation every N steps (0 = only at the end)")
         ("eval-prompts", val(&o.eval_prompts), "held-out prompts per evaluation");
+    // clang-format on
     po::options_description sys("Weight sync and system");
+    // clang-format off
     sys.add_options()
         ("bucket-mb", val(&o.bucket_mb), "weight-sync / gradient all-reduce bucket size in MiB")
         ("sync-delta", val(&o.sync_delta)->implicit_value(true),
@@ -220,6 +235,7 @@ po::options_description describe(Options& o) {
         ("heartbeat-timeout", val(&o.heartbeat_timeout),
          "seconds without a heartbeat after which a rank counts as lost and the job is ended, naming it "
          "(0 = no watchdog; heartbeats go to OUT/.heartbeat/)");
+    // clang-format on
     po::options_description all("tagflow train options");
     all.add(run).add(tags).add(model).add(rollout).add(data).add(train).add(eval).add(sys);
     return all;
@@ -296,10 +312,11 @@ void check_objectives(const Options& o) {
         throw ConfigError("--kl-ctrl adaptive: adapts the reward penalty; needs --kl-in reward and --kl-coef > 0");
     check_range<double>("loss-scale-factor", o.loss_scale_factor, 0.0, 1e9);
     if (o.loss_agg == "seq-mean-token-sum-norm" && o.loss_scale_factor == 0 && o.max_new_tokens == 0)
-        throw ConfigError("--loss-agg seq-mean-token-sum-norm: needs a constant token count, --loss-scale-factor N "
-                          "or --max-new-tokens N");
-    for (double v : {o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c, o.kl_target, o.kl_horizon,
-                     o.loss_scale_factor})
+        throw ConfigError(
+            "--loss-agg seq-mean-token-sum-norm: needs a constant token count, --loss-scale-factor N "
+            "or --max-new-tokens N");
+    for (double v :
+         {o.clip_ratio_low, o.clip_ratio_high, o.clip_ratio_c, o.kl_target, o.kl_horizon, o.loss_scale_factor})
         if (!std::isfinite(v)) throw ConfigError("a floating-point objective option is not finite");
 }
 
@@ -366,8 +383,9 @@ void validate(const Options& o) {
     check_range<double>("gateway-session-idle", o.gateway_session_idle, 0.1, 1e7);
     if (!o.gateway.empty()) {
         if (!o.mode.is_async())
-            throw ConfigError("--gateway: needs --mode disaggregated or multiplex (the gateway lives on a rank that "
-                              "only rolls out; sync mode has none)");
+            throw ConfigError(
+                "--gateway: needs --mode disaggregated or multiplex (the gateway lives on a rank that "
+                "only rolls out; sync mode has none)");
         // HOST:PORT, [V6]:PORT, :PORT or PORT (host 127.0.0.1).
         std::string host = "127.0.0.1", port = o.gateway;
         if (!o.gateway.empty() && o.gateway.front() == '[') {
@@ -386,7 +404,8 @@ void validate(const Options& o) {
             throw ConfigError("--gateway " + o.gateway + ": the port must be a number in [0, 65535]");
         const bool loopback = host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
         if (!loopback && !o.gateway_any)
-            throw ConfigError("--gateway " + o.gateway + ": binds beyond loopback; add --gateway-any to serve other "
+            throw ConfigError("--gateway " + o.gateway +
+                              ": binds beyond loopback; add --gateway-any to serve other "
                               "hosts (the bearer token is then the only protection, no TLS)");
     } else if (o.gateway_only) {
         throw ConfigError("--gateway-only: needs --gateway HOST:PORT");
@@ -407,10 +426,12 @@ void validate(const Options& o) {
                             !o.reward_url.empty()};
         for (size_t k = 0; k < sizeof set / sizeof set[0]; ++k)
             if (set[k] && o.data.empty())
-                throw ConfigError(std::string("--") + needs_data[k] + ": needs --data FILE (the built-in tasks have "
+                throw ConfigError(std::string("--") + needs_data[k] +
+                                  ": needs --data FILE (the built-in tasks have "
                                   "their own prompts and rewards)");
         if (!o.reward.empty() && o.reward.rfind("builtin:", 0) != 0)
-            throw ConfigError("--reward " + o.reward + ": expected builtin:NAME (exact, gsm8k, math); a Python "
+            throw ConfigError("--reward " + o.reward +
+                              ": expected builtin:NAME (exact, gsm8k, math); a Python "
                               "function is --reward-fn FILE.py[:NAME], an HTTP endpoint --reward-url URL");
         if (!o.reward_token_file.empty() && o.reward_url.empty())
             throw ConfigError("--reward-token-file: needs --reward-url");
@@ -421,14 +442,14 @@ void validate(const Options& o) {
         throw ConfigError("--export-dtype " + o.export_dtype + ": expected bf16, fp32 or auto");
     if (o.resume && o.no_resume) throw ConfigError("--resume and --no-resume: choose one");
     check_range<double>("heartbeat-timeout", o.heartbeat_timeout, 0.0, 1e6);
-    if (o.heartbeat_timeout > 0 && o.heartbeat_timeout < 3)
-    {
+    if (o.heartbeat_timeout > 0 && o.heartbeat_timeout < 3) {
         std::ostringstream m;
-        m << "--heartbeat-timeout " << o.heartbeat_timeout << ": must be 0 (off) or at least 3 s (heartbeats come every second)";
+        m << "--heartbeat-timeout " << o.heartbeat_timeout
+          << ": must be 0 (off) or at least 3 s (heartbeats come every second)";
         throw ConfigError(m.str());
     }
-    for (double v : {o.temperature, o.top_p, o.lr, o.clip_eps, o.bucket_mb, o.rope_theta, o.critic_lr, o.gamma,
-                     o.lam, o.value_clip})
+    for (double v : {o.temperature, o.top_p, o.lr, o.clip_eps, o.bucket_mb, o.rope_theta, o.critic_lr, o.gamma, o.lam,
+                     o.value_clip})
         if (!std::isfinite(v)) throw ConfigError("a floating-point option is not finite");
 }
 
@@ -468,8 +489,7 @@ std::map<std::string, std::string> tagflow_environment() {
     return env;
 }
 
-ParseResult parse_train(int argc, const char* const* argv,
-                        const std::map<std::string, std::string>& env) {
+ParseResult parse_train(int argc, const char* const* argv, const std::map<std::string, std::string>& env) {
     ParseResult r;
     Options& o = r.options;
     po::options_description desc = describe(o);
@@ -511,8 +531,7 @@ ParseResult parse_train(int argc, const char* const* argv,
         std::string name;
         for (const auto& d : desc.options())
             if (env_name(d->long_name()) == k) name = d->long_name();
-        if (name.empty() || name == "help")
-            throw ConfigError("environment variable " + k + ": not a tagflow option");
+        if (name.empty() || name == "help") throw ConfigError("environment variable " + k + ": not a tagflow option");
         po::parsed_options envp(&desc);
         po::option opt(name, {v});
         opt.original_tokens = {k + "=" + v};
@@ -524,7 +543,8 @@ ParseResult parse_train(int argc, const char* const* argv,
             po::store(envp, scratch);
             po::store(envp, vm);
         } catch (const po::error& e) {
-            const std::string shown = v.size() > 60 ? v.substr(0, 60) + "...' (" + std::to_string(v.size()) + " bytes)" : v + "'";
+            const std::string shown =
+                v.size() > 60 ? v.substr(0, 60) + "...' (" + std::to_string(v.size()) + " bytes)" : v + "'";
             throw ConfigError("environment variable " + k + "='" + shown + ": invalid value for --" + name);
         }
     }
@@ -554,12 +574,9 @@ ParseResult parse_train(int argc, const char* const* argv,
         throw ConfigError(describe_error(e, ""));
     }
     o.mode_given = vm.count("mode") && !vm["mode"].defaulted();
-    if (tags_on_cli)
-        o.tags_origin = "option";
-    else if (tags_in_env)
-        o.tags_origin = "env";
-    else if (!o.tags.empty())
-        o.tags_origin = "option";  // from the config file
+    if (tags_on_cli) o.tags_origin = "option";
+    else if (tags_in_env) o.tags_origin = "env";
+    else if (!o.tags.empty()) o.tags_origin = "option";  // from the config file
     auto ts = env.find("TAGFLOW_TAG_SOURCE");
     if (ts != env.end()) o.tag_source = ts->second;
     // Stored in /ranks: only what the SPANK plugin exports (tf_source_name), nothing arbitrary.
@@ -605,14 +622,15 @@ ResponseLengths parse_response_lengths(const std::string& spec) {
     if (spec.rfind("lognormal:", 0) != 0) throw ConfigError(what + "expected policy or lognormal:MEDIAN:P99RATIO");
     const std::string rest = spec.substr(10);
     const size_t colon = rest.find(':');
-    if (colon == std::string::npos) throw ConfigError(what + "expected lognormal:MEDIAN:P99RATIO (e.g. lognormal:32:10)");
+    if (colon == std::string::npos)
+        throw ConfigError(what + "expected lognormal:MEDIAN:P99RATIO (e.g. lognormal:32:10)");
     auto num = [&](const std::string& t, const char* name, double lo) {
         char* end = nullptr;
         errno = 0;
         const double x = std::strtod(t.c_str(), &end);
         if (t.empty() || errno != 0 || *end != '\0' || !std::isfinite(x) || x < lo || x > 1e6)
-            throw ConfigError(what + name + " '" + t + "' must be a number in [" + std::to_string(static_cast<int>(lo)) +
-                              ", 1e6]");
+            throw ConfigError(what + name + " '" + t + "' must be a number in [" +
+                              std::to_string(static_cast<int>(lo)) + ", 1e6]");
         return x;
     };
     r.median = num(rest.substr(0, colon), "MEDIAN", 1);

@@ -34,8 +34,8 @@ struct Options {
     Mode mode;                // --mode; default Mode::kDefault (multiplex)
     bool mode_given = false;  // --mode on the command line, in the environment or the config file
     std::string task = "reverse";
-    int32_t digits = 0;       // 0 = the task's own default (reverse, sort: 5; addition: 3)
-    int32_t threads = 0;      // torch intra-op threads per rank; 0 = auto
+    int32_t digits = 0;   // 0 = the task's own default (reverse, sort: 5; addition: 3)
+    int32_t threads = 0;  // torch intra-op threads per rank; 0 = auto
     bool overwrite = false;
     // ---- checkpoints (mpi_app/ckpt, share/doc/checkpoints.md) ----
     int32_t ckpt_every = 10;  // steps between checkpoints in OUT/checkpoint; 0 = only on a signal and at the end
@@ -47,34 +47,34 @@ struct Options {
     std::string tags_origin;  // "option" (command line/config) or "env" (TAGFLOW_TAGS); set by parse
     std::string tag_source;   // TAGFLOW_TAG_SOURCE as exported by the SPANK plugin (may be empty)
     // ---- model (a Llama-family decoder; sizes below unless --model gives a checkpoint) ----
-    std::string model;        // HF checkpoint dir (config.json + *.safetensors) to start from
+    std::string model;          // HF checkpoint dir (config.json + *.safetensors) to start from
     std::string chat_template;  // Jinja file replacing --model's tokenizer_config.json chat template ("" = its own)
     int32_t d_model = 64;
     int32_t layers = 2;
     int32_t heads = 2;
-    int32_t kv_heads = 0;     // 0 = heads (no grouped-query attention)
+    int32_t kv_heads = 0;  // 0 = heads (no grouped-query attention)
     int32_t d_ff = 256;
     double rope_theta = 10000.0;
-    bool abs_positions = true;  // learned absolute positions on top of RoPE (tagflow extension)
-    std::string tokenizer;      // --tokenizer: tokenizer.json (or its dir) of a fresh model / of the exports
+    bool abs_positions = true;          // learned absolute positions on top of RoPE (tagflow extension)
+    std::string tokenizer;              // --tokenizer: tokenizer.json (or its dir) of a fresh model / of the exports
     std::string export_dtype = "auto";  // bf16, fp32, auto: dtype of the HF directories written (policy/)
     // ---- rollout ----
     int32_t prompts_per_step = 16;
     int32_t group_size = 8;
     double temperature = 1.0;
     double top_p = 1.0;
-    int32_t top_k = 0;           // 0 = no top-k filtering
-    int32_t max_new_tokens = 0;  // 0 = the task's own limit
+    int32_t top_k = 0;                        // 0 = no top-k filtering
+    int32_t max_new_tokens = 0;               // 0 = the task's own limit
     std::string response_lengths = "policy";  // policy (EOS ends a response) or lognormal:MEDIAN:P99RATIO
-    int32_t max_batch = 256;     // rollout engine slots per rank (continuous batching)
+    int32_t max_batch = 256;                  // rollout engine slots per rank (continuous batching)
     // ---- train ----
-    std::string algo = "grpo";   // grpo, ppo (GAE + critic), rloo, reinforce_pp
-    double lr = 5e-4;  // 3e-3 and 1e-3 collapse entropy and stall below 0.85 on reverse
+    std::string algo = "grpo";  // grpo, ppo (GAE + critic), rloo, reinforce_pp
+    double lr = 5e-4;           // 3e-3 and 1e-3 collapse entropy and stall below 0.85 on reverse
     double clip_eps = 0.2;
     double kl_coef = 0.0;
-    std::string kl_in = "loss";            // loss (actor loss term) or reward (token penalty)
+    std::string kl_in = "loss";               // loss (actor loss term) or reward (token penalty)
     std::string kl_estimator = "low_var_kl";  // kl (k1), mse (k2), low_var_kl (k3), abs
-    std::string loss_agg = "token-mean";   // token-mean, seq-mean-token-sum, seq-mean-token-mean
+    std::string loss_agg = "token-mean";      // token-mean, seq-mean-token-sum, seq-mean-token-mean
     double critic_lr = 1e-3;
     double gamma = 1.0;
     double lam = 1.0;
@@ -84,34 +84,34 @@ struct Options {
     double entropy_coef = 0.01;  // without it some seeds sit at 0.833 (no EOS) for ~1000 steps
     double weight_decay = 0.0;
     double grad_clip = 1.0;
-    int32_t max_bad_steps = 3;   // consecutive steps with a dropped (non-finite) update that stop the run
+    int32_t max_bad_steps = 3;      // consecutive steps with a dropped (non-finite) update that stop the run
     bool allow_shared_dir = false;  // accept an --out others may write to (check_run_dir)
-    int32_t micro_batch = 0;     // 0 = whole local batch at once
+    int32_t micro_batch = 0;        // 0 = whole local batch at once
     bool bf16 = false;
     bool shuffle_advantages = false;
     // ---- data and rewards (issue 18; share/doc/data.md, rewards.md) ----
-    std::string data;               // --data FILE: JSON Lines prompts (plain or gzip) instead of --task's
-    int64_t epochs = 0;             // passes over --data; 0 = bounded by --steps only
-    int64_t max_prompt_tokens = 0;  // --data rows whose prompt is longer are skipped and counted; 0 = no limit
-    std::string reward;             // builtin:NAME for every row ("" = by each row's data_source)
-    std::string reward_fn;          // FILE.py[:NAME], veRL's compute_score signature, in a worker pool
-    std::string reward_url;         // HTTP(S) endpoint taking POSTed JSON batches
-    std::string reward_token_file;  // bearer token for --reward-url
-    double reward_timeout = 30.0;   // s per sample (pool) / per request (URL)
-    int32_t reward_workers = 2;     // Python worker processes per rollout rank
+    std::string data;                   // --data FILE: JSON Lines prompts (plain or gzip) instead of --task's
+    int64_t epochs = 0;                 // passes over --data; 0 = bounded by --steps only
+    int64_t max_prompt_tokens = 0;      // --data rows whose prompt is longer are skipped and counted; 0 = no limit
+    std::string reward;                 // builtin:NAME for every row ("" = by each row's data_source)
+    std::string reward_fn;              // FILE.py[:NAME], veRL's compute_score signature, in a worker pool
+    std::string reward_url;             // HTTP(S) endpoint taking POSTed JSON batches
+    std::string reward_token_file;      // bearer token for --reward-url
+    double reward_timeout = 30.0;       // s per sample (pool) / per request (URL)
+    int32_t reward_workers = 2;         // Python worker processes per rollout rank
     std::string reward_error = "fail";  // fail (checkpoint, exit 1) or zero (score 0, counted)
     // ---- objectives: veRL's names and defaults (share/doc/train.md "Objectives") ----
-    double clip_ratio_low = 0;    // PPO lower clip; 0 = --clip-eps
-    double clip_ratio_high = 0;   // PPO upper clip; 0 = --clip-eps
-    double clip_ratio_c = 3.0;    // dual-clip bound for A < 0 (veRL default 3); 0 = off
+    double clip_ratio_low = 0;            // PPO lower clip; 0 = --clip-eps
+    double clip_ratio_high = 0;           // PPO upper clip; 0 = --clip-eps
+    double clip_ratio_c = 3.0;            // dual-clip bound for A < 0 (veRL default 3); 0 = off
     bool norm_adv_by_std_in_grpo = true;  // false: Dr.GRPO advantages (no std division)
     std::string grpo_std = "unbiased";    // unbiased (n - 1, veRL/TRL/OpenRLHF) or population (n)
-    std::string kl_penalty;       // estimator of the reward penalty; "" = --kl-estimator
-    std::string kl_loss_type;     // estimator of the KL loss; "" = --kl-estimator
-    std::string kl_ctrl = "fixed";  // fixed or adaptive (reward penalty only)
-    double kl_target = 0.1;       // adaptive: target KL
-    double kl_horizon = 10000;    // adaptive: horizon in samples
-    double loss_scale_factor = 0; // seq-mean-token-sum-norm's constant; 0 = --max-new-tokens
+    std::string kl_penalty;               // estimator of the reward penalty; "" = --kl-estimator
+    std::string kl_loss_type;             // estimator of the KL loss; "" = --kl-estimator
+    std::string kl_ctrl = "fixed";        // fixed or adaptive (reward penalty only)
+    double kl_target = 0.1;               // adaptive: target KL
+    double kl_horizon = 10000;            // adaptive: horizon in samples
+    double loss_scale_factor = 0;         // seq-mean-token-sum-norm's constant; 0 = --max-new-tokens
     // ---- eval ----
     int32_t eval_every = 10;
     int32_t eval_prompts = 128;
@@ -121,19 +121,20 @@ struct Options {
     // ---- async modes (disaggregated, multiplex) ----
     int32_t train_threshold = 0;    // samples that trigger a training step; 0 = prompts-per-step x group-size
     double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout
-    double rollout_ahead = 1.0;     // multiplex, all generators train: new samples each starts per version, x its share; 0 = no cap
-    std::string train_priority;     // multiplex: "TAGS=P;..." train priority per tag set ("" = all 1)
-    int32_t staleness = 1;          // eta: max versions a sample's oldest token may lag the trained version
-    std::string stale = "drop";     // drop (weight 0) or weight (trained with a decayed weight)
-    double train_timeout = 0;       // s since the last step after which >= 1 usable sample trains anyway; 0 = off
+    double rollout_ahead =
+        1.0;  // multiplex, all generators train: new samples each starts per version, x its share; 0 = no cap
+    std::string train_priority;  // multiplex: "TAGS=P;..." train priority per tag set ("" = all 1)
+    int32_t staleness = 1;       // eta: max versions a sample's oldest token may lag the trained version
+    std::string stale = "drop";  // drop (weight 0) or weight (trained with a decayed weight)
+    double train_timeout = 0;    // s since the last step after which >= 1 usable sample trains anyway; 0 = off
     // ---- gateway (async modes; share/doc/gateway.md) ----
-    std::string gateway;            // --gateway HOST:PORT: serve the OpenAI-compatible API; "" = off
-    bool gateway_any = false;       // allow a --gateway address other than loopback (e.g. 0.0.0.0)
-    bool gateway_only = false;      // no built-in task prompts: train only on gateway sessions
+    std::string gateway;                // --gateway HOST:PORT: serve the OpenAI-compatible API; "" = off
+    bool gateway_any = false;           // allow a --gateway address other than loopback (e.g. 0.0.0.0)
+    bool gateway_only = false;          // no built-in task prompts: train only on gateway sessions
     double gateway_session_idle = 600;  // s: a gateway session without a reward is forgotten after this idle time
     // ---- system ----
     bool gemm_check = true;
-    double min_gflops = 50.0;  // Netlib ~4, generic kernels ~33, AVX2 ~65-80, AVX-512 ~150
+    double min_gflops = 50.0;         // Netlib ~4, generic kernels ~33, AVX2 ~65-80, AVX-512 ~150
     double heartbeat_timeout = 30.0;  // s of silence after which a rank is lost (health/heartbeat.hpp); 0 = off
 };
 

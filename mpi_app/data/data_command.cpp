@@ -64,6 +64,7 @@ int check(int argc, char** argv, bool root) {
     int64_t max_tokens = 0, sample_reads = 0;
     bool sft = false;
     po::options_description desc("tagflow data check options");
+    // clang-format off
     desc.add_options()
         ("help,h", "print this help and exit")
         ("file", po::value<std::string>(&file), "the data file (positional)")
@@ -75,6 +76,7 @@ int check(int argc, char** argv, bool root) {
         ("sft", po::bool_switch(&sft), "rows must carry a response (response or extra_info.answer)")
         ("sample-reads", po::value<int64_t>(&sample_reads),
          "also read N random rows (seeded) after indexing and report the mean time per row");
+    // clang-format on
     po::positional_options_description pos;
     pos.add("file", 1);
     auto vm = parse(argc, argv, desc, pos, "check");
@@ -129,8 +131,10 @@ int check(int argc, char** argv, bool root) {
             return t[std::min(t.size() - 1, static_cast<std::size_t>(p * static_cast<double>(t.size() - 1) + 0.5))];
         };
         j["tokenizer"] = o.tokenizer->name();
-        j["prompt_tokens"] = {{"min", t.front()},     {"mean", std::round(sum / t.size() * 10) / 10},
-                              {"p50", pct(0.5)},      {"p95", pct(0.95)},
+        j["prompt_tokens"] = {{"min", t.front()},
+                              {"mean", std::round(sum / t.size() * 10) / 10},
+                              {"p50", pct(0.5)},
+                              {"p95", pct(0.95)},
                               {"max", t.back()}};
     } else {
         j["tokenizer"] = nullptr;
@@ -156,9 +160,11 @@ int check(int argc, char** argv, bool root) {
 int score(int argc, char** argv, bool root) {
     std::string reward;
     po::options_description desc("tagflow data score options");
+    // clang-format off
     desc.add_options()
         ("help,h", "print this help and exit")
         ("reward", po::value<std::string>(&reward), "builtin:NAME (exact, gsm8k, math); default: by data_source");
+    // clang-format on
     po::positional_options_description pos;
     auto vm = parse(argc, argv, desc, pos, "score");
     if (vm.count("help")) {

@@ -191,7 +191,7 @@ Dataset Dataset::open(const std::string& path, const DatasetOptions& opts) {
     d.sft_ = opts.sft;
     uint64_t line = 0, offset = 0, lines_seen_rows = 0;
     uint64_t shortest_over = std::numeric_limits<uint64_t>::max(), first_over_line = 0;
-    std::string partial;        // a line cut by a block boundary
+    std::string partial;  // a line cut by a block boundary
     uint64_t partial_start = 0;
     auto keep = [&](uint64_t start, std::size_t n, const std::string& source) {
         if (!d.lines_.empty() || line != d.starts_.size() + 1) {  // from here on lines differ from index + 1
@@ -266,8 +266,8 @@ Dataset Dataset::open(const std::string& path, const DatasetOptions& opts) {
     if (d.starts_.empty())
         throw ConfigError(path + ": every row's prompt is over --max-prompt-tokens " +
                           std::to_string(opts.max_prompt_tokens) + " (the shortest has " +
-                          std::to_string(shortest_over) +
-                          " tokens, the first is line " + std::to_string(first_over_line) + ")");
+                          std::to_string(shortest_over) + " tokens, the first is line " +
+                          std::to_string(first_over_line) + ")");
     d.starts_.shrink_to_fit();
     d.lens_.shrink_to_fit();
     d.lines_.shrink_to_fit();

@@ -106,9 +106,9 @@ public:
 private:
     TextFile file_;
     bool sft_ = false;
-    std::vector<uint64_t> starts_;   // uncompressed offset of each kept row
-    std::vector<uint32_t> lens_;     // and its length in bytes (without the '\n')
-    std::vector<uint64_t> lines_;    // 1-based lines; empty while line == index + 1
+    std::vector<uint64_t> starts_;  // uncompressed offset of each kept row
+    std::vector<uint32_t> lens_;    // and its length in bytes (without the '\n')
+    std::vector<uint64_t> lines_;   // 1-based lines; empty while line == index + 1
     std::vector<uint32_t> tokens_;
     std::map<std::string, uint64_t> sources_;
     uint64_t skipped_ = 0;

@@ -100,8 +100,8 @@ nlohmann::json EpochSampler::to_json() const {
     for (const auto& [e, q] : requeued_)
         for (uint64_t r : q) rq.push_back({e, r});
     for (const auto& t : outstanding_) out.push_back({t.epoch, t.row});
-    return {{"format", 1},        {"rows", rows_},  {"seed", seed_},      {"epochs", epochs_},
-            {"epoch", epoch_},    {"position", pos_}, {"requeued", rq}, {"outstanding", out}};
+    return {{"format", 1},     {"rows", rows_},    {"seed", seed_},  {"epochs", epochs_},
+            {"epoch", epoch_}, {"position", pos_}, {"requeued", rq}, {"outstanding", out}};
 }
 
 EpochSampler EpochSampler::from_json(const nlohmann::json& j, uint64_t rows, uint64_t seed, uint64_t epochs) {
@@ -122,8 +122,8 @@ EpochSampler EpochSampler::from_json(const nlohmann::json& j, uint64_t rows, uin
             for (const auto& e : list) {
                 Ticket t{e.at(0).get<uint64_t>(), e.at(1).get<uint64_t>()};
                 if (t.row >= rows || t.epoch > x.epoch_ || !seen.insert(t).second)
-                    throw ConfigError(what + "bad ticket [" + std::to_string(t.epoch) + ", " +
-                                      std::to_string(t.row) + "]");
+                    throw ConfigError(what + "bad ticket [" + std::to_string(t.epoch) + ", " + std::to_string(t.row) +
+                                      "]");
                 x.requeued_[t.epoch].push_back(t.row);
             }
         };

@@ -75,7 +75,7 @@ private:
     void load_order();
     uint64_t rows_, seed_, epochs_;
     uint64_t epoch_ = 0, pos_ = 0;
-    std::vector<uint64_t> order_;                    // shuffle of epoch_
+    std::vector<uint64_t> order_;                        // shuffle of epoch_
     std::map<uint64_t, std::deque<uint64_t>> requeued_;  // epoch -> rows, first in first out
     std::set<Ticket> outstanding_;
 };

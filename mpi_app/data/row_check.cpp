@@ -37,14 +37,14 @@ struct RowSax {
     using string_t = ojson::string_t;
     using binary_t = ojson::binary_t;
 
-    int depth = 0;              // containers open
+    int depth = 0;  // containers open
     Kind root = Kind::kNone;
-    std::string key1, key3;     // the current key in the row / in a message object
+    std::string key1, key3;  // the current key in the row / in a message object
     // prompt (its last occurrence)
     Kind prompt = Kind::kNone;
     bool prompt_list_empty = true;
     uint64_t msg_count = 0;
-    std::string msg_error;      // the first bad message, as parse_row words it
+    std::string msg_error;  // the first bad message, as parse_row words it
     Kind role = Kind::kNone, content = Kind::kNone;
     // the other keys
     Kind data_source = Kind::kNone, reward_model = Kind::kNone, response = Kind::kNone;
@@ -82,8 +82,8 @@ struct RowSax {
             if (k == Kind::kObject) {
                 role = content = Kind::kNone;
             } else if (msg_error.empty()) {
-                msg_error = "\"prompt\"[" + std::to_string(idx) + "] must be a {role, content} object, not " +
-                            kind_name(k);
+                msg_error =
+                    "\"prompt\"[" + std::to_string(idx) + "] must be a {role, content} object, not " + kind_name(k);
             }
             return;
         }
@@ -162,8 +162,7 @@ std::string check_row(std::string_view text, const std::string& file, uint64_t l
         throw ConfigError(where + "not JSON: " + s.perr);
     if (s.root != Kind::kObject) throw ConfigError(where + "a row must be a JSON object, not " + kind_name(s.root));
     switch (s.prompt) {
-        case Kind::kNone:
-            throw ConfigError(where + "no \"prompt\" (a string, or a list of {role, content} messages)");
+        case Kind::kNone: throw ConfigError(where + "no \"prompt\" (a string, or a list of {role, content} messages)");
         case Kind::kString: break;
         case Kind::kEmptyString: throw ConfigError(where + "\"prompt\" is an empty string");
         case Kind::kList:

@@ -229,8 +229,7 @@ bool frac_args(std::string_view s, std::string& a, std::string& b) {
 bool is_number_char(char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == ','; }
 
 std::vector<std::string> truths(const ojson& gt) {
-    if (gt.is_null())
-        throw ConfigError("no ground truth to score against (reward_model.ground_truth or ground_truth)");
+    if (gt.is_null()) throw ConfigError("no ground truth to score against (reward_model.ground_truth or ground_truth)");
     std::vector<std::string> out;
     auto one = [&](const ojson& v) {
         if (v.is_string()) out.push_back(v.get<std::string>());
@@ -383,8 +382,7 @@ std::optional<std::string> math_answer(std::string_view solution) {
         if (digit) {
             if (i > 0 && solution[i - 1] == '-') tok = "-" + tok;
             // "3/4": a fraction when a number and '/' come just before
-            if (last && i >= 2 && solution[i - 1] == '/' && is_number_char(solution[i - 2]))
-                tok = *last + "/" + tok;
+            if (last && i >= 2 && solution[i - 1] == '/' && is_number_char(solution[i - 2])) tok = *last + "/" + tok;
             last = tok;
         }
         i = j;

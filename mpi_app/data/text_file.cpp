@@ -17,8 +17,8 @@
 namespace tagflow::data {
 namespace {
 
-constexpr std::size_t kWindow = 32768;    // deflate's dictionary size
-constexpr std::size_t kChunk = 1 << 16;   // compressed bytes read at a time
+constexpr std::size_t kWindow = 32768;   // deflate's dictionary size
+constexpr std::size_t kChunk = 1 << 16;  // compressed bytes read at a time
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -73,7 +73,7 @@ TextFile TextFile::open(const std::string& path, std::size_t span) {
         ::close(*p);
         delete p;
     });
-    struct stat st{};
+    struct stat st {};
     if (fstat(fd, &st) != 0) throw ConfigError(path + ": cannot stat: " + errno_text());
     if (S_ISDIR(st.st_mode)) throw ConfigError(path + ": is a directory, not a data file");
     if (!S_ISREG(st.st_mode)) throw ConfigError(path + ": not a regular file");
@@ -211,10 +211,10 @@ std::string TextFile::read(uint64_t begin, uint64_t end) const {
             throw Error(path_ + ": a gzip index window does not decompress (a corrupt index)");
         inflateSetDictionary(&z.s, w.data(), static_cast<uInt>(kWindow));
     }
-    uint64_t pos = p.out;               // uncompressed offset of the next output byte
+    uint64_t pos = p.out;  // uncompressed offset of the next output byte
     std::string skip(kChunk, '\0');
-    bool raw = !member;                 // raw deflate (no header) until a member ends
-    std::size_t trailer = 0;            // gzip trailer bytes still to skip after a raw stream ended
+    bool raw = !member;       // raw deflate (no header) until a member ends
+    std::size_t trailer = 0;  // gzip trailer bytes still to skip after a raw stream ended
     while (pos < end) {
         if (z.s.avail_in == 0) {
             std::size_t n = pread_some(*fd_, input.data(), input.size(), in_off, path_);
@@ -232,8 +232,8 @@ std::string TextFile::read(uint64_t begin, uint64_t end) const {
             continue;
         }
         const bool skipping = pos < begin;
-        std::size_t want = skipping ? std::min<uint64_t>(skip.size(), begin - pos)
-                                    : static_cast<std::size_t>(end - pos);
+        std::size_t want =
+            skipping ? std::min<uint64_t>(skip.size(), begin - pos) : static_cast<std::size_t>(end - pos);
         unsigned char* dst = skipping ? reinterpret_cast<unsigned char*>(skip.data())
                                       : reinterpret_cast<unsigned char*>(out.data() + (pos - begin));
         z.s.next_out = dst;

@@ -22,10 +22,10 @@ namespace tagflow::data {
 
 /// One place where inflation can start (gzip only).
 struct GzipPoint {
-    uint64_t out = 0;            ///< offset in the uncompressed stream
-    uint64_t in = 0;             ///< offset in the file of the first byte (partly) needed
-    int bits = 0;                ///< bits of byte in-1 to feed first (0..7); -1: a gzip member starts at `in`
-    std::string window;          ///< the 32 KiB before `out`, deflate-compressed (empty for a member start)
+    uint64_t out = 0;    ///< offset in the uncompressed stream
+    uint64_t in = 0;     ///< offset in the file of the first byte (partly) needed
+    int bits = 0;        ///< bits of byte in-1 to feed first (0..7); -1: a gzip member starts at `in`
+    std::string window;  ///< the 32 KiB before `out`, deflate-compressed (empty for a member start)
 };
 
 class TextFile {

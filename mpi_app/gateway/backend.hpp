@@ -16,18 +16,18 @@ namespace tagflow::gateway {
 
 /// One generation, already tokenized and validated by the gateway.
 struct CompletionRequest {
-    uint64_t request_id = 0;         ///< unique per gateway (for cancel())
-    std::string completion_id;       ///< "cmpl-..." / "chatcmpl-..." as returned to the client
-    std::string model;               ///< one of BackendInfo::models[].id
-    std::string session;             ///< agent session (routing key); never empty
-    std::vector<int32_t> prompt_ids; ///< at least one; prompt_ids.size() + max_tokens <= context
-    int32_t max_tokens = 16;         ///< >= 1
-    double temperature = 1.0;        ///< [0, 2]; 0 = greedy
-    double top_p = 1.0;              ///< (0, 1]
-    int32_t top_k = 0;               ///< 0 = off
-    std::vector<int32_t> stop_ids;   ///< generating one of these ends the response (it is kept)
-    uint64_t seed = 0;               ///< the request's random stream
-    bool stream = false;             ///< informational: the gateway streams either way
+    uint64_t request_id = 0;          ///< unique per gateway (for cancel())
+    std::string completion_id;        ///< "cmpl-..." / "chatcmpl-..." as returned to the client
+    std::string model;                ///< one of BackendInfo::models[].id
+    std::string session;              ///< agent session (routing key); never empty
+    std::vector<int32_t> prompt_ids;  ///< at least one; prompt_ids.size() + max_tokens <= context
+    int32_t max_tokens = 16;          ///< >= 1
+    double temperature = 1.0;         ///< [0, 2]; 0 = greedy
+    double top_p = 1.0;               ///< (0, 1]
+    int32_t top_k = 0;                ///< 0 = off
+    std::vector<int32_t> stop_ids;    ///< generating one of these ends the response (it is kept)
+    uint64_t seed = 0;                ///< the request's random stream
+    bool stream = false;              ///< informational: the gateway streams either way
 };
 
 struct GeneratedToken {
@@ -41,8 +41,8 @@ struct Finish {
     /// "abort" (the backend gave up, e.g. shutting down), "cancelled" (cancel() stopped it; no
     /// client is listening any more) or "error" (see `error`).
     std::string reason = "length";
-    std::string error;       ///< one line, reason == "error" only
-    int http_status = 500;   ///< for "error": 4xx if the request was at fault
+    std::string error;      ///< one line, reason == "error" only
+    int http_status = 500;  ///< for "error": 4xx if the request was at fault
 };
 
 class TokenSink {
@@ -56,16 +56,16 @@ public:
 using TokenSinkPtr = std::shared_ptr<TokenSink>;
 
 struct ModelInfo {
-    std::string id;               ///< the `model` clients send
-    int64_t context_length = 0;   ///< prompt + completion tokens at most
-    int64_t vocab_size = 0;       ///< token ids in prompts must be < this
-    int64_t created = 0;          ///< unix time (for /v1/models)
+    std::string id;              ///< the `model` clients send
+    int64_t context_length = 0;  ///< prompt + completion tokens at most
+    int64_t vocab_size = 0;      ///< token ids in prompts must be < this
+    int64_t created = 0;         ///< unix time (for /v1/models)
     std::string owned_by = "tagflow";
 };
 
 struct BackendInfo {
     std::vector<ModelInfo> models;
-    int64_t pending = 0;      ///< requests queued or generating (for /health)
+    int64_t pending = 0;  ///< requests queued or generating (for /health)
     int32_t policy_version = 0;
     /// Generations stopped inside the engine because their client went away (for /health).
     int64_t cancelled = 0;

@@ -217,7 +217,8 @@ void EngineBackend::Impl::run() {
         // its submit is found waiting): the slot is free for the next step's admissions.
         for (uint64_t id : to_cancel) {
             rollout::GenResult part;
-            if (live.count(static_cast<int64_t>(id)) && engine->cancel(static_cast<int64_t>(id), &part)) on_finish(part);
+            if (live.count(static_cast<int64_t>(id)) && engine->cancel(static_cast<int64_t>(id), &part))
+                on_finish(part);
         }
         try {
             engine->step(on_finish, on_token);

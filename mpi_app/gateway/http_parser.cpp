@@ -13,11 +13,22 @@ namespace {
 bool is_tchar(unsigned char c) {
     if (std::isalnum(c)) return true;
     switch (c) {
-        case '!': case '#': case '$': case '%': case '&': case '\'': case '*': case '+': case '-':
-        case '.': case '^': case '_': case '`': case '|': case '~':
-            return true;
-        default:
-            return false;
+        case '!':
+        case '#':
+        case '$':
+        case '%':
+        case '&':
+        case '\'':
+        case '*':
+        case '+':
+        case '-':
+        case '.':
+        case '^':
+        case '_':
+        case '`':
+        case '|':
+        case '~': return true;
+        default: return false;
     }
 }
 
@@ -68,7 +79,8 @@ ParseResult parse_http_request(std::string_view bytes, const HttpLimits& limits)
     const std::size_t end = bytes.find("\r\n\r\n", start);
     if (end == std::string_view::npos) {
         if (bytes.size() - start > limits.max_header_bytes)
-            return fail(431, "request header section larger than " + std::to_string(limits.max_header_bytes) + " bytes");
+            return fail(431,
+                        "request header section larger than " + std::to_string(limits.max_header_bytes) + " bytes");
         // A bare LF line ending would never complete: reject early once a line is visible.
         const std::size_t lf = bytes.find('\n', start);
         if (lf != std::string_view::npos && (lf == start || bytes[lf - 1] != '\r'))

@@ -21,15 +21,15 @@ struct HttpLimits {
 };
 
 struct HttpRequest {
-    std::string method;  ///< as sent ("GET", "POST", ...; case-sensitive per RFC 9110)
-    std::string target;  ///< request target as sent ("/v1/models?x=1")
-    std::string path;    ///< target without the query string
-    std::string query;   ///< after '?', may be empty
+    std::string method;     ///< as sent ("GET", "POST", ...; case-sensitive per RFC 9110)
+    std::string target;     ///< request target as sent ("/v1/models?x=1")
+    std::string path;       ///< target without the query string
+    std::string query;      ///< after '?', may be empty
     int version_minor = 1;  ///< HTTP/1.<minor>: 0 or 1
     std::vector<std::pair<std::string, std::string>> headers;  ///< lower-case names, trimmed values
     std::string body;
-    bool keep_alive = true;       ///< HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive
-    bool expect_continue = false; ///< "Expect: 100-continue"
+    bool keep_alive = true;        ///< HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive
+    bool expect_continue = false;  ///< "Expect: 100-continue"
 
     /// The first header with this (lower-case) name, or nullptr.
     const std::string* header(std::string_view lower_name) const;
@@ -43,11 +43,11 @@ enum class ParseStatus {
 
 struct ParseResult {
     ParseStatus status = ParseStatus::kIncomplete;
-    HttpRequest request;           ///< complete: everything; incomplete with headers: all but body
-    std::size_t consumed = 0;      ///< bytes of this request (complete only)
-    bool headers_complete = false; ///< the blank line after the headers was seen
-    int error_status = 0;          ///< 400, 413, 414, 431, 501, 505 (error only)
-    std::string error;             ///< one line (error only)
+    HttpRequest request;            ///< complete: everything; incomplete with headers: all but body
+    std::size_t consumed = 0;       ///< bytes of this request (complete only)
+    bool headers_complete = false;  ///< the blank line after the headers was seen
+    int error_status = 0;           ///< 400, 413, 414, 431, 501, 505 (error only)
+    std::string error;              ///< one line (error only)
 };
 
 /// Parses the first request in `bytes`. Pure: no allocation beyond the result, no global state,

@@ -55,8 +55,10 @@ bool get_number(const json& j, const char* key, double* v, double lo, double hi,
     if (!x.is_number()) return *err = bad(std::string("'") + key + "' must be a number", key), false;
     const double d = x.get<double>();
     if (!std::isfinite(d) || d > hi || d < lo || (lo_open && d == lo))
-        return *err = bad(std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") + std::to_string(lo).substr(0, 3) +
-                              ", " + std::to_string(hi).substr(0, 3) + "], got " + x.dump(), key),
+        return *err = bad(std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") +
+                              std::to_string(lo).substr(0, 3) + ", " + std::to_string(hi).substr(0, 3) + "], got " +
+                              x.dump(),
+                          key),
                false;
     *v = d;
     return true;
@@ -65,14 +67,13 @@ bool get_number(const json& j, const char* key, double* v, double lo, double hi,
 bool get_int(const json& j, const char* key, int64_t* v, int64_t lo, int64_t hi, ApiError* err) {
     if (absent(j, key)) return true;
     const json& x = j.at(key);
-    if (!x.is_number_integer())
-        return *err = bad(std::string("'") + key + "' must be an integer", key), false;
-    const int64_t d = x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                          ? INT64_MAX
-                          : x.get<int64_t>();
+    if (!x.is_number_integer()) return *err = bad(std::string("'") + key + "' must be an integer", key), false;
+    const int64_t d =
+        x.is_number_unsigned() && x.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : x.get<int64_t>();
     if (d < lo || d > hi)
         return *err = bad(std::string("'") + key + "' must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                              "], got " + std::to_string(d), key),
+                              "], got " + std::to_string(d),
+                          key),
                false;
     *v = d;
     return true;
@@ -81,8 +82,9 @@ bool get_int(const json& j, const char* key, int64_t* v, int64_t lo, int64_t hi,
 bool get_ids(const json& a, int64_t vocab, const char* param, std::vector<int32_t>* out, ApiError* err) {
     for (const json& x : a) {
         if (!x.is_number_integer() || x.get<int64_t>() < 0 || x.get<int64_t>() >= vocab)
-            return *err = bad(std::string("'") + param + "' token ids must be integers in [0, " + std::to_string(vocab) +
-                                  "), got " + x.dump(), param),
+            return *err = bad(std::string("'") + param + "' token ids must be integers in [0, " +
+                                  std::to_string(vocab) + "), got " + x.dump(),
+                              param),
                    false;
         out->push_back(static_cast<int32_t>(x.get<int64_t>()));
     }
@@ -164,9 +166,9 @@ std::string error_body(const ApiError& e) {
     return dump(j);
 }
 
-bool parse_completion_request(Endpoint ep, std::string_view body, const BackendInfo& info,
-                              const text::Tokenizer& tok, const std::string& session_header, uint64_t default_seed,
-                              ParsedRequest* out, ApiError* err) {
+bool parse_completion_request(Endpoint ep, std::string_view body, const BackendInfo& info, const text::Tokenizer& tok,
+                              const std::string& session_header, uint64_t default_seed, ParsedRequest* out,
+                              ApiError* err) {
     *out = ParsedRequest{};
     out->endpoint = ep;
     CompletionRequest& r = out->req;
@@ -176,8 +178,9 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
     }
     const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
-        *err = bad("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
-                   "HTTP library correctly. The OpenAI API expects a JSON payload.)");
+        *err =
+            bad("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
+                "HTTP library correctly. The OpenAI API expects a JSON payload.)");
         return false;
     }
     // ---- model ----
@@ -186,7 +189,8 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
         return false;
     }
     r.model = j.at("model").get<std::string>();
-    const auto m = std::find_if(info.models.begin(), info.models.end(), [&](const ModelInfo& x) { return x.id == r.model; });
+    const auto m =
+        std::find_if(info.models.begin(), info.models.end(), [&](const ModelInfo& x) { return x.id == r.model; });
     if (m == info.models.end()) {
         *err = bad("The model `" + r.model + "` does not exist or you do not have access to it.", "model",
                    "model_not_found", 404);
@@ -215,7 +219,8 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
     for (int32_t id : r.prompt_ids)
         if (id >= m->vocab_size)
             return *err = bad("prompt token " + std::to_string(id) + " is outside the model's vocabulary of " +
-                                  std::to_string(m->vocab_size), "prompt"),
+                                  std::to_string(m->vocab_size),
+                              "prompt"),
                    false;
     // ---- sampling parameters ----
     if (!get_number(j, "temperature", &r.temperature, 0, 2, false, err)) return false;
@@ -235,11 +240,15 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
         double d = 0;
         if (!get_number(j, pen, &d, -2, 2, false, err)) return false;
         if (d != 0 && std::string(pen) != "repetition_penalty")
-            return *err = bad(std::string("'") + pen + "' must be 0: penalties would change the sampling "
-                              "distribution away from the policy's", pen), false;
+            return *err = bad(std::string("'") + pen +
+                                  "' must be 0: penalties would change the sampling "
+                                  "distribution away from the policy's",
+                              pen),
+                   false;
     }
     if (j.contains("logit_bias") && j.at("logit_bias").is_object() && !j.at("logit_bias").empty())
-        return *err = bad("'logit_bias' is not supported (it would change the policy's distribution)", "logit_bias"), false;
+        return *err = bad("'logit_bias' is not supported (it would change the policy's distribution)", "logit_bias"),
+               false;
     if (!absent(j, "seed")) {
         if (!j.at("seed").is_number_integer()) return *err = bad("'seed' must be an integer", "seed"), false;
         r.seed = j.at("seed").is_number_unsigned() ? j.at("seed").get<uint64_t>()
@@ -254,7 +263,8 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
     if (!absent(j, "stream_options")) {
         const json& so = j.at("stream_options");
         if (!so.is_object()) return *err = bad("'stream_options' must be an object", "stream_options"), false;
-        if (!r.stream) return *err = bad("'stream_options' is only allowed when 'stream' is true", "stream_options"), false;
+        if (!r.stream)
+            return *err = bad("'stream_options' is only allowed when 'stream' is true", "stream_options"), false;
         out->include_usage = so.value("include_usage", false);
     }
     // ---- logprobs ----
@@ -293,7 +303,8 @@ bool parse_completion_request(Endpoint ep, std::string_view body, const BackendI
             if (ids.size() != 1)
                 return *err = bad("stop sequence " + s.dump() + " is " + std::to_string(ids.size()) +
                                       " tokens; this gateway supports single-token stop sequences only "
-                                      "(use 'stop_token_ids' for token ids)", "stop"),
+                                      "(use 'stop_token_ids' for token ids)",
+                                  "stop"),
                        false;
             r.stop_ids.push_back(ids[0]);
         }
@@ -358,7 +369,8 @@ json usage_json(size_t prompt, size_t completion) {
 }  // namespace
 
 /// The tagflow extension for tokens [from, to) (+ session and prompt ids when `first`).
-static json extension(const ParsedRequest& p, const std::vector<GeneratedToken>& t, size_t from, size_t to, bool first) {
+static json extension(const ParsedRequest& p, const std::vector<GeneratedToken>& t, size_t from, size_t to,
+                      bool first) {
     json ids = json::array(), lps = json::array(), vers = json::array();
     for (size_t i = from; i < to; ++i) {
         ids.push_back(t[i].id);
@@ -388,7 +400,9 @@ static json std_logprobs(const ParsedRequest& p, const text::Tokenizer& tok, con
             tops.push_back(json{{s, t[i].logprob}});
             off += s.size();
         }
-        return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", p.top_logprobs > 0 ? tops : json(nullptr)},
+        return {{"tokens", toks},
+                {"token_logprobs", lps},
+                {"top_logprobs", p.top_logprobs > 0 ? tops : json(nullptr)},
                 {"text_offset", offs}};
     }
     json content = json::array();
@@ -406,7 +420,8 @@ static json std_logprobs(const ParsedRequest& p, const text::Tokenizer& tok, con
     return {{"content", content}, {"refusal", nullptr}};
 }
 
-std::string ResponseBuilder::chunk(const std::string& text, size_t from, size_t to, const char* finish, bool first) const {
+std::string ResponseBuilder::chunk(const std::string& text, size_t from, size_t to, const char* finish,
+                                   bool first) const {
     const bool chat = p_.endpoint == Endpoint::kChat;
     json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}};
     if (chat) {

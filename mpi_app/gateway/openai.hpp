@@ -45,9 +45,9 @@ constexpr int kMaxJsonDepth = 64;
 /// is X-Tagflow-Session ("" if absent); `default_seed` is used when the body has no seed.
 /// Returns false and fills `err` on any problem (malformed JSON, unknown model, bad parameter,
 /// prompt longer than the context, ...).
-bool parse_completion_request(Endpoint ep, std::string_view body, const BackendInfo& info,
-                              const text::Tokenizer& tok, const std::string& session_header,
-                              uint64_t default_seed, ParsedRequest* out, ApiError* err);
+bool parse_completion_request(Endpoint ep, std::string_view body, const BackendInfo& info, const text::Tokenizer& tok,
+                              const std::string& session_header, uint64_t default_seed, ParsedRequest* out,
+                              ApiError* err);
 
 /// Builds the answer to one request from the backend's tokens: the whole body, or SSE chunks.
 class ResponseBuilder {
@@ -70,8 +70,8 @@ private:
     int64_t created_;
     const text::Tokenizer& tok_;
     std::vector<GeneratedToken> tokens_;
-    std::string held_;        ///< streamed bytes waiting for a complete UTF-8 sequence
-    size_t streamed_ = 0;     ///< tokens already sent in chunks
+    std::string held_;     ///< streamed bytes waiting for a complete UTF-8 sequence
+    size_t streamed_ = 0;  ///< tokens already sent in chunks
     bool sent_first_ = false;
 };
 

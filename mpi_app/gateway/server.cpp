@@ -42,8 +42,7 @@ using Clock = std::chrono::steady_clock;
 bool constant_time_equal(std::string_view a, std::string_view b) {
     unsigned char diff = a.size() == b.size() ? 0 : 1;
     const std::size_t n = a.size();
-    for (std::size_t i = 0; i < n; ++i)
-        diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+    for (std::size_t i = 0; i < n; ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
     return diff == 0;
 }
 
@@ -133,7 +132,8 @@ struct Shared {
 
 class ConnSink final : public TokenSink {
 public:
-    ConnSink(std::shared_ptr<Shared> s, uint64_t conn, uint64_t serial) : s_(std::move(s)), conn_(conn), serial_(serial) {}
+    ConnSink(std::shared_ptr<Shared> s, uint64_t conn, uint64_t serial)
+        : s_(std::move(s)), conn_(conn), serial_(serial) {}
     void tokens(const std::vector<GeneratedToken>& t) override {
         if (t.empty()) return;
         Event e;
@@ -160,13 +160,13 @@ struct Conn {
     int fd = -1;
     uint64_t id = 0;
     std::string in, out;
-    std::size_t in_off = 0;     // bytes of `in` already parsed (erased in bulk, so parsing stays linear)
-    bool more = false;          // complete requests may wait in `in` (the per-round cap or backpressure)
-    bool headers_done = false;  // the current partial request has all its headers
+    std::size_t in_off = 0;       // bytes of `in` already parsed (erased in bulk, so parsing stays linear)
+    bool more = false;            // complete requests may wait in `in` (the per-round cap or backpressure)
+    bool headers_done = false;    // the current partial request has all its headers
     Clock::time_point req_start;  // first byte of the current partial request
-    bool busy = false;          // a generation is in flight
-    bool close_after = false;   // close once `out` is written
-    bool draining = false;      // write side shut down; discarding input until EOF or deadline
+    bool busy = false;            // a generation is in flight
+    bool close_after = false;     // close once `out` is written
+    bool draining = false;        // write side shut down; discarding input until EOF or deadline
     bool dead = false;
     bool keep_alive = true;
     bool sent_continue = false;
@@ -188,7 +188,7 @@ struct Server::Impl {
     std::thread thread;
     std::map<uint64_t, Conn> conns;
     uint64_t next_conn = 1, next_serial = 1;
-    int conn_limit = 0;                // min(max_connections, RLIMIT_NOFILE - fd_reserve), set by start()
+    int conn_limit = 0;                 // min(max_connections, RLIMIT_NOFILE - fd_reserve), set by start()
     Clock::time_point accept_paused{};  // EMFILE/ENFILE: do not accept before this
     std::string id_base = random_hex(6);
     uint64_t seed_base = 0;
@@ -272,7 +272,8 @@ void Server::start() {
     }
     rlimit rl{};
     const long nofile = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
-                            ? static_cast<long>(rl.rlim_cur) : 1L << 20;
+                            ? static_cast<long>(rl.rlim_cur)
+                            : 1L << 20;
     m.conn_limit = static_cast<int>(std::max(8L, std::min<long>(cfg_.max_connections, nofile - cfg_.fd_reserve)));
     m.listen_fd = fd;
     m.wake_r = p[0];
@@ -339,8 +340,7 @@ void Server::Impl::loop() {
         if (n < 0 && errno != EINTR) break;
         if (fds[0].revents & POLLIN) {
             char buf[256];
-            while (::read(wake_r, buf, sizeof buf) > 0) {
-            }
+            while (::read(wake_r, buf, sizeof buf) > 0) {}
             std::deque<Event> evs;
             {
                 std::lock_guard<std::mutex> lk(shared->mu);
@@ -371,8 +371,8 @@ void Server::Impl::loop() {
                 // Deadlines count from the request's first byte: trickling bytes do not extend them.
                 ApiError e;
                 e.status = 408;
-                e.message = std::string(c.headers_done ? "request body" : "request headers") + " not completed within " +
-                            std::to_string(static_cast<int>(deadline)) + " s";
+                e.message = std::string(c.headers_done ? "request body" : "request headers") +
+                            " not completed within " + std::to_string(static_cast<int>(deadline)) + " s";
                 respond_error(c, e);
                 flush(c);
                 c.dead = true;
@@ -409,7 +409,8 @@ void Server::Impl::accept_all() {
             Conn refused;  // never enters `conns`: the answer is built like every other one
             refused.fd = fd;
             respond_error(refused, e);  // counts the error; a 503 closes the connection
-            [[maybe_unused]] ssize_t w = ::send(fd, refused.out.data(), refused.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+            [[maybe_unused]] ssize_t w =
+                ::send(fd, refused.out.data(), refused.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
             ::close(fd);
             continue;
         }
@@ -575,9 +576,10 @@ void Server::Impl::handle(Conn& c, const HttpRequest& r) {
         ApiError e;
         e.status = 401;
         if (!auth) {
-            e.message = "You didn't provide an API key. You need to provide your API key in an Authorization header "
-                        "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). The tagflow gateway's key is in "
-                        "<out>/gateway.token.";
+            e.message =
+                "You didn't provide an API key. You need to provide your API key in an Authorization header "
+                "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). The tagflow gateway's key is in "
+                "<out>/gateway.token.";
         } else {
             e.message = "Incorrect API key provided. The tagflow gateway's key is in <out>/gateway.token.";
             e.code = "invalid_api_key";
@@ -598,7 +600,9 @@ void Server::Impl::handle(Conn& c, const HttpRequest& r) {
     if (p == "/health" || p == "/v1/health") {
         if (!need("GET")) return;
         const BackendInfo info = backend->info();
-        nlohmann::json h{{"status", "ok"}, {"pending", info.pending}, {"policy_version", info.policy_version},
+        nlohmann::json h{{"status", "ok"},
+                         {"pending", info.pending},
+                         {"policy_version", info.policy_version},
                          {"cancelled", info.cancelled}};
         if (info.sessions >= 0) h["sessions"] = info.sessions;
         respond(c, 200, h.dump());
@@ -702,7 +706,8 @@ void Server::Impl::handle_reward(Conn& c, const HttpRequest& r) {
     // Rewards train in float32: 1e39 is finite as a double but inf there, and one inf makes every
     // parameter NaN at the next step (and in the checkpoint written after it).
     if (const double v = j.at("reward").get<double>(); std::fabs(v) > std::numeric_limits<float>::max()) {
-        e.message = "'reward' " + j.at("reward").dump() + " is out of range: rewards must be finite in float32 "
+        e.message = "'reward' " + j.at("reward").dump() +
+                    " is out of range: rewards must be finite in float32 "
                     "(|reward| <= 3.4028235e38)";
         e.param = "reward";
         return respond_error(c, e);
@@ -725,9 +730,14 @@ void Server::Impl::handle_reward(Conn& c, const HttpRequest& r) {
         e.code = "session_not_found";
         return respond_error(c, e);
     }
-    respond(c, 200, json{{"object", "reward"}, {"session", rep.session}, {"id", rep.completion_id},
-                         {"reward", rep.reward}, {"group", rep.group}, {"accepted", true}}
-                        .dump(-1, ' ', false, json::error_handler_t::replace));
+    respond(c, 200,
+            json{{"object", "reward"},
+                 {"session", rep.session},
+                 {"id", rep.completion_id},
+                 {"reward", rep.reward},
+                 {"group", rep.group},
+                 {"accepted", true}}
+                .dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 void Server::Impl::on_event(Event& e) {
@@ -763,7 +773,7 @@ void Server::Impl::on_event(Event& e) {
         }
         c.rb.reset();
         if (pending(c) > 0) c.req_start = Clock::now();  // a pipelined request's deadline starts now
-        process_input(c);  // a pipelined request may be waiting; also flushes
+        process_input(c);                                // a pipelined request may be waiting; also flushes
         return;
     }
     flush(c);

@@ -32,24 +32,24 @@ struct ServerConfig {
     int port = 0;                    ///< 0 = any free port (see Server::port())
     std::string token;               ///< required bearer token (generate_token())
     HttpLimits limits;
-    int max_connections = 512;       ///< at the limit, a new connection evicts one that is still sending
-                                     ///< its request headers (or an idle one), else gets 503 and is closed
-    int fd_reserve = 256;            ///< descriptors never used for connections: the limit is lowered to
-                                     ///< RLIMIT_NOFILE - fd_reserve (heartbeats, checkpoints, HDF5, MPI)
-    double idle_timeout_s = 120;     ///< close a connection idle (no request in flight) this long
-    double header_timeout_s = 10;    ///< a request's headers must arrive within this many s of its first byte
-    double request_timeout_s = 60;   ///< ... and its body within this many s (trickling bytes do not extend it)
+    int max_connections = 512;               ///< at the limit, a new connection evicts one that is still sending
+                                             ///< its request headers (or an idle one), else gets 503 and is closed
+    int fd_reserve = 256;                    ///< descriptors never used for connections: the limit is lowered to
+                                             ///< RLIMIT_NOFILE - fd_reserve (heartbeats, checkpoints, HDF5, MPI)
+    double idle_timeout_s = 120;             ///< close a connection idle (no request in flight) this long
+    double header_timeout_s = 10;            ///< a request's headers must arrive within this many s of its first byte
+    double request_timeout_s = 60;           ///< ... and its body within this many s (trickling bytes do not extend it)
     std::size_t max_unread_bytes = 1 << 20;  ///< answers not yet read by the client: above this the
                                              ///< connection is neither read nor served (backpressure)
     std::string status_file;  ///< GET /v1/status answers with this file (the job's live status.json); "" = 404
 };
 
 struct ServerStats {
-    uint64_t connections = 0;  ///< accepted
-    uint64_t requests = 0;     ///< complete requests parsed
-    uint64_t completions = 0;  ///< handed to the backend
-    uint64_t errors = 0;       ///< 4xx/5xx answers
-    uint64_t unauthorized = 0; ///< 401 answers
+    uint64_t connections = 0;   ///< accepted
+    uint64_t requests = 0;      ///< complete requests parsed
+    uint64_t completions = 0;   ///< handed to the backend
+    uint64_t errors = 0;        ///< 4xx/5xx answers
+    uint64_t unauthorized = 0;  ///< 401 answers
 };
 
 class Server {

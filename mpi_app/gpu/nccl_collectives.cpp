@@ -17,8 +17,7 @@ namespace tagflow::gpu {
 namespace {
 
 void cuda_check(cudaError_t rc, const char* call) {
-    if (rc != cudaSuccess)
-        throw Error(std::string("CUDA: ") + call + " failed: " + cudaGetErrorString(rc));
+    if (rc != cudaSuccess) throw Error(std::string("CUDA: ") + call + " failed: " + cudaGetErrorString(rc));
 }
 void nccl_check(ncclResult_t rc, const char* call) {
     if (rc != ncclSuccess) {
@@ -45,8 +44,7 @@ ncclDataType_t nccl_type(at::ScalarType t) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 10, 0)
         case at::kBFloat16: return ncclBfloat16;
 #endif
-        default:
-            throw Error(std::string("nccl_collectives: unsupported dtype ") + c10::toString(t));
+        default: throw Error(std::string("nccl_collectives: unsupported dtype ") + c10::toString(t));
     }
 }
 
@@ -57,9 +55,7 @@ int visible_devices_or_throw() {
     return n;
 }
 
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -81,8 +77,8 @@ std::string nccl_build_info() {
     cudaRuntimeGetVersion(&rt);
     cudaDriverGetVersion(&drv);
     // NCCL >= 2.9 encodes X*10000 + Y*100 + Z.
-    std::string s = "NCCL " + std::to_string(nv / 10000) + "." + std::to_string(nv / 100 % 100) + "." +
-                    std::to_string(nv % 100);
+    std::string s =
+        "NCCL " + std::to_string(nv / 10000) + "." + std::to_string(nv / 100 % 100) + "." + std::to_string(nv % 100);
     s += ", CUDA runtime " + std::to_string(rt / 1000) + "." + std::to_string(rt / 10 % 100);
     s += drv ? ", driver " + std::to_string(drv / 1000) + "." + std::to_string(drv / 10 % 100)
              : std::string(", no driver");
@@ -143,8 +139,9 @@ struct NcclCollectives::Impl {
     train::SyncStats run(const std::vector<at::Tensor>& ts, int root) {
         train::SyncStats s;
         double t0 = now_s();
-        if (root >= size) throw Error("nccl broadcast: root " + std::to_string(root) + " is not in a group of " +
-                                      std::to_string(size));
+        if (root >= size)
+            throw Error("nccl broadcast: root " + std::to_string(root) + " is not in a group of " +
+                        std::to_string(size));
         if (ts.empty()) return s;
         const at::ScalarType st = ts[0].scalar_type();
         const ncclDataType_t dt = nccl_type(st);
@@ -162,8 +159,7 @@ struct NcclCollectives::Impl {
                     throw Error("nccl_collectives: CUDA tensor on device " + std::to_string(t.get_device()) +
                                 " but this communicator uses device " + std::to_string(device));
             } else if (!t.device().is_cpu()) {
-                throw Error("nccl_collectives: tensors must be on the CPU or on CUDA device " +
-                            std::to_string(device));
+                throw Error("nccl_collectives: tensors must be on the CPU or on CUDA device " + std::to_string(device));
             }
             numels.push_back(static_cast<size_t>(t.numel()));
             ptrs.push_back(static_cast<char*>(t.data_ptr()));
@@ -184,21 +180,17 @@ struct NcclCollectives::Impl {
                 dptr = ptrs[p0.tensor] + p0.tensor_offset * esz;
             } else if (send) {
                 for (const BucketPiece& p : b.pieces)
-                    TAGFLOW_CUDA(cudaMemcpyAsync(buf + p.bucket_offset * esz, ptrs[p.tensor] + p.tensor_offset * esz,
-                                                 p.count * esz,
-                                                 on_gpu[p.tensor] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
-                                                 stream));
+                    TAGFLOW_CUDA(cudaMemcpyAsync(
+                        buf + p.bucket_offset * esz, ptrs[p.tensor] + p.tensor_offset * esz, p.count * esz,
+                        on_gpu[p.tensor] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, stream));
             }
-            if (is_bcast)
-                TAGFLOW_NCCL(ncclBroadcast(dptr, dptr, b.elems, dt, root, comm, stream));
-            else
-                TAGFLOW_NCCL(ncclAllReduce(dptr, dptr, b.elems, dt, ncclSum, comm, stream));
+            if (is_bcast) TAGFLOW_NCCL(ncclBroadcast(dptr, dptr, b.elems, dt, root, comm, stream));
+            else TAGFLOW_NCCL(ncclAllReduce(dptr, dptr, b.elems, dt, ncclSum, comm, stream));
             if (!in_place && recv) {
                 for (const BucketPiece& p : b.pieces)
-                    TAGFLOW_CUDA(cudaMemcpyAsync(ptrs[p.tensor] + p.tensor_offset * esz, buf + p.bucket_offset * esz,
-                                                 p.count * esz,
-                                                 on_gpu[p.tensor] ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
-                                                 stream));
+                    TAGFLOW_CUDA(cudaMemcpyAsync(
+                        ptrs[p.tensor] + p.tensor_offset * esz, buf + p.bucket_offset * esz, p.count * esz,
+                        on_gpu[p.tensor] ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost, stream));
             }
             ++s.buckets;
             total += b.elems;
@@ -223,8 +215,8 @@ NcclCollectives::NcclCollectives(const NcclId& id, int rank, int size, int devic
     if (size < 1 || rank < 0 || rank >= size)
         throw Error("NCCL backend: rank " + std::to_string(rank) + " is not in a group of " + std::to_string(size));
     if (device < 0 || device >= ndev)
-        throw Error("NCCL backend: CUDA device " + std::to_string(device) + " does not exist (" +
-                    std::to_string(ndev) + " visible)");
+        throw Error("NCCL backend: CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(ndev) +
+                    " visible)");
     if (bucket_bytes == 0) throw Error("NCCL backend: bucket_bytes must be > 0");
     auto impl = std::make_unique<Impl>();
     impl->rank = rank;

@@ -63,8 +63,8 @@ std::string lost_message(int rank, const std::string& host, double silent_s) {
 
 // ---------------------------------------------------------------- PeerTracker
 
-PeerTracker::PeerTracker(std::vector<int> peers, std::vector<std::string> hosts, std::string run_id,
-                         double timeout_s, Clock::time_point start)
+PeerTracker::PeerTracker(std::vector<int> peers, std::vector<std::string> hosts, std::string run_id, double timeout_s,
+                         Clock::time_point start)
     : run_id_(std::move(run_id)), timeout_s_(timeout_s), last_tick_(start) {
     for (int p : peers) {
         Peer q;
@@ -161,8 +161,8 @@ struct Watchdog::Impl {
 
     void run() {
         using Clock = PeerTracker::Clock;
-        PeerTracker tracker(watched_ranks(cfg.rank, cfg.world_size, cfg.watch), cfg.hosts, cfg.run_id,
-                            cfg.timeout_s, Clock::now());
+        PeerTracker tracker(watched_ranks(cfg.rank, cfg.world_size, cfg.watch), cfg.hosts, cfg.run_id, cfg.timeout_s,
+                            Clock::now());
         const std::vector<int> peers = watched_ranks(cfg.rank, cfg.world_size, cfg.watch);
         const auto period = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(cfg.interval_s));
         for (;;) {
@@ -205,7 +205,7 @@ Watchdog::Watchdog(WatchdogConfig c, LostHandler on_lost) : impl_(std::make_uniq
     im.self.run_id = im.cfg.run_id;
     im.self.pid = static_cast<long>(::getpid());
     im.self.host = im.cfg.rank < static_cast<int>(im.cfg.hosts.size()) ? im.cfg.hosts[static_cast<size_t>(im.cfg.rank)]
-                                                                        : std::string();
+                                                                       : std::string();
     if (im.self.host.empty()) {
         char h[256] = {0};
         if (::gethostname(h, sizeof h - 1) == 0) im.self.host = h;

@@ -45,8 +45,8 @@ namespace tagflow::health {
 constexpr int kLostRankExitCode = 69;
 
 struct WatchdogConfig {
-    std::string dir;                 // heartbeat directory, normally <out>/.heartbeat (created)
-    int rank = 0;                    // this rank (world)
+    std::string dir;  // heartbeat directory, normally <out>/.heartbeat (created)
+    int rank = 0;     // this rank (world)
     int world_size = 1;
     std::vector<std::string> hosts;  // host of each world rank (named in the message); may be empty
     std::string run_id;              // the same on every rank of one start, new for the next start
@@ -79,7 +79,7 @@ std::string lost_message(int rank, const std::string& host, double silent_s);
 /// Pure bookkeeping of the watched peers (no threads, no files): fed what was read and the
 /// reader's own clock, says which peer is lost. Unit-testable with made-up times.
 class PeerTracker {
- public:
+public:
     using Clock = std::chrono::steady_clock;
     struct Lost {
         int rank = -1;
@@ -98,7 +98,7 @@ class PeerTracker {
     /// Peers still watched (not done).
     int active() const;
 
- private:
+private:
     struct Peer {
         int rank = -1;
         int64_t seq = -1;
@@ -115,7 +115,7 @@ class PeerTracker {
 /// The watchdog thread. Starts in the constructor (unless timeout_s is 0); the destructor
 /// stops it (and marks this rank done). `on_lost` replaces the default print-and-_exit (tests).
 class Watchdog {
- public:
+public:
     using LostHandler = std::function<void(const PeerTracker::Lost&)>;
     explicit Watchdog(WatchdogConfig c, LostHandler on_lost = nullptr);
     ~Watchdog();
@@ -125,7 +125,7 @@ class Watchdog {
     /// keeps beating and watching the others until the Watchdog is destroyed.
     void mark_done() noexcept;
 
- private:
+private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

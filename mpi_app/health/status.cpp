@@ -225,8 +225,11 @@ struct Writer {
                 p.rec = rec;
                 p.done = rec.value("done", false);
             }
-            nlohmann::json out = p.rec.is_object() ? p.rec : nlohmann::json{{"rank", r}, {"host", at(cfg.hosts, r)},
-                                                                          {"tags", at(cfg.tags, r)}, {"role", "unknown"}};
+            nlohmann::json out =
+                p.rec.is_object()
+                    ? p.rec
+                    : nlohmann::json{
+                          {"rank", r}, {"host", at(cfg.hosts, r)}, {"tags", at(cfg.tags, r)}, {"role", "unknown"}};
             out.erase("format");
             out.erase("version");
             out.erase("run_id");

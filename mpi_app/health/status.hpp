@@ -47,7 +47,7 @@ struct StatusSnapshot {
 };
 
 class StatusBoard {
- public:
+public:
     void set_role(int kind, int64_t step);
     void set_engine(int64_t active, int64_t waiting, int64_t tokens_generated, int64_t policy_version);
     void set_queue(int64_t pooled);
@@ -57,7 +57,7 @@ class StatusBoard {
                    int64_t stale_dropped_total);
     StatusSnapshot snapshot() const;
 
- private:
+private:
     struct Impl;
     Impl& impl() const;
 };
@@ -67,12 +67,12 @@ class StatusBoard {
 StatusBoard& status_board();
 
 struct StatusConfig {
-    std::string out;        // run directory: writes .status/rank.<N>.json and (coordinator) status.json
+    std::string out;  // run directory: writes .status/rank.<N>.json and (coordinator) status.json
     int rank = 0, world_size = 1, coordinator = 0;
     std::vector<std::string> hosts, tags;  // per world rank
     std::string run_id, mode;
-    int64_t steps = 0;      // --steps (ETA)
-    int64_t first_step = 0; // a resumed run's starting step (its samples/s and ETA count from here)
+    int64_t steps = 0;       // --steps (ETA)
+    int64_t first_step = 0;  // a resumed run's starting step (its samples/s and ETA count from here)
     double interval_s = 1.0;
     double stale_after_s = 5.0;
 };

@@ -51,13 +51,15 @@ nlohmann::json load(const std::string& dir) {
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0)
         throw ConfigError(dir + ": " + (errno == ENOENT ? "no such run directory" : std::string(std::strerror(errno))));
-    if (!S_ISDIR(st.st_mode)) throw ConfigError(dir + ": not a directory (give the run directory, --out of tagflow train)");
+    if (!S_ISDIR(st.st_mode))
+        throw ConfigError(dir + ": not a directory (give the run directory, --out of tagflow train)");
     const std::string path = dir + "/status.json";
     int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (errno == ENOENT)
-            throw ConfigError(dir + ": no status record status.json (not a run directory of tagflow train, or the run "
-                                    "has not started yet)");
+            throw ConfigError(dir +
+                              ": no status record status.json (not a run directory of tagflow train, or the run "
+                              "has not started yet)");
         if (errno == ELOOP) throw ConfigError(path + ": is a symbolic link, not a status record (refused)");
         throw ConfigError("cannot read " + path + ": " + std::strerror(errno));
     }
@@ -77,15 +79,17 @@ nlohmann::json load(const std::string& dir) {
     ::close(fd);
     if (!regular) throw ConfigError(path + ": not a regular file, not a status record");
     if (static_cast<size_t>(st.st_size) > kCap)
-        throw ConfigError(path + ": " + std::to_string(st.st_size) + " bytes, not a status record (they are a few KiB)");
+        throw ConfigError(path + ": " + std::to_string(st.st_size) +
+                          " bytes, not a status record (they are a few KiB)");
     nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object())
         throw ConfigError(path + ": not a tagflow status record (not a JSON object)");
     if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != kStatusFormat)
         throw ConfigError(path + ": not a tagflow status record (no \"format\": \"" + kStatusFormat + "\")");
     if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() != kStatusVersion)
-        throw ConfigError(path + ": status record version " + (j.contains("version") ? j["version"].dump() : "missing") +
-                          ", this tagflow reads " + std::to_string(kStatusVersion));
+        throw ConfigError(path + ": status record version " +
+                          (j.contains("version") ? j["version"].dump() : "missing") + ", this tagflow reads " +
+                          std::to_string(kStatusVersion));
     // The fields the printout uses, with their types.
     auto need = [&](const nlohmann::json& o, const char* key, bool (nlohmann::json::*is)() const noexcept,
                     const std::string& where) {
@@ -140,7 +144,9 @@ int print(const std::string& dir, nlohmann::json j, bool json) {
         return any_stale ? 1 : 0;
     }
     const nlohmann::json& run = j["run"];
-    std::string eta = done ? "finished" : run["eta_s"].get<double>() < 0 ? "ETA unknown" : "ETA " + num(run, "eta_s") + " s";
+    std::string eta = done                             ? "finished"
+                      : run["eta_s"].get<double>() < 0 ? "ETA unknown"
+                                                       : "ETA " + num(run, "eta_s") + " s";
     printf("%s: mode %s, step %s/%s, %s samples/s, staleness %s, %s stale drops, %s (updated %.1f s ago)\n",
            dir.c_str(), str(j, "mode").c_str(), num(run, "step").c_str(), num(run, "steps").c_str(),
            num(run, "samples_per_s", "%.1f").c_str(), num(run, "staleness_mean", "%.2f").c_str(),
@@ -151,16 +157,17 @@ int print(const std::string& dir, nlohmann::json j, bool json) {
         std::string state = r["stale"].get<bool>() && !done ? "STALE" : r.value("missing", false) ? "no record" : "ok";
         char age_s[32];
         snprintf(age_s, sizeof age_s, " (%.1f s)", r["age_s"].get<double>());
-        printf("%4s  %-16s %-20s %-11s %5s %7s %5s %7s %9s %6s  %s%s\n", num(r, "rank").c_str(),
-               str(r, "host").c_str(), str(r, "tags").c_str(), str(r, "role").c_str(), num(r, "step").c_str(),
-               num(r, "policy_version").c_str(), num(r, "engine_slots").c_str(), num(r, "engine_waiting").c_str(),
-               num(r, "tokens_per_s", "%.1f").c_str(), num(r, "queue").c_str(), state.c_str(), age_s);
+        printf("%4s  %-16s %-20s %-11s %5s %7s %5s %7s %9s %6s  %s%s\n", num(r, "rank").c_str(), str(r, "host").c_str(),
+               str(r, "tags").c_str(), str(r, "role").c_str(), num(r, "step").c_str(), num(r, "policy_version").c_str(),
+               num(r, "engine_slots").c_str(), num(r, "engine_waiting").c_str(), num(r, "tokens_per_s", "%.1f").c_str(),
+               num(r, "queue").c_str(), state.c_str(), age_s);
     }
     if (done) printf("the run finished at step %s\n", num(run, "step").c_str());
     if (record_stale)
-        printf("STALE: the record was last updated %.0f s ago (it is rewritten every %.0f s): the job is not running, "
-               "or its coordinator (rank %s) is stopped or lost\n",
-               age, j["refresh_s"].get<double>(), num(j, "coordinator").c_str());
+        printf(
+            "STALE: the record was last updated %.0f s ago (it is rewritten every %.0f s): the job is not running, "
+            "or its coordinator (rank %s) is stopped or lost\n",
+            age, j["refresh_s"].get<double>(), num(j, "coordinator").c_str());
     for (const auto& r : j["ranks"])
         if (r["stale"].get<bool>() && !done)
             printf("STALE: rank %s (host %s) has not updated its status for %.0f s%s: stopped or lost\n",

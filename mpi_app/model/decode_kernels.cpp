@@ -167,7 +167,8 @@ TAGFLOW_AVX2 void head_avx2(const float* q, const float* K, const float* V, int6
     }
     for (; t < n; ++t) {
         __m256 a = _mm256_setzero_ps();
-        for (int64_t d = 0; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(K + t * D + d), a);
+        for (int64_t d = 0; d < D; d += 8)
+            a = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(K + t * D + d), a);
         buf[t] = hsum8(a);
     }
     const int64_t n8 = (n + 7) / 8 * 8;

@@ -12,9 +12,7 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& src, const std::string& what) {
-    throw ConfigError(src + ": " + what);
-}
+[[noreturn]] void fail(const std::string& src, const std::string& what) { throw ConfigError(src + ": " + what); }
 
 // The value of `key`, or nullptr when it is absent or null (an error when `required`).
 const json* lookup(const json& j, const std::string& src, const char* key, bool required) {
@@ -26,8 +24,7 @@ const json* lookup(const json& j, const std::string& src, const char* key, bool 
     return &*it;
 }
 
-int64_t get_int(const json& j, const std::string& src, const char* key, bool required,
-                int64_t def) {
+int64_t get_int(const json& j, const std::string& src, const char* key, bool required, int64_t def) {
     const json* p = lookup(j, src, key, required);
     if (!p) return def;
     const json& v = *p;
@@ -54,8 +51,7 @@ bool get_bool(const json& j, const std::string& src, const char* key, bool def) 
     return v->get<bool>();
 }
 
-std::string get_str(const json& j, const std::string& src, const char* key, bool required,
-                    const std::string& def) {
+std::string get_str(const json& j, const std::string& src, const char* key, bool required, const std::string& def) {
     const json* v = lookup(j, src, key, required);
     if (!v) return def;
     if (!v->is_string()) fail(src, std::string("key '") + key + "' must be a string, got " + v->dump());
@@ -110,14 +106,12 @@ void parse_rope(const json& r, const std::string& src, const std::string& key, H
 void HfConfig::validate(const std::string& src) const {
     if (!known_model_type(model_type))
         fail(src, "model_type '" + model_type + "' is not supported (llama, qwen2, qwen3)");
-    if (hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers <= 0 ||
-        num_attention_heads <= 0 || num_key_value_heads <= 0 || head_dim <= 0 || vocab_size <= 0 ||
-        max_position_embeddings <= 0)
+    if (hidden_size <= 0 || intermediate_size <= 0 || num_hidden_layers <= 0 || num_attention_heads <= 0 ||
+        num_key_value_heads <= 0 || head_dim <= 0 || vocab_size <= 0 || max_position_embeddings <= 0)
         fail(src, "sizes must be positive");
     if (num_attention_heads % num_key_value_heads != 0)
         fail(src, "num_attention_heads (" + std::to_string(num_attention_heads) +
-                      ") must be a multiple of num_key_value_heads (" +
-                      std::to_string(num_key_value_heads) + ")");
+                      ") must be a multiple of num_key_value_heads (" + std::to_string(num_key_value_heads) + ")");
     if (head_dim % 2 != 0) fail(src, "head_dim (" + std::to_string(head_dim) + ") must be even for RoPE");
     if (!(rms_norm_eps > 0) || !(rope_theta > 0)) fail(src, "rms_norm_eps and rope_theta must be positive");
     if (torch_dtype != "float32" && torch_dtype != "float16" && torch_dtype != "bfloat16")
@@ -126,8 +120,9 @@ void HfConfig::validate(const std::string& src) const {
         fail(src, "qk_norm (q_norm/k_norm) goes with model_type qwen3 and only with it");
     if (rope_type == "llama3") {
         if (!(rope_factor > 0) || !(rope_low_freq_factor > 0) || rope_original_max_position_embeddings <= 0)
-            fail(src, "rope_scaling (llama3): factor, low_freq_factor and original_max_position_embeddings must be "
-                      "positive");
+            fail(src,
+                 "rope_scaling (llama3): factor, low_freq_factor and original_max_position_embeddings must be "
+                 "positive");
         if (!(rope_high_freq_factor > rope_low_freq_factor))
             fail(src, "rope_scaling (llama3): high_freq_factor (" + std::to_string(rope_high_freq_factor) +
                           ") must be greater than low_freq_factor (" + std::to_string(rope_low_freq_factor) + ")");

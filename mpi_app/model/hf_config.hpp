@@ -21,8 +21,8 @@ struct HfConfig {
     int64_t intermediate_size = 0;
     int64_t num_hidden_layers = 0;
     int64_t num_attention_heads = 0;
-    int64_t num_key_value_heads = 0;   ///< default: num_attention_heads
-    int64_t head_dim = 0;              ///< default: hidden_size / num_attention_heads (qwen3: 128)
+    int64_t num_key_value_heads = 0;  ///< default: num_attention_heads
+    int64_t head_dim = 0;             ///< default: hidden_size / num_attention_heads (qwen3: 128)
     int64_t vocab_size = 0;
     int64_t max_position_embeddings = 2048;
     double rms_norm_eps = 1e-6;
@@ -37,9 +37,9 @@ struct HfConfig {
     /// RoPE frequency scaling ("rope_scaling" in config.json): "default" (none) or "llama3"
     /// (Llama 3.1's: transformers' _compute_llama3_parameters, see rope_inv_freq() in llama.hpp).
     std::string rope_type = "default";
-    double rope_factor = 1.0;            ///< llama3: "factor"
-    double rope_low_freq_factor = 1.0;   ///< llama3: "low_freq_factor"
-    double rope_high_freq_factor = 4.0;  ///< llama3: "high_freq_factor"
+    double rope_factor = 1.0;                           ///< llama3: "factor"
+    double rope_low_freq_factor = 1.0;                  ///< llama3: "low_freq_factor"
+    double rope_high_freq_factor = 4.0;                 ///< llama3: "high_freq_factor"
     int64_t rope_original_max_position_embeddings = 0;  ///< llama3: "original_max_position_embeddings"
     std::string torch_dtype = "float32";
     /// tagflow extension ("tagflow_abs_positions" in config.json, absent = false): learned

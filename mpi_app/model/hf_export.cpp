@@ -38,17 +38,24 @@ void write_file(const fs::path& p, const std::string& text) {
 const std::vector<std::string>& tokenizer_file_names() {
     // tokenizer.json first; the others as transformers' save_pretrained writes them (the chat
     // template lives in tokenizer_config.json, or in chat_template.jinja / chat_template.json).
-    static const std::vector<std::string> names = {"tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
-                                                   "chat_template.jinja", "chat_template.json",    "added_tokens.json",
-                                                   "vocab.json",          "merges.txt"};
+    static const std::vector<std::string> names = {"tokenizer.json",
+                                                   "tokenizer_config.json",
+                                                   "special_tokens_map.json",
+                                                   "chat_template.jinja",
+                                                   "chat_template.json",
+                                                   "added_tokens.json",
+                                                   "vocab.json",
+                                                   "merges.txt"};
     return names;
 }
 
-st::DType parse_export_dtype(const std::string& value, const std::string& source_torch_dtype, const std::string& option) {
+st::DType parse_export_dtype(const std::string& value, const std::string& source_torch_dtype,
+                             const std::string& option) {
     if (value == "bf16") return st::DType::BF16;
     if (value == "fp32") return st::DType::F32;
     if (!value.empty() && value != "auto")
-        throw ConfigError(option + " " + value + ": expected bf16, fp32 or auto (auto: bf16 when the source model's "
+        throw ConfigError(option + " " + value +
+                          ": expected bf16, fp32 or auto (auto: bf16 when the source model's "
                           "torch_dtype is bfloat16, else fp32)");
     return source_torch_dtype == "bfloat16" ? st::DType::BF16 : st::DType::F32;
 }
@@ -57,11 +64,13 @@ std::string resolve_tokenizer_json(const std::string& path, const std::string& o
     std::error_code ec;
     if (fs::is_directory(path, ec)) {
         const fs::path f = fs::path(path) / "tokenizer.json";
-        if (!fs::is_regular_file(f, ec)) throw ConfigError(option + " " + path + ": no tokenizer.json in this directory");
+        if (!fs::is_regular_file(f, ec))
+            throw ConfigError(option + " " + path + ": no tokenizer.json in this directory");
         return f.string();
     }
     if (!fs::is_regular_file(path, ec))
-        throw ConfigError(option + " " + path + ": no such file (expected a tokenizer.json or a directory holding one)");
+        throw ConfigError(option + " " + path +
+                          ": no such file (expected a tokenizer.json or a directory holding one)");
     return path;
 }
 
@@ -73,7 +82,8 @@ std::string export_tokenizer(const std::string& tokenizer_option, const std::str
     return "";
 }
 
-void apply_tokenizer_vocab(HfConfig& c, const std::string& tokenizer_json, int64_t min_vocab, const std::string& option) {
+void apply_tokenizer_vocab(HfConfig& c, const std::string& tokenizer_json, int64_t min_vocab,
+                           const std::string& option) {
     const text::HfTokenizer tok = text::HfTokenizer::load(tokenizer_json);  // ConfigError naming the file
     if (tok.vocab_size() < min_vocab)
         throw ConfigError(option + " " + tokenizer_json + ": " + std::to_string(tok.vocab_size()) +
@@ -91,8 +101,8 @@ void check_tokenizer_fits(const std::string& tokenizer_json, int64_t model_vocab
                           const std::string& option) {
     const text::HfTokenizer tok = text::HfTokenizer::load(tokenizer_json);
     if (tok.vocab_size() > model_vocab)
-        throw ConfigError(option + " " + tokenizer_json + ": " + std::to_string(tok.vocab_size()) + " tokens, more than " +
-                          model_dir + "'s vocab_size " + std::to_string(model_vocab));
+        throw ConfigError(option + " " + tokenizer_json + ": " + std::to_string(tok.vocab_size()) +
+                          " tokens, more than " + model_dir + "'s vocab_size " + std::to_string(model_vocab));
 }
 
 std::string generation_config_json(const HfConfig& c, const HfExport& e) {

@@ -69,8 +69,7 @@ std::map<std::string, torch::Tensor> load_safetensors(const std::string& path, t
     return out;
 }
 
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       st::DType dtype, const std::map<std::string, std::string>& metadata) {
     std::vector<torch::Tensor> keep;
     std::vector<st::TensorView> views;
@@ -78,8 +77,8 @@ void save_safetensors(const std::string& path,
     for (const auto& [name, t] : tensors) {
         keep.push_back(t.detach().to(torch::kCPU).to(torch_dtype_of(dtype)).contiguous());
         const torch::Tensor& c = keep.back();
-        views.push_back({name, dtype, c.sizes().vec(), c.data_ptr(),
-                         static_cast<std::size_t>(c.numel()) * st::dtype_size(dtype)});
+        views.push_back(
+            {name, dtype, c.sizes().vec(), c.data_ptr(), static_cast<std::size_t>(c.numel()) * st::dtype_size(dtype)});
     }
     st::write_file(path, views, metadata);
 }
@@ -100,7 +99,8 @@ torch::Tensor rope_inv_freq(const HfConfig& c) {
     torch::Tensor out = torch::where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq);
     const torch::Tensor smooth = (old_len / wavelen - low) / (high - low);
     const torch::Tensor smoothed = (1 - smooth) * out / factor + smooth * out;
-    const torch::Tensor medium = (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
+    const torch::Tensor medium =
+        (wavelen < high_freq_wavelen).logical_not() & (wavelen > low_freq_wavelen).logical_not();
     return torch::where(medium, smoothed, out);
 }
 
@@ -127,9 +127,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const HfConfig& c)
     }
 }
 
-torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                          const torch::Tensor& sin, torch::Tensor* k_cache,
-                                          torch::Tensor* v_cache) {
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                          torch::Tensor* k_cache, torch::Tensor* v_cache) {
     const int64_t B = x.size(0), T = x.size(1);
     torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_});
     torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_});
@@ -174,21 +173,17 @@ LlamaMLPImpl::LlamaMLPImpl(const HfConfig& c) {
     down_proj = register_module("down_proj", torch::nn::Linear(O(c.intermediate_size, c.hidden_size).bias(false)));
 }
 
-torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) {
-    return down_proj(F::silu(gate_proj(x)) * up_proj(x));
-}
+torch::Tensor LlamaMLPImpl::forward(const torch::Tensor& x) { return down_proj(F::silu(gate_proj(x)) * up_proj(x)); }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const HfConfig& c) {
     input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
     self_attn = register_module("self_attn", LlamaAttention(c));
-    post_attention_layernorm =
-        register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
+    post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
     mlp = register_module("mlp", LlamaMLP(c));
 }
 
-torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
-                                             const torch::Tensor& sin, torch::Tensor* k_cache,
-                                             torch::Tensor* v_cache) {
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                             torch::Tensor* k_cache, torch::Tensor* v_cache) {
     torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin, k_cache, v_cache);
     return h + mlp(post_attention_layernorm(h));
 }
@@ -207,7 +202,8 @@ torch::Tensor LlamaBackboneImpl::embed(const torch::Tensor& tokens, int64_t star
     torch::Tensor h = embed_tokens(tokens);
     if (!embed_positions) return h;
     const int64_t T = tokens.size(1);
-    return h + embed_positions(torch::arange(start, start + T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device())))
+    return h + embed_positions(
+                   torch::arange(start, start + T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device())))
                    .unsqueeze(0);
 }
 
@@ -258,8 +254,8 @@ torch::Tensor LlamaModelImpl::run(const torch::Tensor& tokens, LlamaKVCache* cac
     }
     for (int64_t l = 0; l < n_layers; ++l) {
         const auto li = static_cast<std::size_t>(l);
-        h = model->layers[li]->as<LlamaDecoderLayerImpl>()->forward(
-            h, cos, sin, cache ? &cache->k[li] : nullptr, cache ? &cache->v[li] : nullptr);
+        h = model->layers[li]->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin, cache ? &cache->k[li] : nullptr,
+                                                                    cache ? &cache->v[li] : nullptr);
     }
     h = model->norm(h);
     if (cache) cache->len += T;
@@ -305,8 +301,9 @@ void LlamaModelImpl::load_hf_state_dict(const std::map<std::string, torch::Tenso
         if (!missing.empty()) {
             // A tied checkpoint stores no lm_head.weight; say so when the config disagrees.
             const bool head = params.find("lm_head.weight") != nullptr && !loaded.count("lm_head.weight");
-            throw Error("LlamaModel: checkpoint lacks " + missing +
-                        (head ? " (config.json has tie_word_embeddings=false; a tied checkpoint stores no lm_head)" : ""));
+            throw Error(
+                "LlamaModel: checkpoint lacks " + missing +
+                (head ? " (config.json has tie_word_embeddings=false; a tied checkpoint stores no lm_head)" : ""));
         }
     }
 }
@@ -330,7 +327,8 @@ std::shared_ptr<LlamaModelImpl> LlamaModelImpl::from_pretrained(const std::strin
         std::map<std::string, std::string> where;  // tensor -> shard file
         std::set<std::string> files;
         for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-            if (!it.value().is_string()) throw Error(index.string() + ": weight_map['" + it.key() + "'] is not a string");
+            if (!it.value().is_string())
+                throw Error(index.string() + ": weight_map['" + it.key() + "'] is not a string");
             const std::string f = it.value().get<std::string>();
             if (f.find('/') != std::string::npos || f.find("..") != std::string::npos)
                 throw Error(index.string() + ": shard name '" + f + "' must be a plain file name");

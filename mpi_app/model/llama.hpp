@@ -29,11 +29,9 @@ namespace tagflow::model {
 // ---- torch glue for safetensors ----
 
 /// Loads every tensor of one safetensors file, converted to `dtype` (fp32 by default).
-std::map<std::string, torch::Tensor> load_safetensors(const std::string& path,
-                                                      torch::Dtype dtype = torch::kFloat);
+std::map<std::string, torch::Tensor> load_safetensors(const std::string& path, torch::Dtype dtype = torch::kFloat);
 /// Writes named tensors (any device, any float dtype) as `dtype` to one safetensors file.
-void save_safetensors(const std::string& path,
-                      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+void save_safetensors(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                       st::DType dtype = st::DType::F32,
                       const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
@@ -142,8 +140,7 @@ public:
     /// Writes config.json plus model.safetensors, or, when the weights exceed `shard_bytes`
     /// (> 0), model-0000k-of-0000n.safetensors shards and model.safetensors.index.json.
     /// `dtype` is the on-disk dtype (config.json's torch_dtype is set to match).
-    void save_pretrained(const std::string& dir, int64_t shard_bytes = 0,
-                         st::DType dtype = st::DType::F32) const;
+    void save_pretrained(const std::string& dir, int64_t shard_bytes = 0, st::DType dtype = st::DType::F32) const;
 
     const HfConfig& config() const { return cfg_; }
     LlamaBackbone model{nullptr};

@@ -56,10 +56,10 @@ struct LlamaSlotDecoder::State {
     // weight snapshot
     std::vector<torch::Tensor> params;  ///< the model's parameters, for change detection
     std::vector<std::pair<const void*, int64_t>> signature;
-    torch::Tensor embed;  ///< [V, dm] in dt
+    torch::Tensor embed;      ///< [V, dm] in dt
     torch::Tensor pos_embed;  ///< [max_positions, dm] in dt; undefined unless HfConfig::abs_positions
     std::vector<LayerW> layers;
-    torch::Tensor lm_t;   ///< [dm, V], final norm folded in
+    torch::Tensor lm_t;  ///< [dm, V], final norm folded in
 
     // cache and position tables
     std::vector<torch::Tensor> cache;  ///< per layer [2, slots, KV, cap, D], zero-initialised
@@ -118,8 +118,7 @@ struct LlamaSlotDecoder::State {
                              .t());
             w.down_t = cvt(m->down_proj->weight.t());
         }
-        const torch::Tensor head =
-            c.tie_word_embeddings ? bb->embed_tokens->weight : model->lm_head->weight;
+        const torch::Tensor head = c.tie_word_embeddings ? bb->embed_tokens->weight : model->lm_head->weight;
         lm_t = cvt((head.detach().to(torch::kFloat) *
                     (bb->norm->weight.detach().to(torch::kFloat) * std::sqrt(static_cast<double>(dm))).unsqueeze(0))
                        .t());
@@ -153,7 +152,8 @@ struct LlamaSlotDecoder::State {
         if (!fast) return rms(h);
         const int64_t R = h.size(0);
         torch::Tensor x = ws_x.narrow(0, 0, R);
-        decode::rms_rows(h.data_ptr<float>(), x.data_ptr<float>(), R, dm, static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps));
+        decode::rms_rows(h.data_ptr<float>(), x.data_ptr<float>(), R, dm,
+                         static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps));
         return x;
     }
 
@@ -202,8 +202,9 @@ struct LlamaSlotDecoder::State {
             slot_t = torch::from_blob(const_cast<int64_t*>(slot), {R}, torch::kLong).to(dev);
             cos = at::where(is_v, 1.0, cos_tab.index_select(0, pos_t).unsqueeze(1));  // [R, NH, D]
             sin = at::where(is_v, 0.0, sin_tab.index_select(0, pos_t).unsqueeze(1));
-            mask = torch::zeros({R, S}, opt).masked_fill_(arange.narrow(0, 0, S).unsqueeze(0) > pos_t.unsqueeze(1),
-                                                          -std::numeric_limits<float>::infinity());
+            mask = torch::zeros({R, S}, opt)
+                       .masked_fill_(arange.narrow(0, 0, S).unsqueeze(0) > pos_t.unsqueeze(1),
+                                     -std::numeric_limits<float>::infinity());
             where_new.push_back(c10::nullopt);
             where_new.push_back(slot_t);
             where_new.push_back(c10::nullopt);
@@ -224,11 +225,13 @@ struct LlamaSlotDecoder::State {
                 float beta = 0.0f;
                 if (w.qkv_b.defined()) {
                     for (int64_t r = 0; r < R; ++r)
-                        std::memcpy(qp + r * NH * D, w.qkv_b.data_ptr<float>(), static_cast<std::size_t>(NH * D) * sizeof(float));
+                        std::memcpy(qp + r * NH * D, w.qkv_b.data_ptr<float>(),
+                                    static_cast<std::size_t>(NH * D) * sizeof(float));
                     beta = 1.0f;
                 }
                 decode::gemm_rows(sgemm, xp, w.qkv_t.data_ptr<float>(), qp, R, dm, NH * D, beta);
-                if (w.qn_w.defined()) decode::head_norm_rows(qp, R, g, w.qn_w.data_ptr<float>(), w.kn_w.data_ptr<float>(), qk_eps);
+                if (w.qn_w.defined())
+                    decode::head_norm_rows(qp, R, g, w.qn_w.data_ptr<float>(), w.kn_w.data_ptr<float>(), qk_eps);
                 decode::rope_rows(qp, pos, R, g, cos_tab.data_ptr<float>(), sin_tab.data_ptr<float>());
                 decode::store_rows(qp, kvp, slot, pos, R, g);
                 decode::attend_rows(qp, kvp, op, slot, pos, R, g);
@@ -247,7 +250,8 @@ struct LlamaSlotDecoder::State {
             torch::Tensor o;
             if (fast) {
                 float* qp = qkv.data_ptr<float>();
-                if (w.qn_w.defined()) decode::head_norm_rows(qp, R, g, w.qn_w.data_ptr<float>(), w.kn_w.data_ptr<float>(), qk_eps);
+                if (w.qn_w.defined())
+                    decode::head_norm_rows(qp, R, g, w.qn_w.data_ptr<float>(), w.kn_w.data_ptr<float>(), qk_eps);
                 decode::rope_rows(qp, pos, R, g, cos_tab.data_ptr<float>(), sin_tab.data_ptr<float>());
                 float* kvp = kv.data_ptr<float>();
                 decode::store_rows(qp, kvp, slot, pos, R, g);
@@ -256,8 +260,8 @@ struct LlamaSlotDecoder::State {
             } else {
                 torch::Tensor r3 = qkv.view({R, NH, D});
                 if (w.qn_w.defined()) {  // per-head q/k RMSNorm, in fp32
-                    for (const auto& [first, n, nw] : {std::make_tuple(int64_t{0}, H, &w.qn_w),
-                                                       std::make_tuple(H, KV, &w.kn_w)}) {
+                    for (const auto& [first, n, nw] :
+                         {std::make_tuple(int64_t{0}, H, &w.qn_w), std::make_tuple(H, KV, &w.kn_w)}) {
                         torch::Tensor heads = r3.narrow(1, first, n);
                         const torch::Tensor xf = heads.to(torch::kFloat);
                         heads.copy_(xf * xf.pow(2).mean(-1, /*keepdim=*/true).add_(c.rms_norm_eps).rsqrt_() * *nw);
@@ -298,7 +302,7 @@ struct LlamaSlotDecoder::State {
         if (!fast) return at::mm(rms(h), lm_t).to(torch::kFloat);
         torch::Tensor x = torch::empty_like(h);
         decode::rms_rows(h.data_ptr<float>(), x.data_ptr<float>(), h.size(0), dm,
-                 static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps));
+                         static_cast<float>(static_cast<double>(dm) * c.rms_norm_eps));
         return at::mm(x, lm_t);
     }
 };
@@ -363,7 +367,6 @@ bool LlamaSlotDecoder::sync_weights() {
     return true;
 }
 
-
 bool LlamaSlotDecoder::weights_changed() const { return s_->current_signature() != s_->signature; }
 
 torch::Tensor LlamaSlotDecoder::extend(const std::vector<int64_t>& slot_ids,
@@ -386,7 +389,8 @@ torch::Tensor LlamaSlotDecoder::extend(const std::vector<int64_t>& slot_ids,
         const int64_t end = start + static_cast<int64_t>(q.size());
         TORCH_CHECK(start >= 0 && end <= s.cap, "extend: positions ", start, "..", end - 1,
                     " outside the cache capacity ", s.cap);
-        for (int32_t t : q) TORCH_CHECK(t >= 0 && t < s.V, "extend: token id ", t, " outside the vocabulary (", s.V, ")");
+        for (int32_t t : q)
+            TORCH_CHECK(t >= 0 && t < s.V, "extend: token id ", t, " outside the vocabulary (", s.V, ")");
         R += static_cast<int64_t>(q.size());
         S = std::max(S, end);
     }
@@ -433,8 +437,8 @@ torch::Tensor LlamaSlotDecoder::prefill(const std::vector<int64_t>& slot_ids,
 torch::Tensor LlamaSlotDecoder::decode(const std::vector<int64_t>& tokens, const std::vector<int64_t>& positions) {
     State& s = *s_;
     const auto n = static_cast<int64_t>(tokens.size());
-    TORCH_CHECK(n > 0 && tokens.size() == positions.size() && n <= s.slots,
-                "decode: need 1..", s.slots, " rows with one position each");
+    TORCH_CHECK(n > 0 && tokens.size() == positions.size() && n <= s.slots, "decode: need 1..", s.slots,
+                " rows with one position each");
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = tokens[static_cast<std::size_t>(i)], p = positions[static_cast<std::size_t>(i)];
         TORCH_CHECK(t >= 0 && t < s.V, "decode: token id ", t, " outside the vocabulary (", s.V, ")");

@@ -87,7 +87,9 @@ HfConfig check_pretrained(const std::string& dir_str, const std::string& option)
         try {
             st::Reader r((dir / file).string());
             for (const auto& t : r.header().tensors) {
-                if (found.count(t.name)) throw ConfigError(who + (dir / file).string() + ": tensor '" + t.name + "' also in " + where[t.name]);
+                if (found.count(t.name))
+                    throw ConfigError(who + (dir / file).string() + ": tensor '" + t.name + "' also in " +
+                                      where[t.name]);
                 found[t.name] = t;
                 where[t.name] = file;
             }
@@ -129,7 +131,8 @@ HfConfig check_pretrained(const std::string& dir_str, const std::string& option)
                                   (l == listed.end() ? "does not list it" : "places it in " + l->second));
         }
         for (const auto& [name, f] : listed)
-            if (!found.count(name)) throw ConfigError(who + index.string() + ": tensor '" + name + "' not found in " + f);
+            if (!found.count(name))
+                throw ConfigError(who + index.string() + ": tensor '" + name + "' not found in " + f);
     } else if (fs::exists(dir / "model.safetensors", ec)) {
         read_header("model.safetensors");
     } else {
@@ -143,14 +146,16 @@ HfConfig check_pretrained(const std::string& dir_str, const std::string& option)
         auto w = want.find(name);
         const std::string file = (dir / where[name]).string();
         if (w == want.end())
-            throw ConfigError(who + file + ": unexpected tensor '" + name + "' (not a parameter of the model config.json describes)");
+            throw ConfigError(who + file + ": unexpected tensor '" + name +
+                              "' (not a parameter of the model config.json describes)");
         if (t.shape != w->second)
             throw ConfigError(who + file + ": tensor '" + name + "' has shape " + shape_text(t.shape) +
                               ", config.json needs " + shape_text(w->second));
     }
     for (const auto& [name, shape] : want)
         if (!found.count(name))
-            throw ConfigError(who + "no tensor '" + name + "' " + shape_text(shape) + " in the safetensors of " + dir_str +
+            throw ConfigError(who + "no tensor '" + name + "' " + shape_text(shape) + " in the safetensors of " +
+                              dir_str +
                               (name == "lm_head.weight" ? " (config.json has tie_word_embeddings=false)" : ""));
     return cfg;
 }

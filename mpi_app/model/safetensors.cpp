@@ -44,8 +44,7 @@ std::string shown(const std::string& s, std::size_t max = 100) {
 [[noreturn]] void fail(const std::string& file, const std::string& what) {
     throw SafetensorsError("safetensors: " + file + ": " + what);
 }
-[[noreturn]] void fail_tensor(const std::string& file, const std::string& tensor,
-                              const std::string& what) {
+[[noreturn]] void fail_tensor(const std::string& file, const std::string& tensor, const std::string& what) {
     fail(file, "tensor '" + shown(tensor) + "': " + what);
 }
 
@@ -55,12 +54,12 @@ uint64_t read_u64_le(const unsigned char* p) {
     return v;
 }
 
-uint64_t as_u64(const json& j, const std::string& file, const std::string& tensor,
-                const char* field) {
+uint64_t as_u64(const json& j, const std::string& file, const std::string& tensor, const char* field) {
     if (!j.is_number_unsigned() && !(j.is_number_integer() && j.get<int64_t>() >= 0))
         // not j.dump() of the whole value: a deeply nested array would recurse off the stack
-        fail_tensor(file, tensor, std::string(field) + " must hold non-negative integers, got " +
-                                      (j.is_primitive() ? shown(j.dump(), 40) : j.type_name()));
+        fail_tensor(file, tensor,
+                    std::string(field) + " must hold non-negative integers, got " +
+                        (j.is_primitive() ? shown(j.dump(), 40) : j.type_name()));
     return j.get<uint64_t>();
 }
 
@@ -104,15 +103,13 @@ const TensorInfo* Header::find(const std::string& name) const {
 }
 
 uint64_t header_length(const unsigned char* first8, uint64_t file_size, const std::string& file) {
-    if (file_size < 8)
-        fail(file, "file too short (" + std::to_string(file_size) + " bytes) for a header length");
+    if (file_size < 8) fail(file, "file too short (" + std::to_string(file_size) + " bytes) for a header length");
     const uint64_t n = read_u64_le(first8);
     if (n < 2 || n > kMaxHeaderBytes)
-        fail(file, "bad header length " + std::to_string(n) + " (must be 2.." +
-                       std::to_string(kMaxHeaderBytes) + ")");
+        fail(file, "bad header length " + std::to_string(n) + " (must be 2.." + std::to_string(kMaxHeaderBytes) + ")");
     if (n > file_size - 8)
-        fail(file, "header length " + std::to_string(n) + " larger than the file (" +
-                       std::to_string(file_size) + " bytes)");
+        fail(file,
+             "header length " + std::to_string(n) + " larger than the file (" + std::to_string(file_size) + " bytes)");
     return n;
 }
 
@@ -156,12 +153,9 @@ Header parse_header(const std::string& text, uint64_t file_size, const std::stri
         for (auto f = v.begin(); f != v.end(); ++f)
             if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
                 fail_tensor(file, name, "unexpected field '" + shown(f.key(), 40) + "'");
-        if (!v.contains("dtype") || !v["dtype"].is_string())
-            fail_tensor(file, name, "missing or non-string 'dtype'");
-        if (!v.contains("shape") || !v["shape"].is_array())
-            fail_tensor(file, name, "missing or non-array 'shape'");
-        if (!v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-            v["data_offsets"].size() != 2)
+        if (!v.contains("dtype") || !v["dtype"].is_string()) fail_tensor(file, name, "missing or non-string 'dtype'");
+        if (!v.contains("shape") || !v["shape"].is_array()) fail_tensor(file, name, "missing or non-array 'shape'");
+        if (!v.contains("data_offsets") || !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
             fail_tensor(file, name, "'data_offsets' must be an array [begin, end]");
 
         TensorInfo t;
@@ -179,17 +173,17 @@ Header parse_header(const std::string& text, uint64_t file_size, const std::stri
         t.begin = as_u64(v["data_offsets"][0], file, name, "data_offsets");
         t.end = as_u64(v["data_offsets"][1], file, name, "data_offsets");
         if (t.end < t.begin)
-            fail_tensor(file, name, "data_offsets end " + std::to_string(t.end) + " < begin " +
-                                        std::to_string(t.begin));
+            fail_tensor(file, name,
+                        "data_offsets end " + std::to_string(t.end) + " < begin " + std::to_string(t.begin));
         if (t.end > data_size)
-            fail_tensor(file, name, "data_offsets [" + std::to_string(t.begin) + ", " +
-                                        std::to_string(t.end) + ") out of range: data section has " +
-                                        std::to_string(data_size) + " bytes");
+            fail_tensor(file, name,
+                        "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                            ") out of range: data section has " + std::to_string(data_size) + " bytes");
         const uint64_t want = numel * dtype_size(t.dtype);
         if (t.end - t.begin != want)
-            fail_tensor(file, name, "shape/offset mismatch: shape needs " + std::to_string(want) +
-                                        " bytes of " + dtype_name(t.dtype) + ", data_offsets span " +
-                                        std::to_string(t.end - t.begin));
+            fail_tensor(file, name,
+                        "shape/offset mismatch: shape needs " + std::to_string(want) + " bytes of " +
+                            dtype_name(t.dtype) + ", data_offsets span " + std::to_string(t.end - t.begin));
         h.tensors.push_back(std::move(t));
     }
     std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
@@ -199,15 +193,15 @@ Header parse_header(const std::string& text, uint64_t file_size, const std::stri
     uint64_t pos = 0;
     for (const auto& t : h.tensors) {
         if (t.begin < pos)
-            fail_tensor(file, t.name, "data_offsets [" + std::to_string(t.begin) + ", " +
-                                          std::to_string(t.end) + ") overlap the previous tensor");
+            fail_tensor(file, t.name,
+                        "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+                            ") overlap the previous tensor");
         if (t.begin > pos)
-            fail_tensor(file, t.name, "gap of " + std::to_string(t.begin - pos) +
-                                          " unused bytes before this tensor's data");
+            fail_tensor(file, t.name,
+                        "gap of " + std::to_string(t.begin - pos) + " unused bytes before this tensor's data");
         pos = t.end;
     }
-    if (pos != data_size)
-        fail(file, std::to_string(data_size - pos) + " trailing bytes after the last tensor");
+    if (pos != data_size) fail(file, std::to_string(data_size - pos) + " trailing bytes after the last tensor");
     return h;
 }
 
@@ -249,8 +243,7 @@ void write_file(const std::string& path, const std::vector<TensorView>& tensors,
         }
         if (numel * dtype_size(t.dtype) != t.nbytes)
             fail_tensor(path, t.name, "byte count " + std::to_string(t.nbytes) + " does not match shape");
-        h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
-                     {"data_offsets", {pos, pos + t.nbytes}}};
+        h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {pos, pos + t.nbytes}}};
         pos += t.nbytes;
     }
     std::string text = h.dump();

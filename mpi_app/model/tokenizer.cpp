@@ -10,8 +10,7 @@
 namespace tagflow::model {
 
 namespace {
-constexpr std::array<const char*, 5> kSpecialNames = {"<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>",
-                                                      "<|im_end|>"};
+constexpr std::array<const char*, 5> kSpecialNames = {"<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"};
 }  // namespace
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {

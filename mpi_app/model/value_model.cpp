@@ -30,7 +30,8 @@ torch::Tensor ValueModelImpl::hidden_states(const torch::Tensor& tokens) {
     const int64_t T = tokens.size(1);
     TORCH_CHECK(T <= cfg_.max_position_embeddings, "ValueModel: ", T, " positions beyond max_position_embeddings ",
                 cfg_.max_position_embeddings);
-    const torch::Tensor pos = torch::arange(0, T, torch::TensorOptions().dtype(torch::kFloat).device(inv_freq_.device()));
+    const torch::Tensor pos =
+        torch::arange(0, T, torch::TensorOptions().dtype(torch::kFloat).device(inv_freq_.device()));
     const torch::Tensor freqs = torch::outer(pos, inv_freq_);
     const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
     const torch::Tensor cos = emb.cos(), sin = emb.sin();

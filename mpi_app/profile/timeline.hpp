@@ -16,18 +16,18 @@ namespace tagflow::profile {
 double unix_now();
 
 class Clock {
- public:
+public:
     explicit Clock(double t0_unix = unix_now()) : t0_unix_(t0_unix) {}
     double t0_unix() const { return t0_unix_; }
     /// Seconds since t0.
     double now() const { return unix_now() - t0_unix_; }
 
- private:
+private:
     double t0_unix_;
 };
 
 class Timeline {
- public:
+public:
     Timeline(const Clock& clock, int rank) : clock_(clock), rank_(rank) {}
     void add(io::SpanKind kind, double t_start, double t_end, int32_t step);
     /// Total seconds of spans of `kind` recorded since the last take().
@@ -36,7 +36,7 @@ class Timeline {
     std::vector<io::SpanRecord> take();
     const Clock& clock() const { return clock_; }
 
- private:
+private:
     const Clock& clock_;
     int rank_;
     std::vector<io::SpanRecord> spans_;
@@ -44,9 +44,8 @@ class Timeline {
 
 /// Records one span from construction to destruction (or to end()).
 class Span {
- public:
-    Span(Timeline& tl, io::SpanKind kind, int32_t step)
-        : tl_(tl), kind_(kind), step_(step), t0_(tl.clock().now()) {
+public:
+    Span(Timeline& tl, io::SpanKind kind, int32_t step) : tl_(tl), kind_(kind), step_(step), t0_(tl.clock().now()) {
         health::status_board().set_role(static_cast<int>(kind), step);  // live status
     }
     ~Span() { end(); }
@@ -73,7 +72,7 @@ class Span {
         return t1 - t0_;
     }
 
- private:
+private:
     Timeline& tl_;
     io::SpanKind kind_;
     int32_t step_;

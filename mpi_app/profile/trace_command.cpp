@@ -39,7 +39,7 @@ std::string first_line(const char* what) {
 
 /// One group of the run file whose columns must all have the length of its `key` column.
 class Table {
- public:
+public:
     Table(hid_t file, const std::string& path, const char* group, const char* key)
         : path_(path), name_(std::string("/") + group) {
         group_ = io::Group(H5Gopen2(file, group, H5P_DEFAULT), ("H5Gopen2 " + name_).c_str());
@@ -93,7 +93,7 @@ class Table {
         return out;
     }
 
- private:
+private:
     void need(const char* c) const {
         if (!has(c)) throw Error(path_ + ": " + name_ + " has no column '" + c + "' (not a tagflow run file?)");
     }
@@ -139,10 +139,9 @@ struct RunData {
 };
 
 // /steps columns written into each step's args; the first kCounterMetrics also become counters.
-const char* const kStepMetrics[] = {"reward_mean", "reward_std",    "loss",           "kl",
-                                    "entropy",     "clip_frac",     "staleness_mean", "samples_per_s",
-                                    "idle_frac",   "tokens",        "samples",        "policy_version",
-                                    "staleness_max", "logprob_diff_mean"};
+const char* const kStepMetrics[] = {
+    "reward_mean",   "reward_std", "loss",   "kl",      "entropy",        "clip_frac",     "staleness_mean",
+    "samples_per_s", "idle_frac",  "tokens", "samples", "policy_version", "staleness_max", "logprob_diff_mean"};
 constexpr size_t kCounterMetrics = 10;
 
 bool has_link(hid_t loc, const char* name) { return H5Lexists(loc, name, H5P_DEFAULT) > 0; }
@@ -152,7 +151,8 @@ void read_tables(hid_t fid, const std::string& path, RunData& r);
 RunData read_run(const std::string& path) {
     std::error_code ec;
     if (!fs::exists(path, ec)) throw Error(path + ": no such file");
-    if (fs::is_directory(path, ec)) throw Error(path + ": is a directory, not a run file (the run file is DIR/tagflow.h5)");
+    if (fs::is_directory(path, ec))
+        throw Error(path + ": is a directory, not a run file (the run file is DIR/tagflow.h5)");
     io::silence_auto_print();
     if (H5Fis_hdf5(path.c_str()) <= 0) throw Error(path + ": not an HDF5 file (corrupt or not a tagflow run file)");
     io::File f;
@@ -321,7 +321,7 @@ std::vector<int> assign_lanes(const std::vector<std::pair<int64_t, int64_t>>& iv
 }
 
 class TraceWriter {
- public:
+public:
     void event(const std::string& body) {
         out_ += first_ ? "\n" : ",\n";
         out_ += "{" + body + "}";
@@ -333,14 +333,12 @@ class TraceWriter {
     }
     std::string& text() { return out_; }
 
- private:
+private:
     std::string out_;
     bool first_ = true;
 };
 
-std::string pid_tid(int pid, int tid) {
-    return ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid);
-}
+std::string pid_tid(int pid, int tid) { return ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid); }
 
 void write_file(const std::string& path, const std::string& text) {
     try {
@@ -444,7 +442,8 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
     std::vector<int> step_tids{run_pid};
     for (int k = 1; k < step_lanes; ++k) {
         step_tids.push_back(next_tid++);
-        w.meta("thread_name", run_pid, step_tids.back(), "\"name\":" + jstr("steps (overlapping " + std::to_string(k) + ")"));
+        w.meta("thread_name", run_pid, step_tids.back(),
+               "\"name\":" + jstr("steps (overlapping " + std::to_string(k) + ")"));
     }
     for (size_t i : sorder) {
         std::string args = "\"step\":" + std::to_string(r.step_no[i]);
@@ -453,8 +452,8 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
                 us(siv[i].first) + ",\"dur\":" + us(siv[i].second - siv[i].first) +
                 pid_tid(run_pid, step_tids[slane[i]]) + ",\"args\":{" + args + "}");
         for (const auto& [name, v] : r.metrics) {
-            const bool counter = std::find(kStepMetrics, kStepMetrics + kCounterMetrics, name) !=
-                                 kStepMetrics + kCounterMetrics;
+            const bool counter =
+                std::find(kStepMetrics, kStepMetrics + kCounterMetrics, name) != kStepMetrics + kCounterMetrics;
             if (counter && std::isfinite(v[i]))
                 w.event("\"name\":" + jstr(name) + ",\"cat\":\"step\",\"ph\":\"C\",\"ts\":" + us(siv[i].first) +
                         pid_tid(run_pid, run_pid) + ",\"args\":{\"value\":" + jnum(v[i]) + "}");
@@ -483,7 +482,9 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
             if (j == 0 || r.rank[i] != r.rank[order[j - 1]]) covered = 0, cur_end = lo;
             const int64_t s = std::max(iv[i].first, cur_end);
             if (iv[i].second > s) covered += iv[i].second - s, cur_end = iv[i].second;
-            if (hi > lo) sum.coverage[static_cast<size_t>(r.rank[i])] = static_cast<double>(covered) / static_cast<double>(hi - lo);
+            if (hi > lo)
+                sum.coverage[static_cast<size_t>(r.rank[i])] =
+                    static_cast<double>(covered) / static_cast<double>(hi - lo);
         }
     }
 

@@ -22,8 +22,8 @@ namespace tagflow::profile {
 /// What write_chrome_trace() wrote.
 struct TraceSummary {
     int64_t spans = 0, steps = 0, syncs = 0;
-    int32_t ranks = 0;              // processes written for ranks
-    int32_t overlap_threads = 0;    // extra threads for overlapping spans (0 when none overlap)
+    int32_t ranks = 0;            // processes written for ranks
+    int32_t overlap_threads = 0;  // extra threads for overlapping spans (0 when none overlap)
     /// Per rank (index = rank): the share of the window from the first span's start to the
     /// last span's end (any rank) covered by that rank's spans.
     std::vector<double> coverage;

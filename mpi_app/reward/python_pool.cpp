@@ -90,8 +90,7 @@ PythonPool::PythonPool(const Options& opt)
     struct stat st {};
     if (stat(path_.c_str(), &st) != 0) throw ConfigError("--reward-fn " + path_ + ": " + errno_text(errno));
     if (!S_ISREG(st.st_mode)) throw ConfigError("--reward-fn " + path_ + ": not a regular file");
-    if (access(python_.c_str(), X_OK) != 0)
-        throw ConfigError("reward python " + python_ + ": " + errno_text(errno));
+    if (access(python_.c_str(), X_OK) != 0) throw ConfigError("reward python " + python_ + ": " + errno_text(errno));
     script_ = find_script(opt.worker_script);
     if (!log_path_.empty()) {
         log_fd_ = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0640);
@@ -200,8 +199,8 @@ void PythonPool::spawn(Worker& w) {
 }
 
 std::string PythonPool::await_ready(Worker& w) {
-    const auto deadline = w.since + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(startup_timeout_s_));
+    const auto deadline =
+        w.since + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(startup_timeout_s_));
     for (;;) {
         const auto nl = w.in.find('\n');
         if (nl != std::string::npos) {
@@ -213,14 +212,13 @@ std::string PythonPool::await_ready(Worker& w) {
                 w.since = Clock::now();
                 return "";
             }
-            if (j.is_object() && j.contains("fatal") && j["fatal"].is_string())
-                return j["fatal"].get<std::string>();
+            if (j.is_object() && j.contains("fatal") && j["fatal"].is_string()) return j["fatal"].get<std::string>();
             return path_ + ": the reward worker's first line is not its greeting: " + line.substr(0, 200);
         }
         const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (left <= 0)
-            return path_ + ": the reward worker did not finish importing it within " +
-                   fmt_seconds(startup_timeout_s_) + " s";
+            return path_ + ": the reward worker did not finish importing it within " + fmt_seconds(startup_timeout_s_) +
+                   " s";
         pollfd p{w.fd, POLLIN, 0};
         const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
         if (n < 0 && errno != EINTR) return std::string("poll: ") + errno_text(errno);
@@ -245,8 +243,8 @@ void PythonPool::loop() {
         fds.push_back({event_fd_, POLLIN, 0});
         auto next = Clock::now() + std::chrono::seconds(1);
         const auto per_sample = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
-        const auto startup = std::chrono::duration_cast<Clock::duration>(
-            std::chrono::duration<double>(startup_timeout_s_));
+        const auto startup =
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(startup_timeout_s_));
         for (const Worker& w : workers_) {
             if (w.fd < 0) continue;
             short ev = POLLIN;
@@ -268,8 +266,8 @@ void PythonPool::loop() {
             (void)r;
         }
         for (std::size_t i = 1; i < fds.size(); ++i) {
-            auto it = std::find_if(workers_.begin(), workers_.end(),
-                                   [&](const Worker& w) { return w.fd == fds[i].fd; });
+            auto it =
+                std::find_if(workers_.begin(), workers_.end(), [&](const Worker& w) { return w.fd == fds[i].fd; });
             if (it == workers_.end()) continue;
             Worker& w = *it;
             const short re = fds[i].revents;
@@ -299,8 +297,9 @@ void PythonPool::loop() {
                         break;
                     }
                     if (!on_line(w, line, why)) {
-                        retire(w, "reward worker " + std::to_string(w.pid) + " sent a bad line (" + why +
-                                      "); killed and restarted",
+                        retire(w,
+                               "reward worker " + std::to_string(w.pid) + " sent a bad line (" + why +
+                                   "); killed and restarted",
                                true);
                         bad = true;
                         break;
@@ -329,8 +328,9 @@ void PythonPool::loop() {
                                          fmt_seconds(startup_timeout_s_) + " s");
             } else if (w.state == State::kReady && !w.inflight.empty() && now - w.since > per_sample) {
                 count(&Stats::timeouts);
-                retire(w, name_ + " timed out after " + fmt_seconds(timeout_s_) + " s (reward worker " +
-                              std::to_string(w.pid) + " killed and restarted)",
+                retire(w,
+                       name_ + " timed out after " + fmt_seconds(timeout_s_) + " s (reward worker " +
+                           std::to_string(w.pid) + " killed and restarted)",
                        true);
             }
         }
@@ -492,8 +492,7 @@ std::string PythonPool::reap(Worker& w, bool kill_first) {
         if (r == 0) {
             kill(-w.pid, SIGKILL);
             kill(w.pid, SIGKILL);
-            while ((r = waitpid(w.pid, &st, 0)) < 0 && errno == EINTR) {
-            }
+            while ((r = waitpid(w.pid, &st, 0)) < 0 && errno == EINTR) {}
         }
         if (r == w.pid) {
             if (WIFEXITED(st)) how = "exit status " + std::to_string(WEXITSTATUS(st));

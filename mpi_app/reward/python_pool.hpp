@@ -40,12 +40,12 @@ private:
     enum class State { kDead, kStarting, kReady };
     struct Worker {
         pid_t pid = -1;
-        int fd = -1;                    // socket: the worker's stdin and stdout
+        int fd = -1;  // socket: the worker's stdin and stdout
         State state = State::kDead;
-        std::string out;                // frames not yet written
-        std::string in;                 // bytes after the last complete line
-        std::deque<Request> inflight;   // sent, results pending, in order
-        Clock::time_point since;        // kStarting: spawn; kReady: when inflight.front() began
+        std::string out;               // frames not yet written
+        std::string in;                // bytes after the last complete line
+        std::deque<Request> inflight;  // sent, results pending, in order
+        Clock::time_point since;       // kStarting: spawn; kReady: when inflight.front() began
     };
 
     void wake() override;
@@ -54,14 +54,14 @@ private:
     std::string await_ready(Worker& w);
     void loop();
     void feed(Worker& w, std::size_t ready_workers);
-    bool flush_out(Worker& w);                      // false: the worker is gone
-    bool read_in(Worker& w);                        // false: EOF or error
+    bool flush_out(Worker& w);  // false: the worker is gone
+    bool read_in(Worker& w);    // false: EOF or error
     /// Handles one line from a ready worker; false on a protocol violation (`why` set).
     bool on_line(Worker& w, const std::string& line, std::string& why);
     /// The worker is gone or must go: fail its current sample with `cause` (if any), requeue the
     /// rest, reap it, restart it. `killed`: kill first (hang, bad frame).
     void retire(Worker& w, const std::string& cause, bool killed);
-    std::string reap(Worker& w, bool kill_first);   // "exit status N" / "killed by signal N (NAME)"
+    std::string reap(Worker& w, bool kill_first);  // "exit status N" / "killed by signal N (NAME)"
     void on_restart_failed(Worker& w, const std::string& why);
 
     std::string path_, name_, python_, script_, log_path_;

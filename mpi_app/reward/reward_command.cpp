@@ -39,8 +39,7 @@ std::string json_string_field(const json& j, const char* key, bool required, std
         if (required) throw ConfigError("stdin:" + std::to_string(line) + ": no \"" + key + "\"");
         return "";
     }
-    if (!j[key].is_string())
-        throw ConfigError("stdin:" + std::to_string(line) + ": \"" + key + "\" is not a string");
+    if (!j[key].is_string()) throw ConfigError("stdin:" + std::to_string(line) + ": \"" + key + "\" is not a string");
     return j[key].get<std::string>();
 }
 
@@ -50,6 +49,7 @@ int reward_command(int argc, char** argv) {
     Options opt;
     std::string policy = "fail";
     po::options_description desc("tagflow reward options");
+    // clang-format off
     desc.add_options()
         ("help,h", "print this help and exit")
         ("reward-fn", po::value<std::string>(&opt.fn), "Python file and function (default NAME compute_score)")
@@ -65,6 +65,7 @@ int reward_command(int argc, char** argv) {
          "fail (exit 1 on a failed reward) or zero (score 0, counted)")
         ("reward-log", po::value<std::string>(&opt.log_path), "file for the workers' stderr (default: stderr)")
         ("python", po::value<std::string>(&opt.python)->default_value("/usr/bin/python3"), "Python for the workers");
+    // clang-format on
     po::variables_map vm;
     try {
         po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);

@@ -23,9 +23,7 @@ ErrorPolicy parse_error_policy(const std::string& s) {
 
 const char* to_string(ErrorPolicy p) { return p == ErrorPolicy::kFail ? "fail" : "zero"; }
 
-bool finite_in_float32(double d) {
-    return std::isfinite(d) && std::isfinite(static_cast<float>(d));
-}
+bool finite_in_float32(double d) { return std::isfinite(d) && std::isfinite(static_cast<float>(d)); }
 
 std::string name_of(const Request& r) {
     return r.row >= 0 ? "row " + std::to_string(r.row) : "sample " + std::to_string(r.id);

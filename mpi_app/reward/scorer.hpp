@@ -49,10 +49,10 @@ struct Request {
 struct Result {
     std::uint64_t id = 0;
     std::int64_t row = -1;
-    bool ok = false;           ///< false: no reward could be computed; `cause` says why
-    float score = 0.0f;        ///< finite in float32; 0 when !ok
-    std::string extras = "{}"; ///< JSON object: the other keys of a returned dict
-    std::string cause;         ///< one line naming the row and the problem; empty when ok
+    bool ok = false;            ///< false: no reward could be computed; `cause` says why
+    float score = 0.0f;         ///< finite in float32; 0 when !ok
+    std::string extras = "{}";  ///< JSON object: the other keys of a returned dict
+    std::string cause;          ///< one line naming the row and the problem; empty when ok
 };
 
 struct Stats {
@@ -62,18 +62,18 @@ struct Stats {
 
 /// Where the rewards come from and how hard to try (the --reward-* options).
 struct Options {
-    std::string fn;            ///< --reward-fn FILE.py[:NAME]
-    std::string url;           ///< --reward-url URL
-    std::string token_file;    ///< --reward-token-file (URL only)
-    double timeout_s = 30.0;   ///< --reward-timeout: per sample (pool) / per request (URL)
-    int workers = 2;           ///< --reward-workers: Python processes in the pool
-    int batch = 16;            ///< --reward-batch: samples per frame / per POST
-    int retries = 3;           ///< --reward-retries: extra tries of a failed POST (URL)
-    int concurrency = 2;       ///< POSTs in flight at once (URL)
+    std::string fn;           ///< --reward-fn FILE.py[:NAME]
+    std::string url;          ///< --reward-url URL
+    std::string token_file;   ///< --reward-token-file (URL only)
+    double timeout_s = 30.0;  ///< --reward-timeout: per sample (pool) / per request (URL)
+    int workers = 2;          ///< --reward-workers: Python processes in the pool
+    int batch = 16;           ///< --reward-batch: samples per frame / per POST
+    int retries = 3;          ///< --reward-retries: extra tries of a failed POST (URL)
+    int concurrency = 2;      ///< POSTs in flight at once (URL)
     ErrorPolicy on_error = ErrorPolicy::kFail;
-    std::string log_path;      ///< workers' stderr (tracebacks); empty: tagflow's stderr
+    std::string log_path;  ///< workers' stderr (tracebacks); empty: tagflow's stderr
     std::string python = "/usr/bin/python3";
-    std::string worker_script; ///< empty: $TAGFLOW_REWARD_WORKER, else the source tree's copy
+    std::string worker_script;         ///< empty: $TAGFLOW_REWARD_WORKER, else the source tree's copy
     double startup_timeout_s = 120.0;  ///< a worker's import of FILE.py
 };
 

@@ -183,8 +183,11 @@ void UrlScorer::score_batch(void* curl, std::vector<Request> reqs) {
             fail(r, std::string(gt.is_discarded() ? "ground_truth" : "extra_info") + " is not JSON text");
             continue;
         }
-        items.push_back({{"id", r.id}, {"data_source", r.data_source}, {"solution_str", r.solution_str},
-                         {"ground_truth", std::move(gt)}, {"extra_info", std::move(ei)}});
+        items.push_back({{"id", r.id},
+                         {"data_source", r.data_source},
+                         {"solution_str", r.solution_str},
+                         {"ground_truth", std::move(gt)},
+                         {"extra_info", std::move(ei)}});
         sent.push_back(std::move(r));
     }
     if (sent.empty()) return;
@@ -205,8 +208,8 @@ void UrlScorer::score_batch(void* curl, std::vector<Request> reqs) {
     }
     const std::string where = "POST " + url_;
     if (!problem.empty()) {
-        const std::string cause = where + ": " + problem +
-                                  (tries > 1 ? " (after " + std::to_string(tries) + " tries)" : "");
+        const std::string cause =
+            where + ": " + problem + (tries > 1 ? " (after " + std::to_string(tries) + " tries)" : "");
         for (const Request& r : sent) fail(r, cause);
         return;
     }
@@ -220,8 +223,8 @@ void UrlScorer::score_batch(void* curl, std::vector<Request> reqs) {
     }
     const json& res = j["results"];
     if (res.size() != sent.size()) {
-        const std::string cause = where + ": " + std::to_string(res.size()) + " results for " +
-                                  std::to_string(sent.size()) + " requests";
+        const std::string cause =
+            where + ": " + std::to_string(res.size()) + " results for " + std::to_string(sent.size()) + " requests";
         for (const Request& r : sent) fail(r, cause);
         return;
     }

@@ -51,7 +51,7 @@ struct AgentSessions::Impl {
     AgentRunConfig cfg;
     traj::TrajectoryManager* tm;
     int32_t max_turns = 0;
-    std::vector<int32_t> stops;  // cfg.stop_ids + the loop's turn stop tokens
+    std::vector<int32_t> stops;              // cfg.stop_ids + the loop's turn stop tokens
     std::unordered_map<int64_t, Live> live;  // engine request id -> session
 
     double now() const { return cfg.clock ? cfg.clock() : 0.0; }
@@ -177,8 +177,9 @@ bool AgentSessions::on_result(InferenceEngine& engine, const GenResult& g, std::
     return true;
 }
 
-std::vector<AgentResult> run_agent_sessions(InferenceEngine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
-                                            const AgentRunConfig& cfg, traj::TrajectoryManager* tm) {
+std::vector<AgentResult> run_agent_sessions(InferenceEngine& engine, const AgentLoop& loop,
+                                            const std::vector<AgentJob>& jobs, const AgentRunConfig& cfg,
+                                            traj::TrajectoryManager* tm) {
     if (engine.active() != 0 || engine.waiting() != 0)
         throw Error("run_agent_sessions: the engine is busy (" + std::to_string(engine.active() + engine.waiting()) +
                     " requests queued or in flight)");
@@ -199,13 +200,14 @@ std::vector<AgentResult> run_agent_sessions(InferenceEngine& engine, const Agent
     std::vector<AgentResult> done;
     while (engine.step([&](const GenResult& g) {
         done.clear();
-        if (sessions.on_result(engine, g, done) && !done.empty()) out[static_cast<size_t>(g.id)] = std::move(done.back());
-    })) {
-    }
+        if (sessions.on_result(engine, g, done) && !done.empty())
+            out[static_cast<size_t>(g.id)] = std::move(done.back());
+    })) {}
     return out;
 }
 
-AgentEval evaluate_agent(InferenceEngine& engine, const Task& task, const AgentLoop& loop, int64_t n_prompts, int64_t first) {
+AgentEval evaluate_agent(InferenceEngine& engine, const Task& task, const AgentLoop& loop, int64_t n_prompts,
+                         int64_t first) {
     AgentEval ev;
     if (n_prompts <= 0) return ev;
     std::vector<AgentJob> jobs(static_cast<size_t>(n_prompts));

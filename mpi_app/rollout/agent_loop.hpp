@@ -119,9 +119,9 @@ struct AgentRunConfig {
     /// Whole-session budget: prompt + turns + environment tokens (at most the model's
     /// max_position_embeddings). Must exceed every prompt.
     int32_t max_session_tokens = 64;
-    int32_t max_turn_tokens = 0;  ///< per model turn; 0 = only the session budget
-    int32_t max_turns = 0;        ///< 0 = the loop's max_turns()
-    int32_t rank = 0;             ///< recorded with each request in the trajectory manager
+    int32_t max_turn_tokens = 0;    ///< per model turn; 0 = only the session budget
+    int32_t max_turns = 0;          ///< 0 = the loop's max_turns()
+    int32_t rank = 0;               ///< recorded with each request in the trajectory manager
     std::function<double()> clock;  ///< request timestamps for the manager (empty: 0)
 };
 
@@ -135,7 +135,7 @@ struct AgentResult {
     std::vector<int32_t> versions;   ///< policy version on mask-1 tokens, -1 elsewhere
     float reward = 0;
     AgentFinish finish = AgentFinish::kDone;
-    bool hit_eos = false;            ///< the last model turn ended on a stop_ids token
+    bool hit_eos = false;  ///< the last model turn ended on a stop_ids token
     int32_t turns = 0;
     int64_t env_tokens = 0;
     /// The last request's trajectory in the manager (its path is the whole session, since the
@@ -148,8 +148,9 @@ struct AgentResult {
 /// finished turn's continuation is queued at once. Each model request is inserted into `tm`
 /// when given (input = the session so far, output = the turn). Throws tagflow::Error on an
 /// empty prompt, a prompt not shorter than max_session_tokens, or bad sampling parameters.
-std::vector<AgentResult> run_agent_sessions(InferenceEngine& engine, const AgentLoop& loop, const std::vector<AgentJob>& jobs,
-                                            const AgentRunConfig& cfg, traj::TrajectoryManager* tm = nullptr);
+std::vector<AgentResult> run_agent_sessions(InferenceEngine& engine, const AgentLoop& loop,
+                                            const std::vector<AgentJob>& jobs, const AgentRunConfig& cfg,
+                                            traj::TrajectoryManager* tm = nullptr);
 
 /// The runner in incremental form, for a caller that owns the engine loop (the async
 /// scheduler: sessions share the engine with other requests, turn by turn, and may span a weight
@@ -184,7 +185,7 @@ private:
 /// Held-out score of greedy sessions on eval prompts [first, first + n_prompts) of `task`.
 struct AgentEval {
     double reward_mean = 0;
-    double solved = 0;         ///< fraction with reward >= 1
+    double solved = 0;  ///< fraction with reward >= 1
     double turns_mean = 0;
     double env_tokens_mean = 0;  ///< environment tokens per session (0: the tool was never called)
     int64_t n = 0;

@@ -138,10 +138,11 @@ struct InferenceEngine::Impl {
             // Grow geometrically so that a stream of slightly longer requests does not copy the
             // cache every time.
             const int64_t max_pos = model->config().max_position_embeddings;
-            const int64_t ns = want_slots > dec->slots() ? std::min(cfg.max_batch, std::max(want_slots, 2 * dec->slots()))
-                                                         : dec->slots();
-            const int64_t nc = cap > dec->capacity() ? std::min(max_pos, std::max(cap, 2 * dec->capacity()))
-                                                     : dec->capacity();
+            const int64_t ns = want_slots > dec->slots()
+                                   ? std::min(cfg.max_batch, std::max(want_slots, 2 * dec->slots()))
+                                   : dec->slots();
+            const int64_t nc =
+                cap > dec->capacity() ? std::min(max_pos, std::max(cap, 2 * dec->capacity())) : dec->capacity();
             dec->reserve(ns, nc);
         }
         std::vector<int64_t> slots(static_cast<std::size_t>(m));
@@ -227,8 +228,7 @@ bool InferenceEngine::step(const Callback& on_finish, const TokenCallback& on_to
 }
 
 std::vector<GenResult> InferenceEngine::run(const Callback& on_finish) {
-    while (step(on_finish)) {
-    }
+    while (step(on_finish)) {}
     auto& d = impl_->done;
     std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     std::vector<GenResult> out;
@@ -305,7 +305,8 @@ const InferenceStats& InferenceEngine::stats() const { return impl_->stats; }
 const InferenceConfig& InferenceEngine::config() const { return impl_->cfg; }
 
 std::vector<GenResult> generate(model::LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                const GenParams& params, const std::vector<uint64_t>& seeds, const InferenceConfig& cfg) {
+                                const GenParams& params, const std::vector<uint64_t>& seeds,
+                                const InferenceConfig& cfg) {
     if (seeds.size() != prompts.size())
         throw Error("generate: " + std::to_string(seeds.size()) + " seeds for " + std::to_string(prompts.size()) +
                     " prompts");

@@ -28,17 +28,17 @@ namespace tagflow::rollout {
 
 /// How one request is sampled.
 struct GenParams {
-    double temperature = 1.0;      ///< 0 = greedy (argmax)
-    double top_p = 1.0;            ///< nucleus mass kept, in (0, 1]; 1 = no filtering
-    int32_t top_k = 0;             ///< keep the k most likely tokens; 0 = no filtering
-    int32_t max_tokens = 16;       ///< response budget, stop token included
-    std::vector<int32_t> stop_ids; ///< a sampled token from this list ends the response (kept in it)
-    uint64_t seed = 0;             ///< the request's random stream (see sampling.hpp)
+    double temperature = 1.0;       ///< 0 = greedy (argmax)
+    double top_p = 1.0;             ///< nucleus mass kept, in (0, 1]; 1 = no filtering
+    int32_t top_k = 0;              ///< keep the k most likely tokens; 0 = no filtering
+    int32_t max_tokens = 16;        ///< response budget, stop token included
+    std::vector<int32_t> stop_ids;  ///< a sampled token from this list ends the response (kept in it)
+    uint64_t seed = 0;              ///< the request's random stream (see sampling.hpp)
 };
 
 struct GenRequest {
-    int64_t id = 0;                ///< the caller's id, copied into the result
-    std::vector<int32_t> prompt;   ///< token ids, at least one
+    int64_t id = 0;               ///< the caller's id, copied into the result
+    std::vector<int32_t> prompt;  ///< token ids, at least one
     GenParams params;
 };
 
@@ -64,17 +64,17 @@ struct InferenceConfig {
 
 /// Counters since construction (for tests and benchmarks).
 struct InferenceStats {
-    int64_t steps = 0;            ///< calls of step() that did work
-    int64_t decode_steps = 0;     ///< batched decode steps
-    int64_t decode_rows = 0;      ///< sum over decode steps of the rows decoded
-    int64_t prefills = 0;         ///< batched prefill calls
-    int64_t prefill_tokens = 0;   ///< prompt tokens prefilled
-    int64_t generated_tokens = 0; ///< response tokens sampled
-    int64_t max_active = 0;       ///< most sequences in the slots at once
-    int64_t weight_refreshes = 0; ///< re-snapshots of the model's weights after a change
-    int64_t weight_updates = 0;   ///< update_weights() calls
-    int64_t recomputed_tokens = 0; ///< cached tokens whose k/v update_weights() recomputed
-    int64_t cancelled = 0;        ///< requests removed by cancel() (queued or running)
+    int64_t steps = 0;              ///< calls of step() that did work
+    int64_t decode_steps = 0;       ///< batched decode steps
+    int64_t decode_rows = 0;        ///< sum over decode steps of the rows decoded
+    int64_t prefills = 0;           ///< batched prefill calls
+    int64_t prefill_tokens = 0;     ///< prompt tokens prefilled
+    int64_t generated_tokens = 0;   ///< response tokens sampled
+    int64_t max_active = 0;         ///< most sequences in the slots at once
+    int64_t weight_refreshes = 0;   ///< re-snapshots of the model's weights after a change
+    int64_t weight_updates = 0;     ///< update_weights() calls
+    int64_t recomputed_tokens = 0;  ///< cached tokens whose k/v update_weights() recomputed
+    int64_t cancelled = 0;          ///< requests removed by cancel() (queued or running)
 };
 
 /// What update_weights() does with the KV caches of the sequences in flight.

@@ -34,16 +34,19 @@ std::vector<int32_t> parse_ids(const std::string& flag, const std::string& text,
     std::string item;
     while (std::getline(ss, item, ',')) {
         const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-        if (b == std::string::npos) throw ConfigError("generate: " + flag + " '" + text + "': empty item (expected ids like 1,2,3)");
+        if (b == std::string::npos)
+            throw ConfigError("generate: " + flag + " '" + text + "': empty item (expected ids like 1,2,3)");
         item = item.substr(b, e - b + 1);
         char* end = nullptr;
         errno = 0;
         const long v = std::strtol(item.c_str(), &end, 10);
         if (end == item.c_str() || *end != '\0' || errno != 0 || v < 0 || v > 2147483647L)
-            throw ConfigError("generate: " + flag + " '" + text + "': '" + item + "' is not a token id (a non-negative integer)");
+            throw ConfigError("generate: " + flag + " '" + text + "': '" + item +
+                              "' is not a token id (a non-negative integer)");
         out.push_back(static_cast<int32_t>(v));
     }
-    if (out.empty() && !allow_empty) throw ConfigError("generate: " + flag + ": missing token ids (e.g. " + flag + " 1,2,3)");
+    if (out.empty() && !allow_empty)
+        throw ConfigError("generate: " + flag + ": missing token ids (e.g. " + flag + " 1,2,3)");
     return out;
 }
 
@@ -57,6 +60,7 @@ int generate_command(int argc, char** argv) {
     int threads = 0;
     bool bf16 = false, logprobs = false;
     po::options_description desc("tagflow generate options");
+    // clang-format off
     desc.add_options()
         ("help,h", "print this help and exit")
         ("model", po::value<std::string>(&model_dir), "Hugging Face checkpoint directory (config.json + safetensors); required")
@@ -78,6 +82,7 @@ int generate_command(int argc, char** argv) {
         ("bf16", po::bool_switch(&bf16), "compute in bf16")
         ("logprobs", po::bool_switch(&logprobs), "print a second line with each token's log-probability")
         ("threads", po::value<int>(&threads)->default_value(0), "torch threads (0 = LibTorch's default)");
+    // clang-format on
     po::variables_map vm;
     try {
         po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).run();
@@ -109,9 +114,9 @@ int generate_command(int argc, char** argv) {
     GenRequest req;
     if (!text_mode) req.prompt = parse_ids("--prompt-ids", prompt_ids, false);
     p.stop_ids = parse_ids("--stop-ids", stop_ids, true);
-    if (p.max_tokens < 1) throw ConfigError("generate: --max-tokens " + std::to_string(p.max_tokens) + ": must be >= 1");
-    if (!std::isfinite(p.temperature) || p.temperature < 0)
-        throw ConfigError("generate: --temperature must be >= 0");
+    if (p.max_tokens < 1)
+        throw ConfigError("generate: --max-tokens " + std::to_string(p.max_tokens) + ": must be >= 1");
+    if (!std::isfinite(p.temperature) || p.temperature < 0) throw ConfigError("generate: --temperature must be >= 0");
     if (!(p.top_p > 0.0 && p.top_p <= 1.0)) throw ConfigError("generate: --top-p must be in (0, 1]");
     if (p.top_k < 0) throw ConfigError("generate: --top-k must be >= 0");
     if (threads < 0) throw ConfigError("generate: --threads must be >= 0");
@@ -145,7 +150,8 @@ int generate_command(int argc, char** argv) {
     }
     for (int32_t t : req.prompt)
         if (t >= cfg.vocab_size)
-            throw ConfigError(std::string("generate: ") + (text_mode ? "the prompt's" : "--prompt-ids:") + " token id " + std::to_string(t) + " outside the vocabulary [0, " +
+            throw ConfigError(std::string("generate: ") + (text_mode ? "the prompt's" : "--prompt-ids:") +
+                              " token id " + std::to_string(t) + " outside the vocabulary [0, " +
                               std::to_string(cfg.vocab_size) + ")");
     if (static_cast<int64_t>(req.prompt.size()) + p.max_tokens - 1 > cfg.max_position_embeddings)
         throw ConfigError("generate: prompt (" + std::to_string(req.prompt.size()) + " tokens) + --max-tokens " +

@@ -17,7 +17,9 @@ uint64_t mix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-uint64_t derive_seed(uint64_t base, uint64_t index) { return mix64(mix64(base) ^ mix64(index ^ 0x632BE59BD9B4E019ull)); }
+uint64_t derive_seed(uint64_t base, uint64_t index) {
+    return mix64(mix64(base) ^ mix64(index ^ 0x632BE59BD9B4E019ull));
+}
 
 double stream_uniform(uint64_t seed, uint64_t t) {
     // Output t of a splitmix64 sequence started at mix64(seed).
@@ -76,8 +78,7 @@ torch::Tensor sample_rows(const torch::Tensor& logits, const std::vector<RowSamp
             const RowSampling& r = rows[static_cast<std::size_t>(i)];
             temp[static_cast<std::size_t>(i)] = r.temperature <= 0.0 ? 1.0f : static_cast<float>(r.temperature);
             // A float strictly below 1, so that u * total < total.
-            u[static_cast<std::size_t>(i)] =
-                std::min(static_cast<float>(r.u), std::nextafter(1.0f, 0.0f));
+            u[static_cast<std::size_t>(i)] = std::min(static_cast<float>(r.u), std::nextafter(1.0f, 0.0f));
         }
         torch::Tensor scaled = lf;
         if (same_t && !any_greedy) {
@@ -126,7 +127,8 @@ torch::Tensor sample_rows(const torch::Tensor& logits, const std::vector<RowSamp
         }
         if (any_greedy) {
             std::vector<uint8_t> g(static_cast<std::size_t>(n));
-            for (int64_t i = 0; i < n; ++i) g[static_cast<std::size_t>(i)] = rows[static_cast<std::size_t>(i)].temperature <= 0.0;
+            for (int64_t i = 0; i < n; ++i)
+                g[static_cast<std::size_t>(i)] = rows[static_cast<std::size_t>(i)].temperature <= 0.0;
             const torch::Tensor gm = torch::from_blob(g.data(), {n}, torch::kBool).clone();
             tok = torch::where(gm, lf.argmax(-1), tok);
         }

@@ -104,14 +104,15 @@ public:
     enum class Kind { kReverse, kSort };
 
     DigitTask(Kind kind, uint64_t seed, const TaskParams& p)
-        : kind_(kind), seed_(seed), max_digits_(p.digits == 0 ? kDefaultDigits : p.digits),
+        : kind_(kind),
+          seed_(seed),
+          max_digits_(p.digits == 0 ? kDefaultDigits : p.digits),
           min_digits_(p.min_digits == 0 ? max_digits_ : p.min_digits) {
         const std::string n = "task " + name();
         if (max_digits_ < 1 || max_digits_ > 64)
             throw ConfigError(n + ": digits must be in [1, 64], got " + std::to_string(max_digits_));
         if (min_digits_ < 1 || min_digits_ > max_digits_)
-            throw ConfigError(n + ": min_digits must be 0 or in [1, digits], got " +
-                              std::to_string(p.min_digits));
+            throw ConfigError(n + ": min_digits must be 0 or in [1, digits], got " + std::to_string(p.min_digits));
         // With very short strings the held-out set could be empty; require a few of each.
         if (max_digits_ < 2) throw ConfigError(n + ": digits must be at least 2 (held-out set)");
     }
@@ -120,15 +121,10 @@ public:
     int32_t max_prompt_tokens() const override { return max_digits_ + 2; }
     int32_t max_response_tokens() const override { return max_digits_ + 1; }
 
-    std::vector<int32_t> train_prompt(int64_t index) const override {
-        return draw(index, /*want_eval=*/false);
-    }
-    std::vector<int32_t> eval_prompt(int64_t index) const override {
-        return draw(index, /*want_eval=*/true);
-    }
+    std::vector<int32_t> train_prompt(int64_t index) const override { return draw(index, /*want_eval=*/false); }
+    std::vector<int32_t> eval_prompt(int64_t index) const override { return draw(index, /*want_eval=*/true); }
 
-    float reward(const std::vector<int32_t>& prompt,
-                 const std::vector<int32_t>& response) const override {
+    float reward(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response) const override {
         return detail::positional_credit(answer(prompt), detail::before_eos(response, kEos));
     }
 
@@ -145,10 +141,8 @@ private:
         std::vector<int32_t> digits;
         for (int32_t t : prompt)
             if (t >= 0 && t <= 9) digits.push_back(t);
-        if (kind_ == Kind::kReverse)
-            std::reverse(digits.begin(), digits.end());
-        else
-            std::sort(digits.begin(), digits.end());
+        if (kind_ == Kind::kReverse) std::reverse(digits.begin(), digits.end());
+        else std::sort(digits.begin(), digits.end());
         return digits;
     }
 

@@ -43,8 +43,7 @@ public:
     /// Held-out prompt number `index`; disjoint from every training prompt.
     virtual std::vector<int32_t> eval_prompt(int64_t index) const = 0;
     /// Reward of `response` (EOS and anything after it ignored) for `prompt`, in [0, 1].
-    virtual float reward(const std::vector<int32_t>& prompt,
-                         const std::vector<int32_t>& response) const = 0;
+    virtual float reward(const std::vector<int32_t>& prompt, const std::vector<int32_t>& response) const = 0;
     /// The reference response to `prompt`, EOS included: reward(prompt, solution(prompt))
     /// is 1. Used for supervised warm starts (`tagflow sft`) and tests. The default throws
     /// tagflow::Error (a task without a reference answer cannot be used by `tagflow sft`).
@@ -66,8 +65,7 @@ using TaskFactory = std::function<std::unique_ptr<Task>(uint64_t seed, const Tas
 void register_task(const std::string& name, const std::string& description, TaskFactory factory);
 
 /// Builds a task by name. Throws tagflow::ConfigError on an unknown name or bad params.
-std::unique_ptr<Task> make_task(const std::string& name, uint64_t seed,
-                                const TaskParams& params = TaskParams{});
+std::unique_ptr<Task> make_task(const std::string& name, uint64_t seed, const TaskParams& params = TaskParams{});
 /// The names make_task() accepts, sorted.
 std::vector<std::string> task_names();
 

@@ -31,7 +31,9 @@ constexpr uint64_t kEvalModulo = 8;
 class AdditionTask final : public DigitAnswerTask {
 public:
     AdditionTask(uint64_t seed, const TaskParams& p)
-        : DigitAnswerTask('+'), seed_(seed), digits_(p.digits == 0 ? kDefaultDigits : p.digits),
+        : DigitAnswerTask('+'),
+          seed_(seed),
+          digits_(p.digits == 0 ? kDefaultDigits : p.digits),
           partial_(p.partial_credit) {
         // Two digits at least: with one, the 55 unordered pairs could leave the held-out set empty.
         if (digits_ < 2 || digits_ > kMaxDigits)

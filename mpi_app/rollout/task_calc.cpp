@@ -94,7 +94,7 @@ std::vector<int32_t> tool_output(const std::vector<int32_t>& call) {
 
 namespace {
 const char* spelling(int32_t t) {
-    static const char* const names[kVocab] = {"0", "1", "2", "3",      "4",     "5", "6", "7", "8",     "9", "+",
+    static const char* const names[kVocab] = {"0", "1", "2", "3", "4",      "5",       "6", "7",     "8", "9", "+",
                                               "-", "*", "^", "?", "<calc>", "</calc>", "=", "error", "|", "$"};
     return t >= 0 && t < kVocab ? names[t] : "#";
 }
@@ -266,8 +266,8 @@ private:
             const int n_ops = 1 + static_cast<int>(state % 2);
             std::vector<int32_t> p{kBos};
             for (int k = 0; k <= n_ops; ++k) {
-                const auto operand = static_cast<int64_t>(mix64(state ^ (uint64_t{0x0b} << 40) ^ static_cast<uint64_t>(k)) %
-                                                          static_cast<uint64_t>(limit_));
+                const auto operand = static_cast<int64_t>(
+                    mix64(state ^ (uint64_t{0x0b} << 40) ^ static_cast<uint64_t>(k)) % static_cast<uint64_t>(limit_));
                 const auto d = number_tokens(operand);
                 p.insert(p.end(), d.begin(), d.end());
                 if (k < n_ops) {

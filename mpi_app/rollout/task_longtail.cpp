@@ -24,8 +24,8 @@ constexpr int32_t kBos = kDigitBos;
 constexpr int32_t kSep = kDigitSep;
 constexpr int32_t kEos = kDigitEos;
 constexpr int32_t kGt = kDigitOp;
-constexpr int32_t kMaxCount = 60;   // longest count-down: 2 * 60 + 1 = 121 response tokens
-constexpr double kShift = 2.0;      // P(N = n) ∝ (n + kShift)^-kExponent
+constexpr int32_t kMaxCount = 60;  // longest count-down: 2 * 60 + 1 = 121 response tokens
+constexpr double kShift = 2.0;     // P(N = n) ∝ (n + kShift)^-kExponent
 constexpr double kExponent = 2.0;
 constexpr uint64_t kEvalModulo = 8;  // one (A, B) pair in 8 is held out, by a seeded hash
 

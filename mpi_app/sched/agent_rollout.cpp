@@ -83,8 +83,8 @@ GreedyScore score_agent_greedy(model::LlamaModelImpl& model, const rollout::Task
     if (indices.empty()) return sc;
     rollout::InferenceConfig ec;
     ec.max_batch = 256;
-    rollout::InferenceEngine engine(model::LlamaModel(std::static_pointer_cast<model::LlamaModelImpl>(model.shared_from_this())),
-                           ec);
+    rollout::InferenceEngine engine(
+        model::LlamaModel(std::static_pointer_cast<model::LlamaModelImpl>(model.shared_from_this())), ec);
     std::vector<rollout::AgentJob> jobs(indices.size());
     for (size_t k = 0; k < indices.size(); ++k) {
         jobs[k].id = indices[k];

@@ -46,7 +46,7 @@ public:
     int64_t sessions() const { return sessions_; }  ///< sessions recorded so far (whole run)
 
 private:
-    std::map<int32_t, traj::TrajectoryManager> tms_;                          // generating rank -> replica
+    std::map<int32_t, traj::TrajectoryManager> tms_;                      // generating rank -> replica
     std::unordered_map<int64_t, std::pair<int32_t, traj::NodeId>> leaf_;  // sample id -> (rank, trajectory)
     int64_t requests_ = 0, sessions_ = 0;
 };

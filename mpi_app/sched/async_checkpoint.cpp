@@ -85,7 +85,8 @@ void AsyncScheduler::write_checkpoint(const RunSummary& sum) {
     ckpt::prepare_staging(tmp);
     ckpt::StagingCleanup cleanup(tmp);  // a failed write (a full disk) leaves no partial dir
     std::vector<ckpt::FileEntry> files;
-    for (ckpt::FileEntry& f : ckpt::write_policy(tmp, *policy_, policy_export(opt_, *task_, max_new_))) files.push_back(f);
+    for (ckpt::FileEntry& f : ckpt::write_policy(tmp, *policy_, policy_export(opt_, *task_, max_new_)))
+        files.push_back(f);
     for (const std::string& name : trainer_->save_state(tmp)) files.push_back(ckpt::describe_file(tmp, name));
     if (critic_root_ != coord_) {  // the critic is on ranks of its own: its state as it sent it
         while (critic_step_ != step_) {

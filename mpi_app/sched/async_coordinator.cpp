@@ -20,9 +20,8 @@ void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
         }
         // A multi-turn session's requests go to the tree; its row's columns then come from it.
         const bool in_tree = agent_tree_.record(r);
-        written_.push_back(
-            sample_row(r, task_->name(), r.group, in_tree ? RowColumns::kFromTree : RowColumns::kFromSample,
-                       {task_.get()}));
+        written_.push_back(sample_row(r, task_->name(), r.group,
+                                      in_tree ? RowColumns::kFromTree : RowColumns::kFromSample, {task_.get()}));
         ++finished_;
         pool_.add(std::move(r));
     }
@@ -38,7 +37,8 @@ void AsyncScheduler::poll_messages() {
         int count = 0;
         TAGFLOW_MPI_CHECK(MPI_Get_count(&st, MPI_CHAR, &count));
         std::vector<char> b(static_cast<size_t>(count));
-        TAGFLOW_MPI_CHECK(MPI_Recv(b.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, p2p_.get(), MPI_STATUS_IGNORE));
+        TAGFLOW_MPI_CHECK(
+            MPI_Recv(b.data(), count, MPI_CHAR, st.MPI_SOURCE, st.MPI_TAG, p2p_.get(), MPI_STATUS_IGNORE));
         if (st.MPI_TAG == kTagGwRec && gw_rec_) {  // gateway records carry no spans
             gateway_ingest(b.data(), b.size());
             continue;
@@ -85,8 +85,8 @@ void AsyncScheduler::send_ctl(int dest, int64_t kind, int64_t epoch) {
     for (int r : members_) w.put<int64_t>(r);
     ctl_.push_back({MPI_REQUEST_NULL, w.take()});
     auto& c = ctl_.back();
-    TAGFLOW_MPI_CHECK(MPI_Isend(c.buf.data(), static_cast<int>(c.buf.size()), MPI_CHAR, dest, kTagCtl, p2p_.get(),
-                                &c.req));
+    TAGFLOW_MPI_CHECK(
+        MPI_Isend(c.buf.data(), static_cast<int>(c.buf.size()), MPI_CHAR, dest, kTagCtl, p2p_.get(), &c.req));
 }
 
 void AsyncScheduler::coordinator_loop(RunSummary& sum) {
@@ -117,7 +117,7 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
             mine.clear();
             gen_step(mine);
             add_to_pool(mine);
-        } else {  // not generating, or at its --rollout-ahead quota: waiting for the others' samples
+        } else {                     // not generating, or at its --rollout-ahead quota: waiting for the others' samples
             enter(SpanKind::kIdle);  // waiting for samples
             nap();
         }
@@ -167,7 +167,8 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
     }
     if (regenerated_ > 0)
         say("%s: %lld samples generated again after the resume were already recorded before the checkpoint "
-            "(dropped)\n", opt_.mode.name(), static_cast<long long>(regenerated_));
+            "(dropped)\n",
+            opt_.mode.name(), static_cast<long long>(regenerated_));
     say("%s: %lld samples finished, %lld consumed (%lld dropped as stale, %lld trained with a staleness "
         "weight), %lld left over at the end, %lld unfinished generations discarded\n",
         opt_.mode.name(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
@@ -243,10 +244,12 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     other_spans_.clear();
     double idle = 0;
     for (const auto& sp : spans)
-        if (sp.kind == SpanKind::kIdle) idle += std::max(0.0, std::min(sp.t_end, t_end) - std::max(sp.t_start, t_start));
+        if (sp.kind == SpanKind::kIdle)
+            idle += std::max(0.0, std::min(sp.t_end, t_end) - std::max(sp.t_start, t_start));
     row.idle_frac = static_cast<float>(std::min(1.0, idle / (roles_.world_size * dt)));
     total += static_cast<double>(batch.size());
-    health::status_board().step_done(step_, static_cast<int64_t>(total), row.samples_per_s, row.staleness_mean, dropped_);
+    health::status_board().step_done(step_, static_cast<int64_t>(total), row.samples_per_s, row.staleness_mean,
+                                     dropped_);
     if (s == 0) sum.first_reward = row.reward_mean;
     sum.last_reward = row.reward_mean;
     if (ev >= 0) {
@@ -259,8 +262,8 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     if (ev >= 0) snprintf(evs, sizeof evs, "  eval %.3f", ev);
     say("step %5d/%-5lld reward %.3f ± %.3f%s  loss %+.4f  samples/s %7.1f  staleness %.2f/%d  idle %4.1f%%  "
         "elapsed %6.1fs\n",
-        s + 1, static_cast<long long>(opt_.steps), row.reward_mean, row.reward_std, evs, row.loss,
-        row.samples_per_s, row.staleness_mean, row.staleness_max, 100.0 * row.idle_frac, clock_.now());
+        s + 1, static_cast<long long>(opt_.steps), row.reward_mean, row.reward_std, evs, row.loss, row.samples_per_s,
+        row.staleness_mean, row.staleness_max, 100.0 * row.idle_frac, clock_.now());
     // --max-bad-steps: the loop stops at this boundary and the end of the run checkpoints.
     std::string warning;
     if (bad_steps_.record(s + 1, row.skipped_updates, &warning)) bad_stop_ = true;

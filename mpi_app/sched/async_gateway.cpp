@@ -9,8 +9,9 @@ namespace tagflow::sched::async {
 
 void AsyncScheduler::setup_gateway() {
     if (receivers_.empty())
-        throw ConfigError("--gateway: needs a rank that only rolls out (it is never preempted), e.g. "
-                          "--rank-tags \"0=rollout;1=rollout,train\"");
+        throw ConfigError(
+            "--gateway: needs a rank that only rolls out (it is never preempted), e.g. "
+            "--rank-tags \"0=rollout;1=rollout,train\"");
     gw_rank_ = receivers_.front();
     if (me_ == coord_) {
         RecorderLimits lim;

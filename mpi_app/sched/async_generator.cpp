@@ -33,47 +33,51 @@ void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
     step_versions_.push_back(version_);
     const size_t f = step_versions_.size() - 1;
     rollout::InferenceEngine::TokenCallback on_token;
-    if (gw_router_) on_token = [&](const rollout::TokenEvent& e) {
-        if (is_gateway_id(e.id)) gw_router_->on_token(e);
-    };
-    if (gw_worker_) on_token = [&](const rollout::TokenEvent& e) {
-        if (is_gateway_id(e.id)) gw_worker_->on_token(e);
-    };
-    engine_->step([&](const rollout::GenResult& g) {
-        if (is_gateway_id(g.id)) {  // a gateway request: it goes back to its client, not to the pool
-            if (gw_router_) gw_router_->on_finish(g, clock_.now());
-            if (gw_worker_) gw_worker_->on_finish(g);
-            return;
-        }
-        if (agent_ && agent_->owns(g.id)) return agent_turn(g, out);
-        RolloutSample r;
-        r.id = g.id;
-        auto it = groups_of_.find(g.id);
-        r.group = it->second;
-        groups_of_.erase(it);
-        r.rank = me_;
-        r.prompt = task_->train_prompt(r.group);
-        r.response = g.response;
-        r.logprobs = g.logprobs;
-        r.hit_eos = g.finish == FinishReason::kStop;
-        r.reward = task_->reward(r.prompt, r.response);
-        r.t_done = clock_.now();
-        // Per-token versions: the engine's (GenResult::versions, set by update_weights);
-        // failing that, since the engine samples one token per step for every admitted
-        // sequence, the n tokens of a result that finished in step f came from steps f-n+1..f.
-        const size_t n = g.response.size();
-        if (g.versions.size() == n) {
-            r.versions = g.versions;
-        } else {
-            r.versions.resize(n);
-            for (size_t k = 0; k < n; ++k) {
-                const size_t at = f + 1 >= n - k ? f + 1 - (n - k) : 0;
-                r.versions[k] = step_versions_[at];
+    if (gw_router_)
+        on_token = [&](const rollout::TokenEvent& e) {
+            if (is_gateway_id(e.id)) gw_router_->on_token(e);
+        };
+    if (gw_worker_)
+        on_token = [&](const rollout::TokenEvent& e) {
+            if (is_gateway_id(e.id)) gw_worker_->on_token(e);
+        };
+    engine_->step(
+        [&](const rollout::GenResult& g) {
+            if (is_gateway_id(g.id)) {  // a gateway request: it goes back to its client, not to the pool
+                if (gw_router_) gw_router_->on_finish(g, clock_.now());
+                if (gw_worker_) gw_worker_->on_finish(g);
+                return;
             }
-        }
-        r.version = n ? *std::min_element(r.versions.begin(), r.versions.end()) : version_;
-        out.push_back(std::move(r));
-    }, on_token);
+            if (agent_ && agent_->owns(g.id)) return agent_turn(g, out);
+            RolloutSample r;
+            r.id = g.id;
+            auto it = groups_of_.find(g.id);
+            r.group = it->second;
+            groups_of_.erase(it);
+            r.rank = me_;
+            r.prompt = task_->train_prompt(r.group);
+            r.response = g.response;
+            r.logprobs = g.logprobs;
+            r.hit_eos = g.finish == FinishReason::kStop;
+            r.reward = task_->reward(r.prompt, r.response);
+            r.t_done = clock_.now();
+            // Per-token versions: the engine's (GenResult::versions, set by update_weights);
+            // failing that, since the engine samples one token per step for every admitted
+            // sequence, the n tokens of a result that finished in step f came from steps f-n+1..f.
+            const size_t n = g.response.size();
+            if (g.versions.size() == n) {
+                r.versions = g.versions;
+            } else {
+                r.versions.resize(n);
+                for (size_t k = 0; k < n; ++k) {
+                    const size_t at = f + 1 >= n - k ? f + 1 - (n - k) : 0;
+                    r.versions[k] = step_versions_[at];
+                }
+            }
+            r.version = n ? *std::min_element(r.versions.begin(), r.versions.end()) : version_;
+            out.push_back(std::move(r));
+        },
+        on_token);
     if (gw_worker_) gw_worker_->flush();
 }
 

@@ -62,8 +62,13 @@ namespace tagflow::sched::async {
 
 AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run, double t0_unix,
                                std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan)
-    : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), tl_(clock_, roles.world_rank),
-      task_(std::move(task)), multiplex_(opt.mode == config::Mode::kMultiplex) {
+    : opt_(opt),
+      roles_(roles),
+      run_(run),
+      clock_(t0_unix),
+      tl_(clock_, roles.world_rank),
+      task_(std::move(task)),
+      multiplex_(opt.mode == config::Mode::kMultiplex) {
     me_ = roles.world_rank;
     coord_ = async_coordinator(roles);
     members_ = async_train_group(opt, roles);
@@ -75,8 +80,8 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
         for (int r = 0; r < roles.world_size; ++r)
             if (roles.all_tags[static_cast<size_t>(r)] & cluster::kCritic) {
                 if (!std::count(step_members_.begin(), step_members_.end(), r)) step_members_.push_back(r);
-                critic_pos_.push_back(static_cast<int>(
-                    std::find(step_members_.begin(), step_members_.end(), r) - step_members_.begin()));
+                critic_pos_.push_back(
+                    static_cast<int>(std::find(step_members_.begin(), step_members_.end(), r) - step_members_.begin()));
             }
     std::sort(critic_pos_.begin(), critic_pos_.end());
     in_step_ = std::count(step_members_.begin(), step_members_.end(), me_) > 0;
@@ -110,8 +115,7 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
     if (in_step_) {
         MPI_Group wg = MPI_GROUP_NULL, tg = MPI_GROUP_NULL;
         TAGFLOW_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
-        TAGFLOW_MPI_CHECK(
-            MPI_Group_incl(wg, static_cast<int>(step_members_.size()), step_members_.data(), &tg));
+        TAGFLOW_MPI_CHECK(MPI_Group_incl(wg, static_cast<int>(step_members_.size()), step_members_.data(), &tg));
         MPI_Comm c = MPI_COMM_NULL;
         TAGFLOW_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, tg, 7301, &c));
         MPI_Group_free(&tg);
@@ -126,9 +130,8 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
         g.critics = critic_pos_;
         trainer_ = std::make_unique<RlTrainer>(opt, roles, policy_, g);
         // Inside a train span, time in the train group's collectives is idle (set_wait_hook).
-        trainer_->set_wait_hook([this](bool waiting) {
-            enter(waiting ? SpanKind::kIdle : SpanKind::kTrain, span_step_);
-        });
+        trainer_->set_wait_hook(
+            [this](bool waiting) { enter(waiting ? SpanKind::kIdle : SpanKind::kTrain, span_step_); });
     }
     if (is_gen_) {
         rollout::InferenceConfig ec;
@@ -196,8 +199,9 @@ RunSummary AsyncScheduler::run() {
         } else {
             double e0 = evaluate(0);
             sum.first_eval = sum.best_eval = sum.last_eval = std::max(0.0, e0);
-            if (e0 >= 0) say("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
-                             static_cast<long long>(opt_.steps), e0, sum.best_constant);
+            if (e0 >= 0)
+                say("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
+                    static_cast<long long>(opt_.steps), e0, sum.best_constant);
             // A fresh run checkpoints its start too, so a job killed at any later moment can resume.
             if (have_ckpt_) checkpoint_now(sum);
         }
@@ -213,8 +217,14 @@ RunSummary AsyncScheduler::run() {
         std::vector<MPI_Request> v{rq};
         wait_all(v);
     }
-    double s[9] = {sum.first_reward, sum.last_reward, sum.first_eval, sum.last_eval,
-                   sum.best_eval, sum.samples_per_s, sum.elapsed, static_cast<double>(sum.steps),
+    double s[9] = {sum.first_reward,
+                   sum.last_reward,
+                   sum.first_eval,
+                   sum.last_eval,
+                   sum.best_eval,
+                   sum.samples_per_s,
+                   sum.elapsed,
+                   static_cast<double>(sum.steps),
                    static_cast<double>(sum.exit_code)};
     TAGFLOW_MPI_CHECK(MPI_Bcast(s, 9, MPI_DOUBLE, coord_, MPI_COMM_WORLD));
     sum.first_reward = s[0], sum.last_reward = s[1], sum.first_eval = s[2], sum.last_eval = s[3];
@@ -284,9 +294,8 @@ double AsyncScheduler::evaluate(int32_t step) {
 
 namespace tagflow::sched {
 
-std::unique_ptr<Scheduler> make_async_scheduler(const config::Options& opt, cluster::Roles& roles,
-                                                io::RunFile* run, double t0_unix,
-                                                std::unique_ptr<rollout::Task> task,
+std::unique_ptr<Scheduler> make_async_scheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run,
+                                                double t0_unix, std::unique_ptr<rollout::Task> task,
                                                 const ckpt::Plan* ckpt) {
     return std::make_unique<async::AsyncScheduler>(opt, roles, run, t0_unix, std::move(task), ckpt);
 }

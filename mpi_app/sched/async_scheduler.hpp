@@ -47,9 +47,8 @@ int async_coordinator(const cluster::Roles& roles);
 /// the scheduler state: pool of finished-but-untrained samples, dataset cursors, counters) every
 /// `every` steps, at step 0, at the end and after a requeue signal any rank received (then every
 /// rank's summary has exit_code ckpt::kExitRequeue); with `resume` every rank restores from it.
-std::unique_ptr<Scheduler> make_async_scheduler(const config::Options& opt, cluster::Roles& roles,
-                                                io::RunFile* run, double t0_unix,
-                                                std::unique_ptr<rollout::Task> task,
+std::unique_ptr<Scheduler> make_async_scheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run,
+                                                double t0_unix, std::unique_ptr<rollout::Task> task,
                                                 const ckpt::Plan* ckpt = nullptr);
 
 }  // namespace tagflow::sched

@@ -92,13 +92,13 @@ struct Pending {
 };
 
 class AsyncScheduler final : public Scheduler {
- public:
+public:
     AsyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile* run, double t0_unix,
                    std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan);
 
     RunSummary run() override;
 
- private:
+private:
     // ------------------------------------------------------------------ helpers
     __attribute__((format(printf, 2, 3))) void say(const char* fmt, ...);
 
@@ -251,11 +251,12 @@ class AsyncScheduler final : public Scheduler {
     std::vector<int> members_, gens_, receivers_;
     bool in_train_ = false, is_gen_ = false, is_recv_ = false;
     std::vector<int> step_members_;  // every rank of a training step: the train group, then critic-only ranks
-    std::vector<int> critic_pos_;    // positions in step_members_ of the ranks holding the critic (ppo; empty: the train group)
+    std::vector<int>
+        critic_pos_;  // positions in step_members_ of the ranks holding the critic (ppo; empty: the train group)
     bool in_step_ = false;
-    int critic_root_ = 0;            // the first critic rank (writes critic_state.pt's content)
-    int64_t trained_ = 0;            // steps this rank took part in (critic state stamps)
-    int64_t critic_step_ = -1;       // coordinator: the step of critic_bytes_
+    int critic_root_ = 0;       // the first critic rank (writes critic_state.pt's content)
+    int64_t trained_ = 0;       // steps this rank took part in (critic state stamps)
+    int64_t critic_step_ = -1;  // coordinator: the step of critic_bytes_
     std::string critic_bytes_;
     int64_t threshold_ = 0;
     int32_t max_new_ = 0;
@@ -277,17 +278,17 @@ class AsyncScheduler final : public Scheduler {
 
     // generation
     int64_t gen_index_ = 0, next_local_ = 0;
-    int64_t quota_ = 0, started_ = 0;  // --rollout-ahead: samples a train-group generator may start per version
+    int64_t quota_ = 0, started_ = 0;       // --rollout-ahead: samples a train-group generator may start per version
     std::map<int64_t, int64_t> groups_of_;  // sample id -> group, while generating
     std::vector<int32_t> step_versions_;    // policy version at each engine step
     std::list<Pending> sends_;
 
     // gateway (--gateway)
     int gw_rank_ = -1;
-    std::unique_ptr<GatewayRouter> gw_router_;    // on the gateway rank
-    std::unique_ptr<GatewayWorker> gw_worker_;    // on the other rollout-only ranks
-    std::unique_ptr<GatewayRecorder> gw_rec_;     // on the coordinator
-    std::pair<int64_t, int64_t> gw_next_{0, 0};   // coordinator: the recorder's id counters (checkpoints)
+    std::unique_ptr<GatewayRouter> gw_router_;   // on the gateway rank
+    std::unique_ptr<GatewayWorker> gw_worker_;   // on the other rollout-only ranks
+    std::unique_ptr<GatewayRecorder> gw_rec_;    // on the coordinator
+    std::pair<int64_t, int64_t> gw_next_{0, 0};  // coordinator: the recorder's id counters (checkpoints)
 
     // multi-turn tasks (agent loops)
     std::unique_ptr<rollout::AgentSessions> agent_;  // on generating ranks: the live sessions
@@ -306,8 +307,8 @@ class AsyncScheduler final : public Scheduler {
 
     // coordinator
     int64_t step_ = 0;
-    SamplePool pool_{opt_};                                // finished samples not yet trained
-    std::vector<io::SampleRecord> written_;                // finished samples not yet in the file
+    SamplePool pool_{opt_};                  // finished samples not yet trained
+    std::vector<io::SampleRecord> written_;  // finished samples not yet in the file
     std::vector<io::SpanRecord> other_spans_;
     std::vector<io::EvalRecord> evals_;
     std::vector<io::SyncRecord> syncs_;
@@ -320,15 +321,15 @@ class AsyncScheduler final : public Scheduler {
     // checkpoints and requeue signals
     ckpt::Plan ckpt_;
     bool have_ckpt_ = false, resumed_ = false, sig_sent_ = false;
-    int sig_ = 0;                          // coordinator: the requeue signal some rank received
+    int sig_ = 0;                             // coordinator: the requeue signal some rank received
     BadSteps bad_steps_{opt_.max_bad_steps};  // coordinator: --max-bad-steps (NaN/inf updates in a row)
-    bool bad_stop_ = false;                // coordinator: they stop the run (checkpoint, exit kExitBadSteps)
-    double total_ = 0;                     // samples trained so far (the summary's rate)
+    bool bad_stop_ = false;                   // coordinator: they stop the run (checkpoint, exit kExitBadSteps)
+    double total_ = 0;                        // samples trained so far (the summary's rate)
     ckpt::Manifest resume_manifest_;
-    std::vector<int64_t> lo_;              // coordinator: per generator, its groups below lo*n+i are complete
-    std::set<int64_t> recv_ids_;           // coordinator: ids received in groups above the marks
+    std::vector<int64_t> lo_;                // coordinator: per generator, its groups below lo*n+i are complete
+    std::set<int64_t> recv_ids_;             // coordinator: ids received in groups above the marks
     std::map<int64_t, int64_t> recv_count_;  // coordinator: group -> its ids in recv_ids_
-    int64_t regenerated_ = 0;              // generated again after a resume, already recorded: dropped
+    int64_t regenerated_ = 0;                // generated again after a resume, already recorded: dropped
 };
 
 }  // namespace tagflow::sched::async

@@ -11,9 +11,8 @@ void AsyncScheduler::post_weight_recv() {
     wreqs_.assign(1 + buckets_.size(), MPI_REQUEST_NULL);
     TAGFLOW_MPI_CHECK(MPI_Irecv(&whdr_, 1, MPI_INT, coord_, kTagWHdr, p2p_.get(), &wreqs_[0]));
     for (size_t b = 0; b < buckets_.size(); ++b)
-        TAGFLOW_MPI_CHECK(MPI_Irecv(shadow_.data() + buckets_[b].first, static_cast<int>(buckets_[b].second),
-                                    MPI_FLOAT, coord_, kTagWBucket + static_cast<int>(b), p2p_.get(),
-                                    &wreqs_[b + 1]));
+        TAGFLOW_MPI_CHECK(MPI_Irecv(shadow_.data() + buckets_[b].first, static_cast<int>(buckets_[b].second), MPI_FLOAT,
+                                    coord_, kTagWBucket + static_cast<int>(b), p2p_.get(), &wreqs_[b + 1]));
 }
 
 void AsyncScheduler::test_weight_recv() {
@@ -59,8 +58,7 @@ void AsyncScheduler::send_weights(int32_t version) {
         for (size_t b = 0; b < buckets_.size(); ++b) {
             wsends_.emplace_back();
             TAGFLOW_MPI_CHECK(MPI_Isend(send_buf_.data() + buckets_[b].first, static_cast<int>(buckets_[b].second),
-                                        MPI_FLOAT, r, kTagWBucket + static_cast<int>(b), p2p_.get(),
-                                        &wsends_.back()));
+                                        MPI_FLOAT, r, kTagWBucket + static_cast<int>(b), p2p_.get(), &wsends_.back()));
         }
     }
     wsend_t0_ = clock_.now();

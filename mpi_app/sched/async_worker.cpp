@@ -43,7 +43,8 @@ void AsyncScheduler::worker_loop() {
         if (poll_ctl(ctl)) {
             if (ctl[0] == kCtlStop) break;
             if ((ctl[0] != kCtlTrain && ctl[0] != kCtlTrainCkpt) || !in_step_)
-                throw InternalError("rank " + std::to_string(me_) + ": told to train, but it is not in the train group");
+                throw InternalError("rank " + std::to_string(me_) +
+                                    ": told to train, but it is not in the train group");
             // Preempted into the train group: the engine is not stepped until training ends.
             const auto s = static_cast<int32_t>(ctl[1]);
             enter(SpanKind::kResplit, s);
@@ -90,7 +91,7 @@ void AsyncScheduler::worker_loop() {
         }
     }
     // STOP: unfinished generations are discarded (never written); finished ones are sent.
-    send_critic_state();  // for the checkpoint the coordinator writes now
+    send_critic_state();                 // for the checkpoint the coordinator writes now
     if (gw_router_) gw_router_->stop();  // the HTTP thread ends; requests in flight end "abort"
     if (gw_worker_) gw_worker_->finish_sends();
     if (is_recv_) cancel_weight_recv();

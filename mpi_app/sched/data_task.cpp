@@ -130,7 +130,8 @@ std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& op
     std::shared_ptr<const text::Tokenizer> tok = run_tokenizer(opt);
     const bool text_tokenizer = !opt.tokenizer.empty() || (!opt.model.empty() && text::has_hf_tokenizer(opt.model));
     if (!text_tokenizer)
-        throw ConfigError("--data " + opt.data + ": needs a text tokenizer (--model DIR holding a tokenizer.json, "
+        throw ConfigError("--data " + opt.data +
+                          ": needs a text tokenizer (--model DIR holding a tokenizer.json, "
                           "or --tokenizer PATH)");
     // Rank 0 indexes the file once (one pass, every row checked); the index goes to the others.
     std::string bytes;
@@ -145,7 +146,8 @@ std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& op
         if (opt.reward.empty() && opt.reward_fn.empty() && opt.reward_url.empty())
             for (const auto& [source, n] : ds.data_sources())
                 if (!data::default_scorer(source))
-                    throw ConfigError("--data " + opt.data + ": " + std::to_string(n) + " rows of data_source '" + source +
+                    throw ConfigError("--data " + opt.data + ": " + std::to_string(n) + " rows of data_source '" +
+                                      source +
                                       "' have no built-in scorer; give --reward builtin:NAME, --reward-fn FILE.py or "
                                       "--reward-url URL");
         if (!opt.reward.empty()) (void)data::parse_reward_spec(opt.reward);

@@ -22,8 +22,8 @@ std::vector<RolloutSample> allgather_samples(const std::vector<RolloutSample>& m
     }
     if (total > INT32_MAX) throw InternalError("allgather_samples: step batch over 2 GiB");
     std::vector<char> recv(static_cast<size_t>(total));
-    TAGFLOW_MPI_CHECK(MPI_Allgatherv(send.data(), my_size, MPI_CHAR, recv.data(), sizes.data(),
-                                     displs.data(), MPI_CHAR, comm));
+    TAGFLOW_MPI_CHECK(
+        MPI_Allgatherv(send.data(), my_size, MPI_CHAR, recv.data(), sizes.data(), displs.data(), MPI_CHAR, comm));
     std::vector<RolloutSample> all;
     for (int r = 0; r < n; ++r) {
         auto part = unpack_samples(recv.data() + displs[static_cast<size_t>(r)],
@@ -57,8 +57,8 @@ void allgather_rows(std::vector<std::vector<float>>& rows, const std::vector<int
         send.insert(send.end(), rows[i].begin(), rows[i].end());
     }
     std::vector<float> recv(static_cast<size_t>(displs.back() + counts.back()));
-    TAGFLOW_MPI_CHECK(MPI_Allgatherv(send.data(), static_cast<int>(send.size()), MPI_FLOAT, recv.data(),
-                                     counts.data(), displs.data(), MPI_FLOAT, comm));
+    TAGFLOW_MPI_CHECK(MPI_Allgatherv(send.data(), static_cast<int>(send.size()), MPI_FLOAT, recv.data(), counts.data(),
+                                     displs.data(), MPI_FLOAT, comm));
     std::vector<size_t> pos(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) pos[static_cast<size_t>(r)] = static_cast<size_t>(displs[static_cast<size_t>(r)]);
     for (size_t i = 0; i < rows.size(); ++i) {

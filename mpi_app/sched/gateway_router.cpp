@@ -65,18 +65,18 @@ struct GatewayRouter::Impl {
         bool cancel_sent = false;  // to the worker rank running it
     };
     std::unordered_map<uint64_t, Live> live;
-    std::map<int, int64_t> load;                  // rank -> requests in flight there
+    std::map<int, int64_t> load;  // rank -> requests in flight there
     struct Sess {
-        int rank = -1;          // where its requests go
-        int64_t inflight = 0;   // requests routed, not finished
-        uint64_t routed = 0;    // requests taken from the inbox under this session
-        double last = 0;        // last request, finish or reward (run clock)
-        bool closing = false;   // a session-level reward came: forget it once nothing is in flight
+        int rank = -1;         // where its requests go
+        int64_t inflight = 0;  // requests routed, not finished
+        uint64_t routed = 0;   // requests taken from the inbox under this session
+        double last = 0;       // last request, finish or reward (run clock)
+        bool closing = false;  // a session-level reward came: forget it once nothing is in flight
         std::vector<std::string> cids;
     };
     std::unordered_map<std::string, Sess> sess;
     std::unordered_map<std::string, std::string> cid_session;
-    traj::TrajectoryManager tm;                   // routing: who served which prefix
+    traj::TrajectoryManager tm;  // routing: who served which prefix
     int64_t tm_tokens = 0, tm_resets = 0;
     Sends sends;
     int64_t served = 0, n_cancelled = 0, n_forgotten = 0;
@@ -243,8 +243,8 @@ GatewayRouter::GatewayRouter(const GatewayConfig& cfg) : impl_(std::make_unique<
                                                  cfg.tokenizer ? cfg.tokenizer : text::byte_level_tokenizer());
     m.server->start();
     const bool v6 = cfg.host.find(':') != std::string::npos;
-    const std::string url = "http://" + (v6 ? "[" + cfg.host + "]" : cfg.host) + ":" +
-                            std::to_string(m.server->port()) + "/v1";
+    const std::string url =
+        "http://" + (v6 ? "[" + cfg.host + "]" : cfg.host) + ":" + std::to_string(m.server->port()) + "/v1";
     // Appears complete (a random temporary renamed into place), never through a planted link.
     write_file_replace(cfg.out + "/gateway.url", url + "\n");
     std::printf("gateway: rank %d listening on %s (token in %s/gateway.token%s)\n", cfg.me, url.c_str(),
@@ -255,8 +255,7 @@ GatewayRouter::GatewayRouter(const GatewayConfig& cfg) : impl_(std::make_unique<
 GatewayRouter::~GatewayRouter() {
     try {
         stop();
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 int GatewayRouter::port() const { return impl_->server ? impl_->server->port() : 0; }
@@ -427,13 +426,12 @@ void GatewayRouter::stop() {
     m.sends.wait();
     // Token messages still on their way from other ranks: receive and drop them.
     std::vector<char> b;
-    while (try_recv(m.cfg.comm, MPI_ANY_SOURCE, kTagGwTok, b)) {
-    }
-    std::printf("gateway: %lld requests served, %lld cancelled (client went away); sessions: %lld forgotten, "
-                "%lld live; routing tree reset %lld times\n",
-                static_cast<long long>(m.served), static_cast<long long>(m.n_cancelled),
-                static_cast<long long>(m.n_forgotten), static_cast<long long>(m.sess.size()),
-                static_cast<long long>(m.tm_resets));
+    while (try_recv(m.cfg.comm, MPI_ANY_SOURCE, kTagGwTok, b)) {}
+    std::printf(
+        "gateway: %lld requests served, %lld cancelled (client went away); sessions: %lld forgotten, "
+        "%lld live; routing tree reset %lld times\n",
+        static_cast<long long>(m.served), static_cast<long long>(m.n_cancelled), static_cast<long long>(m.n_forgotten),
+        static_cast<long long>(m.sess.size()), static_cast<long long>(m.tm_resets));
     std::fflush(stdout);
 }
 

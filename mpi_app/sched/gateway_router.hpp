@@ -55,14 +55,14 @@ inline constexpr int kTagGwReq = 7401, kTagGwTok = 7402, kTagGwRec = 7403;
 
 struct GatewayConfig {
     std::string host = "127.0.0.1";
-    int port = 0;                       ///< 0 = any free port (written to <out>/gateway.url)
-    std::string out;                    ///< run directory: gateway.token (0600) and gateway.url
+    int port = 0;     ///< 0 = any free port (written to <out>/gateway.url)
+    std::string out;  ///< run directory: gateway.token (0600) and gateway.url
     std::string model_id = "tagflow-policy";
-    int64_t context = 0, vocab = 0;     ///< the policy's positions and vocabulary
-    int me = 0, coordinator = 0;        ///< world ranks
-    std::vector<int> targets;           ///< generating ranks requests may go to (never preempted)
-    MPI_Comm comm = MPI_COMM_NULL;      ///< the scheduler's point-to-point communicator
-    double session_idle_s = 600;        ///< forget a session idle this long (run clock, s)
+    int64_t context = 0, vocab = 0;                ///< the policy's positions and vocabulary
+    int me = 0, coordinator = 0;                   ///< world ranks
+    std::vector<int> targets;                      ///< generating ranks requests may go to (never preempted)
+    MPI_Comm comm = MPI_COMM_NULL;                 ///< the scheduler's point-to-point communicator
+    double session_idle_s = 600;                   ///< forget a session idle this long (run clock, s)
     int64_t route_tree_tokens = int64_t{1} << 22;  ///< the routing tree is reset above this many tokens
     /// Text and chat prompts of requests (sched/run_tokenizer.hpp); null = the byte-level tokenizer.
     std::shared_ptr<const text::Tokenizer> tokenizer;
@@ -86,7 +86,7 @@ public:
     /// End of run: stops the HTTP thread; requests in flight end with finish_reason "abort".
     void stop();
     int port() const;
-    int64_t served() const;  ///< requests finished and recorded
+    int64_t served() const;         ///< requests finished and recorded
     int64_t cancelled() const;      ///< requests cancelled inside an engine (client went away)
     int64_t live_sessions() const;  ///< sessions the router keeps state for
 
@@ -114,8 +114,8 @@ private:
 };
 
 struct RecorderLimits {
-    double session_idle_s = 600;              ///< drop a session (and an open group) idle this long
-    int64_t seal_tokens = int64_t{1} << 20;   ///< a replica tree takes no new session above this
+    double session_idle_s = 600;             ///< drop a session (and an open group) idle this long
+    int64_t seal_tokens = int64_t{1} << 20;  ///< a replica tree takes no new session above this
 };
 
 class GatewayRecorder {
@@ -139,8 +139,8 @@ public:
     /// After a resume (before any ingest): ids continue from a checkpoint's next_ids(), so none
     /// collides with a /samples row written before it. Sessions are not restored (none saved).
     void resume_ids(int64_t next_id, int64_t next_group);
-    int64_t requests() const;  ///< gateway requests recorded
-    int64_t samples() const;   ///< gateway samples handed out
+    int64_t requests() const;       ///< gateway requests recorded
+    int64_t samples() const;        ///< gateway samples handed out
     int64_t live_sessions() const;  ///< sessions with state (not closed or expired yet)
     int64_t live_trees() const;     ///< replica trees held
     /// One line: requests, samples, sessions closed/expired/live, trees dropped/live.

@@ -196,7 +196,8 @@ struct RlTrainer::Impl {
             if (owner[i] == me) idx.push_back(i);
         return idx;
     }
-    static std::vector<train::TrainSeq> select(const std::vector<train::TrainSeq>& seqs, const std::vector<size_t>& idx) {
+    static std::vector<train::TrainSeq> select(const std::vector<train::TrainSeq>& seqs,
+                                               const std::vector<size_t>& idx) {
         std::vector<train::TrainSeq> out;
         out.reserve(idx.size());
         for (size_t i : idx) out.push_back(seqs[i]);
@@ -314,7 +315,9 @@ RlTrainer::RlTrainer(const config::Options& opt, cluster::Roles& roles, model::L
     : impl_(std::make_unique<Impl>(opt, roles, std::move(policy), &group)) {}
 RlTrainer::~RlTrainer() = default;
 
-TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>& all) { return impl_->step(step, all); }
+TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>& all) {
+    return impl_->step(step, all);
+}
 
 void RlTrainer::set_wait_hook(std::function<void(bool waiting)> hook) { impl_->wait_hook = std::move(hook); }
 
@@ -411,7 +414,7 @@ rollout::GenParams rollout_params(const config::Options& opt, const rollout::Tas
     const config::ResponseLengths lengths = config::parse_response_lengths(opt.response_lengths);
     if (lengths.forced) {
         p.max_tokens = sched_policy::lognormal_length(lengths.median, lengths.p99_ratio, max_new,
-                                                static_cast<uint64_t>(opt.seed), id);
+                                                      static_cast<uint64_t>(opt.seed), id);
     } else {
         p.max_tokens = max_new;
         p.stop_ids = {task.eos_token()};
@@ -424,11 +427,12 @@ model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& t
         auto m = model::LlamaModelImpl::from_pretrained(opt.model);
         const model::HfConfig& c = m->config();
         if (c.vocab_size < task.vocab_size())
-            throw Error("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) + " is smaller than task " +
-                        task.name() + "'s " + std::to_string(task.vocab_size()) + " tokens");
+            throw Error("--model " + opt.model + ": vocab_size " + std::to_string(c.vocab_size) +
+                        " is smaller than task " + task.name() + "'s " + std::to_string(task.vocab_size()) + " tokens");
         if (c.max_position_embeddings < positions)
-            throw Error("--model " + opt.model + ": max_position_embeddings " + std::to_string(c.max_position_embeddings) +
-                        " is below the " + std::to_string(positions) + " positions task " + task.name() + " needs");
+            throw Error("--model " + opt.model + ": max_position_embeddings " +
+                        std::to_string(c.max_position_embeddings) + " is below the " + std::to_string(positions) +
+                        " positions task " + task.name() + " needs");
         return model::LlamaModel(m);
     }
     model::HfConfig c;
@@ -440,7 +444,8 @@ model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& t
     c.num_key_value_heads = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
     c.head_dim = opt.d_model / opt.heads;
     c.vocab_size = task.vocab_size();
-    if (!opt.tokenizer.empty()) model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(opt.tokenizer), task.vocab_size());
+    if (!opt.tokenizer.empty())
+        model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(opt.tokenizer), task.vocab_size());
     c.max_position_embeddings = positions;
     c.rope_theta = opt.rope_theta;
     c.abs_positions = opt.abs_positions;

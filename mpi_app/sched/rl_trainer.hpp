@@ -62,7 +62,7 @@ struct TrainReport {
     /// first rank, 0 elsewhere, so a sum over all ranks counts each group once.
     int32_t skipped_updates = 0;
     std::vector<io::ConsumedRecord> consumed;  ///< this rank's samples used by the actor
-    std::vector<float> advantages;  ///< every sample's sequence advantage, in input order (every rank)
+    std::vector<float> advantages;             ///< every sample's sequence advantage, in input order (every rank)
 };
 
 /// A train group other than the run's fixed one (async modes): `comm` holds exactly the ranks

@@ -26,7 +26,8 @@ std::shared_ptr<const text::Tokenizer> run_tokenizer(const config::Options& opt)
     } else {
         if (!opt.chat_template.empty())
             throw ConfigError("--chat-template " + opt.chat_template + ": " +
-                              (opt.model.empty() ? std::string("no --model or --tokenizer") : "--model " + opt.model + " has no tokenizer.json") +
+                              (opt.model.empty() ? std::string("no --model or --tokenizer")
+                                                 : "--model " + opt.model + " has no tokenizer.json") +
                               " (the byte-level tokenizer has its own ChatML template)");
         tok = text::byte_level_tokenizer();
     }

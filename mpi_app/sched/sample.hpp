@@ -10,9 +10,9 @@ namespace tagflow::sched {
 
 struct RolloutSample {
     int64_t id = 0;
-    int64_t group = 0;         // global prompt group == position in the task's prompt order
-    int32_t rank = 0;          // world rank that generated it
-    int32_t version = 0;       // policy version of every generated token
+    int64_t group = 0;    // global prompt group == position in the task's prompt order
+    int32_t rank = 0;     // world rank that generated it
+    int32_t version = 0;  // policy version of every generated token
     float reward = 0.f;
     bool hit_eos = false;
     double t_done = 0.0;

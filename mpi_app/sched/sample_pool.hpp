@@ -32,7 +32,7 @@ struct PoolBatch {
 };
 
 class SamplePool {
- public:
+public:
     /// `opt` gives group_size and the staleness rule; it must outlive the pool.
     explicit SamplePool(const config::Options& opt);
 
@@ -60,7 +60,7 @@ class SamplePool {
     /// groups in order (as ready() gave them). The pool must be empty.
     void restore(std::vector<RolloutSample> samples, const std::vector<int64_t>& ready);
 
- private:
+private:
     void mark_ready(int64_t group);
 
     const config::Options& opt_;

@@ -21,15 +21,14 @@ std::string TextSource::operator()(const std::vector<int32_t>& ids) const {
             try {
                 tokenizer->token_bytes(id);
                 known.push_back(id);
-            } catch (const Error&) {
-            }
+            } catch (const Error&) {}
         }
         return tokenizer->decode(known, /*skip_special=*/false);
     }
 }
 
-io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int64_t prompt_index,
-                            RowColumns columns, const TextSource& text) {
+io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int64_t prompt_index, RowColumns columns,
+                            const TextSource& text) {
     io::SampleRecord rec;
     rec.id = r.id;
     rec.group = r.group;
@@ -51,10 +50,8 @@ io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int
     rec.logprobs.assign(P, nan);
     rec.logprobs.insert(rec.logprobs.end(), r.logprobs.begin(), r.logprobs.end());
     rec.versions.assign(P, -1);
-    if (r.versions.size() == n)
-        rec.versions.insert(rec.versions.end(), r.versions.begin(), r.versions.end());
-    else
-        rec.versions.insert(rec.versions.end(), n, r.version);
+    if (r.versions.size() == n) rec.versions.insert(rec.versions.end(), r.versions.begin(), r.versions.end());
+    else rec.versions.insert(rec.versions.end(), n, r.version);
     rec.loss_mask.assign(P, 0);
     rec.loss_mask.insert(rec.loss_mask.end(), n, 1);
     if (r.loss_mask.size() == n) {  // multi-turn: tool tokens are not the model's

@@ -39,7 +39,7 @@ enum class RowColumns {
 /// The /samples row of `r`: id, group, prompt_index, task, reward, finish_reason (stop when the
 /// sample hit EOS, else length), rank, t_done, the per-token columns as `columns` says, and the
 /// text of r.prompt and r.response as `text` makes it.
-io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int64_t prompt_index,
-                            RowColumns columns, const TextSource& text);
+io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int64_t prompt_index, RowColumns columns,
+                            const TextSource& text);
 
 }  // namespace tagflow::sched

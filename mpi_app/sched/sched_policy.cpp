@@ -57,7 +57,8 @@ TrainPriority parse_train_priority(const std::string& spec) {
         }
         const uint32_t bits = cluster::parse_tag_list(key, "--train-priority");
         if (!(bits & cluster::kTrain))
-            throw ConfigError("--train-priority: entry '" + item + "' names a tag set without train (only ranks "
+            throw ConfigError("--train-priority: entry '" + item +
+                              "' names a tag set without train (only ranks "
                               "tagged train have a train priority)");
         if (!prio.by_tags.emplace(bits, static_cast<int>(v)).second)
             throw ConfigError("--train-priority: tag set " + cluster::tags_to_string(bits) + " given twice");
@@ -136,9 +137,8 @@ std::vector<int> train_group(const config::Options& opt, const std::vector<uint3
     // Keep multi-tag ranks (never the coordinator) in rollout until enough stay: the lowest
     // priority first, among equals the highest rank.
     std::vector<int> order(t.begin() + 1, t.end());
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-        return prio_of(a) != prio_of(b) ? prio_of(a) < prio_of(b) : a > b;
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return prio_of(a) != prio_of(b) ? prio_of(a) < prio_of(b) : a > b; });
     for (int r : order) {
         if (staying >= need) break;
         if (!(tags_of(r) & cluster::kRollout)) continue;
@@ -157,8 +157,8 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
     const int world = static_cast<int>(all_tags.size());
     for (const auto& [r, p] : prio.by_rank) {
         if (r >= world)
-            throw ConfigError("--train-priority: rank " + std::to_string(r) + " does not exist (" + std::to_string(world) +
-                              " ranks)");
+            throw ConfigError("--train-priority: rank " + std::to_string(r) + " does not exist (" +
+                              std::to_string(world) + " ranks)");
         if (!(all_tags[static_cast<size_t>(r)] & cluster::kTrain))
             throw ConfigError("--train-priority: rank " + std::to_string(r) + " is not tagged train (tags " +
                               cluster::tags_to_string(all_tags[static_cast<size_t>(r)]) + ")");
@@ -180,8 +180,9 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
     for (int r = 0; r < n; ++r)
         if ((all_tags[static_cast<size_t>(r)] & cluster::kRollout) && !std::count(t.begin(), t.end(), r)) ++outside;
     if (opt.mode == config::Mode::kDisaggregated && outside == 0)
-        throw ConfigError("--mode disaggregated: every rank tagged rollout is also tagged train; the mode needs at "
-                          "least one rank that only rolls out (e.g. --rank-tags \"0=rollout;1=rollout,train\")");
+        throw ConfigError(
+            "--mode disaggregated: every rank tagged rollout is also tagged train; the mode needs at "
+            "least one rank that only rolls out (e.g. --rank-tags \"0=rollout;1=rollout,train\")");
     if (opt.mode == config::Mode::kMultiplex) {
         const int need = min_rollout_ranks(opt, n);
         if (outside < need)

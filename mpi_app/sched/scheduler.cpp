@@ -13,20 +13,23 @@ namespace tagflow::sched {
 
 void print_model_and_algorithm(const config::Options& opt, const cluster::Roles& roles, const model::HfConfig& c,
                                int64_t n_params) {
-    print0("model: %s, %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv, intermediate %lld, vocab "
-           "%lld, positions %lld%s)\n",
-           opt.model.empty() ? "llama (from the size options)" : opt.model.c_str(), static_cast<long long>(n_params),
-           static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
-           static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
-           static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
-           static_cast<long long>(c.max_position_embeddings), c.abs_positions ? ", RoPE + learned absolute positions" : ", RoPE");
+    print0(
+        "model: %s, %lld parameters (hidden %lld, layers %lld, heads %lld/%lld kv, intermediate %lld, vocab "
+        "%lld, positions %lld%s)\n",
+        opt.model.empty() ? "llama (from the size options)" : opt.model.c_str(), static_cast<long long>(n_params),
+        static_cast<long long>(c.hidden_size), static_cast<long long>(c.num_hidden_layers),
+        static_cast<long long>(c.num_attention_heads), static_cast<long long>(c.num_key_value_heads),
+        static_cast<long long>(c.intermediate_size), static_cast<long long>(c.vocab_size),
+        static_cast<long long>(c.max_position_embeddings),
+        c.abs_positions ? ", RoPE + learned absolute positions" : ", RoPE");
     print0("algorithm: %s%s\n", opt.algo.c_str(),
-           opt.algo == "ppo" ? (roles.critic_colocated ? " (critic on the train ranks)" : " (critic on the ranks tagged critic)")
-                             : "");
+           opt.algo == "ppo"
+               ? (roles.critic_colocated ? " (critic on the train ranks)" : " (critic on the ranks tagged critic)")
+               : "");
 }
 
-void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size,
-                  int64_t step, int64_t policy_version, const RunSummary& sum, double total_samples) {
+void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size, int64_t step,
+                  int64_t policy_version, const RunSummary& sum, double total_samples) {
     m.set("writer", std::string("tagflow ") + TAGFLOW_VERSION);
     m.set("mode", opt.mode.name());
     m.set("task", task);
@@ -64,8 +67,8 @@ bool BadSteps::record(int32_t step, int64_t skipped, std::string* warning) {
     last_step_ = step;
     *warning = "tagflow: warning: step " + std::to_string(step) + ": " + std::to_string(skipped) +
                " update(s) skipped, the loss or gradient norm was NaN or inf (a poisoned reward?); weights "
-               "unchanged (" + std::to_string(in_a_row_) + " such step(s) in a row, --max-bad-steps " +
-               std::to_string(max_) + ")\n";
+               "unchanged (" +
+               std::to_string(in_a_row_) + " such step(s) in a row, --max-bad-steps " + std::to_string(max_) + ")\n";
     return in_a_row_ >= max_;
 }
 

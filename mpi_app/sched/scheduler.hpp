@@ -18,7 +18,7 @@ struct Roles;
 namespace tagflow::ckpt {
 struct Manifest;
 struct Plan;
-}
+}  // namespace tagflow::ckpt
 namespace tagflow::model {
 struct HfConfig;
 }
@@ -43,7 +43,7 @@ struct RunSummary {
 };
 
 class Scheduler {
- public:
+public:
     virtual ~Scheduler() = default;
     /// COLLECTIVE over MPI_COMM_WORLD: runs every step; returns the summary (valid on rank 0).
     virtual RunSummary run() = 0;
@@ -52,8 +52,8 @@ class Scheduler {
 /// The checkpoint manifest keys every mode writes alike (share/doc/checkpoints.md): the run's
 /// identity (train_command checks it on resume), `step` and `policy_version`, the sample-seed
 /// rule, and the summary so far with the samples trained (`total_samples`).
-void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size,
-                  int64_t step, int64_t policy_version, const RunSummary& sum, double total_samples);
+void put_run_keys(ckpt::Manifest& m, const config::Options& opt, const std::string& task, int world_size, int64_t step,
+                  int64_t policy_version, const RunSummary& sum, double total_samples);
 /// Rank 0 prints the policy's size and the algorithm (with where the critic lives), every mode alike.
 void print_model_and_algorithm(const config::Options& opt, const cluster::Roles& roles, const model::HfConfig& c,
                                int64_t n_params);

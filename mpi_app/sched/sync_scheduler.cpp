@@ -46,17 +46,34 @@ using io::SpanKind;
 // Values the train root shares with every rank after a step (one MPI_Allreduce SUM where only
 // the train root contributes them, plus every rank's idle seconds).
 enum StatSlot {
-    kLoss, kKl, kEntropy, kClip, kLpDiff, kTokens, kEval, kSyncBytes, kSyncT0, kSyncT1, kIdle,
-    kSigTerm, kSigUsr1, kSigInt, kSigHup,  // ranks that received each requeue signal (ckpt/signals.hpp): checkpoint, exit 75
+    kLoss,
+    kKl,
+    kEntropy,
+    kClip,
+    kLpDiff,
+    kTokens,
+    kEval,
+    kSyncBytes,
+    kSyncT0,
+    kSyncT1,
+    kIdle,
+    kSigTerm,
+    kSigUsr1,
+    kSigInt,
+    kSigHup,   // ranks that received each requeue signal (ckpt/signals.hpp): checkpoint, exit 75
     kSkipped,  // optimiser updates dropped for a NaN/inf loss or gradient (TrainReport::skipped_updates)
     kNumStats
 };
 
 class SyncScheduler final : public Scheduler {
- public:
+public:
     SyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run, double t0_unix,
                   std::unique_ptr<rollout::Task> task, const ckpt::Plan* plan)
-        : opt_(opt), roles_(roles), run_(run), clock_(t0_unix), timeline_(clock_, roles.world_rank),
+        : opt_(opt),
+          roles_(roles),
+          run_(run),
+          clock_(t0_unix),
+          timeline_(clock_, roles.world_rank),
           task_(std::move(task)) {
         max_new_ = opt.max_new_tokens > 0 ? opt.max_new_tokens : task_->max_response_tokens();
         policy_ = make_policy(opt, *task_, task_->max_prompt_tokens() + max_new_);
@@ -89,9 +106,9 @@ class SyncScheduler final : public Scheduler {
             const uint64_t rows = data_->dataset().size(), seed = static_cast<uint64_t>(opt.seed);
             const uint64_t epochs = static_cast<uint64_t>(opt.epochs);
             if (plan && plan->resume)
-                sampler_.emplace(data::EpochSampler::from_bytes(plan->manifest.get("data_sampler"), rows, seed, epochs));
-            else
-                sampler_.emplace(rows, seed, epochs);
+                sampler_.emplace(
+                    data::EpochSampler::from_bytes(plan->manifest.get("data_sampler"), rows, seed, epochs));
+            else sampler_.emplace(rows, seed, epochs);
         }
     }
 
@@ -127,8 +144,8 @@ class SyncScheduler final : public Scheduler {
             char evs[32] = "";
             if (o.eval >= 0) snprintf(evs, sizeof evs, "  eval %.3f", o.eval);
             print0("step %5d/%-5lld reward %.3f ± %.3f%s  loss %+.4f  samples/s %7.1f  idle %4.1f%%  elapsed %6.1fs\n",
-                   s + 1, static_cast<long long>(opt_.steps), o.row.reward_mean, o.row.reward_std, evs,
-                   o.row.loss, o.row.samples_per_s, 100.0 * o.row.idle_frac, clock_.now());
+                   s + 1, static_cast<long long>(opt_.steps), o.row.reward_mean, o.row.reward_std, evs, o.row.loss,
+                   o.row.samples_per_s, 100.0 * o.row.idle_frac, clock_.now());
             const int32_t done = s + 1;
             std::string warning;
             const bool too_many_bad = bad_steps_.record(done, o.row.skipped_updates, &warning);
@@ -151,7 +168,8 @@ class SyncScheduler final : public Scheduler {
                 run_.append_timeline(timeline_.take());
                 run_.flush();
                 write_checkpoint(done, sum, total_samples);
-                print0("tagflow: checkpoint at step %d after %s; exiting for requeue\n", done, ckpt::signal_name(o.signal));
+                print0("tagflow: checkpoint at step %d after %s; exiting for requeue\n", done,
+                       ckpt::signal_name(o.signal));
                 sum.steps = done;
                 sum.elapsed = clock_.now();
                 sum.samples_per_s = total_samples / std::max(1e-9, sum.elapsed);
@@ -174,11 +192,11 @@ class SyncScheduler final : public Scheduler {
         return sum;
     }
 
- private:
+private:
     struct StepOut {
         io::StepRecord row;
         double eval = -1;
-        int signal = 0;  // SIGUSR1, SIGTERM, SIGINT or SIGHUP when any rank received one (same on every rank)
+        int signal = 0;            // SIGUSR1, SIGTERM, SIGINT or SIGHUP when any rank received one (same on every rank)
         std::string reward_error;  // --data, --reward-error fail: a failed reward stopped the step (every rank)
     };
 
@@ -355,8 +373,9 @@ class SyncScheduler final : public Scheduler {
         if (prompts.empty()) return mine;
         // Multi-turn tasks: sessions through the agent loop, every turn in traj_ (sched/agent_rollout.hpp).
         if (const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_))
-            return generate_agent_samples(*engine_, *task_, *loop, opt_, prompts, groups, max_new_, s, roles_.world_rank,
-                                          [this] { return clock_.now(); }, traj_, traj_leaf_);
+            return generate_agent_samples(
+                *engine_, *task_, *loop, opt_, prompts, groups, max_new_, s, roles_.world_rank,
+                [this] { return clock_.now(); }, traj_, traj_leaf_);
         // One request per sample; its random stream depends only on the run seed and the
         // sample id, so samples do not change with the rank count or the batch they ran in.
         std::vector<int64_t> ids(prompts.size());
@@ -384,8 +403,7 @@ class SyncScheduler final : public Scheduler {
             r.hit_eos = g.finish == FinishReason::kStop;
             if (data_)  // scored while the engine goes on (reward/scorer.hpp); collected below
                 data_->scorer().submit({data_->reward_request(i, row_of(r.group), r.response)});
-            else
-                r.reward = task_->reward(r.prompt, r.response);
+            else r.reward = task_->reward(r.prompt, r.response);
             r.t_done = clock_.now();
             // Token-level record of the request (prompt shared by its group in the prefix tree).
             std::vector<int32_t> versions(r.response.size(), s);
@@ -502,7 +520,8 @@ class SyncScheduler final : public Scheduler {
         stats[kSkipped] = static_cast<double>(tr.skipped_updates);  // summed over ranks: each group once
         std::vector<io::ConsumedRecord>& consumed = tr.consumed;
         train::WeightSyncStats ss = sync_weights(s + 1, &idle);
-        const bool eval_now = !data_ && ((opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps);
+        const bool eval_now =
+            !data_ && ((opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps);
         const double eval = eval_now ? evaluate_local(s) : -1;
         // Summed over ranks below: -1 from nobody when there is no evaluation this step.
         stats[kEval] = (eval_now && is_eval_rank()) ? eval + 1.0 : 0.0;
@@ -625,26 +644,25 @@ class SyncScheduler final : public Scheduler {
     std::unique_ptr<RlTrainer> trainer_;
     std::unique_ptr<rollout::InferenceEngine> engine_;  // rollout ranks only
     std::unique_ptr<train::WeightSync> wsync_;
-    traj::TrajectoryManager traj_;                    // this rank's requests of the current step
+    traj::TrajectoryManager traj_;                         // this rank's requests of the current step
     std::unordered_map<int64_t, traj::NodeId> traj_leaf_;  // sample id -> its trajectory
     train::WeightSyncStats last_sync_;
     int32_t max_new_ = 0;
     double last_sync_t0_ = 0, last_sync_t1_ = 0;
-    DataTask* data_ = nullptr;                     // --data: task_ as the data set, else null
-    std::optional<data::EpochSampler> sampler_;    // --data: which rows, replicated on every rank
-    std::vector<data::Ticket> tickets_;            // --data: this step's (prompt group j of the step: tickets_[j])
-    std::string reward_error_;                     // --data: first failed reward under --reward-error fail
-    uint64_t rewards_failed_ = 0;                  // --data: rewards scored 0 under --reward-error zero
-    ckpt::Plan ckpt_;          // where and how often to checkpoint; what to resume from
-    bool have_ckpt_ = false;   // false: no checkpoints (a scheduler built without a plan)
-    BadSteps bad_steps_{opt_.max_bad_steps};  // --max-bad-steps: NaN/inf updates in a row stop the run
+    DataTask* data_ = nullptr;                   // --data: task_ as the data set, else null
+    std::optional<data::EpochSampler> sampler_;  // --data: which rows, replicated on every rank
+    std::vector<data::Ticket> tickets_;          // --data: this step's (prompt group j of the step: tickets_[j])
+    std::string reward_error_;                   // --data: first failed reward under --reward-error fail
+    uint64_t rewards_failed_ = 0;                // --data: rewards scored 0 under --reward-error zero
+    ckpt::Plan ckpt_;                            // where and how often to checkpoint; what to resume from
+    bool have_ckpt_ = false;                     // false: no checkpoints (a scheduler built without a plan)
+    BadSteps bad_steps_{opt_.max_bad_steps};     // --max-bad-steps: NaN/inf updates in a row stop the run
 };
 
 }  // namespace
 
-std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
-                                               io::RunFile& run, double t0_unix,
-                                               std::unique_ptr<rollout::Task> task,
+std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run,
+                                               double t0_unix, std::unique_ptr<rollout::Task> task,
                                                const ckpt::Plan* ckpt) {
     return std::make_unique<SyncScheduler>(opt, roles, run, t0_unix, std::move(task), ckpt);
 }

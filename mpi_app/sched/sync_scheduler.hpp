@@ -16,9 +16,8 @@ namespace tagflow::sched {
 
 /// The sync scheduler. `t0_unix` is the run's clock origin (same on every rank). `ckpt`: where
 /// and how often to checkpoint, and the checkpoint to resume from (nullptr: no checkpoints).
-std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles,
-                                               io::RunFile& run, double t0_unix,
-                                               std::unique_ptr<rollout::Task> task,
+std::unique_ptr<Scheduler> make_sync_scheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run,
+                                               double t0_unix, std::unique_ptr<rollout::Task> task,
                                                const ckpt::Plan* ckpt = nullptr);
 
 }  // namespace tagflow::sched

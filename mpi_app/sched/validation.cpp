@@ -41,7 +41,8 @@ std::vector<int32_t> response_stop_ids(const data::Row& row, const text::Tokeniz
 
 ValResult validate(rollout::InferenceEngine& engine, const text::Tokenizer& tok, const std::vector<data::Row>& rows,
                    reward::Scorer& scorer, const ValOptions& opt) {
-    if (opt.samples < 1) throw ConfigError("validation: samples must be at least 1, got " + std::to_string(opt.samples));
+    if (opt.samples < 1)
+        throw ConfigError("validation: samples must be at least 1, got " + std::to_string(opt.samples));
     if (opt.max_tokens < 1) throw ConfigError("validation: max_tokens must be at least 1");
     ValResult res;
     res.k = opt.samples;
@@ -119,7 +120,8 @@ ValResult validate(rollout::InferenceEngine& engine, const text::Tokenizer& tok,
         }
         add(res.sources[rows[i].data_source], s);
         add(res.overall, s);
-        res.greedy.push_back({rows[i].index, rows[i].data_source, texts[i * static_cast<size_t>(per_row)], s.greedy_sum});
+        res.greedy.push_back(
+            {rows[i].index, rows[i].data_source, texts[i * static_cast<size_t>(per_row)], s.greedy_sum});
     }
     return res;
 }

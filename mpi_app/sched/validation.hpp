@@ -30,39 +30,39 @@ class InferenceEngine;
 namespace tagflow::sched {
 
 struct ValOptions {
-    int32_t max_tokens = 256;   ///< response budget per row, stop token included (cut to the model's positions)
-    int32_t samples = 1;        ///< K: 1 = greedy only; K > 1 = greedy and K sampled responses per row (mean@K)
-    double temperature = 1.0;   ///< sampling (K > 1 only)
+    int32_t max_tokens = 256;  ///< response budget per row, stop token included (cut to the model's positions)
+    int32_t samples = 1;       ///< K: 1 = greedy only; K > 1 = greedy and K sampled responses per row (mean@K)
+    double temperature = 1.0;  ///< sampling (K > 1 only)
     double top_p = 1.0;
     int32_t top_k = 0;
-    uint64_t seed = 0;          ///< sampled response j of row r uses derive_seed(derive_seed(seed, r), j)
-    int64_t positions = 0;      ///< the model's max_position_embeddings (0: not checked; the engine refuses)
+    uint64_t seed = 0;      ///< sampled response j of row r uses derive_seed(derive_seed(seed, r), j)
+    int64_t positions = 0;  ///< the model's max_position_embeddings (0: not checked; the engine refuses)
 };
 
 /// Score sums of one data_source (or of every row: data_source "" in ValResult::overall).
 struct ValScore {
-    int64_t n = 0;              ///< rows
-    double greedy_sum = 0;      ///< sum over rows of the greedy response's score
-    double sampled_sum = 0;     ///< sum over rows and samples of the sampled responses' scores (K > 1)
-    int64_t sampled_n = 0;      ///< sampled responses scored
+    int64_t n = 0;           ///< rows
+    double greedy_sum = 0;   ///< sum over rows of the greedy response's score
+    double sampled_sum = 0;  ///< sum over rows and samples of the sampled responses' scores (K > 1)
+    int64_t sampled_n = 0;   ///< sampled responses scored
     double greedy() const { return n ? greedy_sum / static_cast<double>(n) : 0.0; }
     double mean_at_k() const { return sampled_n ? sampled_sum / static_cast<double>(sampled_n) : 0.0; }
 };
 
 /// One row's greedy answer.
 struct ValResponse {
-    uint64_t row = 0;           ///< data::Row::index
+    uint64_t row = 0;  ///< data::Row::index
     std::string data_source;
-    std::string text;           ///< decoded response (special tokens skipped), what the scorer saw
+    std::string text;  ///< decoded response (special tokens skipped), what the scorer saw
     double score = 0;
 };
 
 struct ValResult {
     std::map<std::string, ValScore> sources;  ///< by data_source ("" for rows without one)
     ValScore overall;
-    int32_t k = 1;                            ///< ValOptions::samples
-    int64_t failed = 0;                       ///< rewards that failed and counted 0 (--reward-error zero)
-    std::vector<ValResponse> greedy;          ///< local rows only (not reduced), in the order given
+    int32_t k = 1;                    ///< ValOptions::samples
+    int64_t failed = 0;               ///< rewards that failed and counted 0 (--reward-error zero)
+    std::vector<ValResponse> greedy;  ///< local rows only (not reduced), in the order given
 };
 
 /// The ids that end a row's response: the tokenizer's chat stop ids for a message list, its

@@ -23,7 +23,7 @@ namespace tagflow::sched::wire {
 
 /// Appends fields to a byte buffer.
 class Writer {
- public:
+public:
     template <typename T>
     void put(const T& v) {
         static_assert(std::is_trivially_copyable_v<T>, "wire: plain fields only");
@@ -52,13 +52,13 @@ class Writer {
     /// The buffer, moved out (the Writer is empty after).
     std::vector<char> take() { return std::move(b_); }
 
- private:
+private:
     std::vector<char> b_;
 };
 
 /// Reads fields back in the order they were put. `what` names the message in errors.
 class Reader {
- public:
+public:
     Reader(const char* data, size_t size, const char* what) : p_(data), end_(data + size), what_(what) {}
     explicit Reader(const std::vector<char>& b, const char* what) : Reader(b.data(), b.size(), what) {}
 
@@ -98,7 +98,7 @@ class Reader {
         p_ += n;
     }
 
- private:
+private:
     const char* p_;
     const char* end_;
     const char* what_;

@@ -95,7 +95,8 @@ double num(const nlohmann::json& j, const char* key, double dflt, const std::str
     if (!j[key].is_number()) throw ConfigError(what + ": \"" + key + "\" must be a number");
     const double v = j[key].get<double>();
     if (!std::isfinite(v) || v < 0 || (positive && v <= 0))
-        throw ConfigError(what + ": \"" + key + "\" must be " + (positive ? "> 0" : ">= 0") + ", got " + std::to_string(v));
+        throw ConfigError(what + ": \"" + key + "\" must be " + (positive ? "> 0" : ">= 0") + ", got " +
+                          std::to_string(v));
     return v;
 }
 

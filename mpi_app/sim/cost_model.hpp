@@ -43,9 +43,9 @@ struct HwCost {
 
 struct CostModel {
     std::map<std::string, HwCost> hw;
-    double latency_s = 20e-6;      // per message hop
-    double bandwidth_Bps = 25e9;   // bytes/s of one link
-    double model_bytes = 3e9;      // weights broadcast per sync, gradients all-reduced per step
+    double latency_s = 20e-6;     // per message hop
+    double bandwidth_Bps = 25e9;  // bytes/s of one link
+    double model_bytes = 3e9;     // weights broadcast per sync, gradients all-reduced per step
     /// true: a training step costs samples x the longest sample's tokens (tagflow's trainer pads
     /// each local batch to its longest sequence); false: the sum of the samples' tokens (packed).
     bool train_padded = false;

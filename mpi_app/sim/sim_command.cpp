@@ -194,7 +194,8 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
     const Workload& w = a.base.work;
     std::string s, detail;
     if (w.lengths == "lognormal") {
-        detail = " median " + std::to_string(static_cast<int>(w.median)) + " p99 x" + std::to_string(w.p99_ratio).substr(0, 4);
+        detail = " median " + std::to_string(static_cast<int>(w.median)) + " p99 x" +
+                 std::to_string(w.p99_ratio).substr(0, 4);
     } else if (w.lengths == "file") {
         double sum = 0;
         for (int32_t x : w.length_table) sum += x;
@@ -206,8 +207,7 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
     snprintf(buf, sizeof buf,
              "tagflow sim: hw %s; lengths %s%s; prompt %d tok; %s; group %d; %lld steps; eta %d (%s); seed %llu;\n"
              "             costs: %s; model %.3g bytes; link %.3g s + bytes / %.3g B/s\n",
-             a.hw.c_str(), w.lengths.c_str(), detail.c_str(),
-             w.prompt_tokens,
+             a.hw.c_str(), w.lengths.c_str(), detail.c_str(), w.prompt_tokens,
              w.batch > 0 ? ("batch " + std::to_string(w.batch)).c_str()
                          : ("batch " + std::to_string(w.batch_per_node) + "/node").c_str(),
              w.group_size, static_cast<long long>(a.base.steps), a.base.staleness, a.base.stale.c_str(),
@@ -227,8 +227,9 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
         }
         const double eff = base > 0 ? (r.samples_per_s / r.nodes) / base : 0;
         snprintf(buf, sizeof buf, "%6d %-14s %11.1f %12.0f %8s %6.1f%% %6d %6.2f %8lld", r.nodes, r.mode.c_str(),
-                 r.samples_per_s, r.tokens_per_s, sync > 0 ? (std::to_string(r.samples_per_s / sync).substr(0, 5) + "x").c_str() : "-",
-                 100 * eff, r.train_group_size, r.staleness_mean, static_cast<long long>(r.dropped));
+                 r.samples_per_s, r.tokens_per_s,
+                 sync > 0 ? (std::to_string(r.samples_per_s / sync).substr(0, 5) + "x").c_str() : "-", 100 * eff,
+                 r.train_group_size, r.staleness_mean, static_cast<long long>(r.dropped));
         s += buf;
         for (size_t g = 0; g < hw.size(); ++g) {
             const int width = static_cast<int>(hw[g].label.size()) + 8;

@@ -16,12 +16,12 @@ struct SimArgs {
     std::vector<int> nodes{8, 32, 64, 128, 200, 256};
     std::vector<config::Mode> modes{config::Mode::kSync, config::Mode::kDisaggregated, config::Mode::kMultiplex};
     std::string hw = "h100:rollout,train:0.5;t4:rollout:0.5";
-    SimConfig base;             // mode, nodes and hw filled per run
-    std::string cost_file;      // --cost
-    double model_bytes = 0;     // --model-bytes (0: the cost model's)
-    std::string json_out;       // --json
+    SimConfig base;          // mode, nodes and hw filled per run
+    std::string cost_file;   // --cost
+    double model_bytes = 0;  // --model-bytes (0: the cost model's)
+    std::string json_out;    // --json
     bool help = false;
-    bool print_cost = false;    // --print-cost
+    bool print_cost = false;  // --print-cost
 };
 
 /// Parses `sim` arguments (argv[0] is "sim"). Throws ConfigError with one line.

@@ -81,7 +81,6 @@ std::vector<int> group_counts(const std::vector<NodeGroup>& groups, int nodes) {
     return c;
 }
 
-
 int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
     const uint64_t h = sched::sched_policy::sample_hash(seed, id);
     if (w.lengths == "file") {
@@ -99,7 +98,9 @@ int32_t response_length(const Workload& w, uint64_t seed, int64_t id) {
             c.back() = 1.0;
             return c;
         }();
-        const int n = 1 + static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), sched::sched_policy::unit_interval(h)) - cdf.begin());
+        const int n =
+            1 + static_cast<int>(std::upper_bound(cdf.begin(), cdf.end(), sched::sched_policy::unit_interval(h)) -
+                                 cdf.begin());
         const int32_t len = 2 * std::min(n, 60) + 1;
         return w.max_new > 0 ? std::min(len, w.max_new) : len;
     }
@@ -218,7 +219,8 @@ public:
         int64_t training_gens = 0;
         for (int r : members_) training_gens += nodes_[static_cast<size_t>(r)].gen;
         for (int r : members_)
-            nodes_[static_cast<size_t>(r)].quota = sched::sched_policy::rollout_quota(opt_, threshold_, n_gens_, training_gens);
+            nodes_[static_cast<size_t>(r)].quota =
+                sched::sched_policy::rollout_quota(opt_, threshold_, n_gens_, training_gens);
     }
 
     ModeResult run() {
@@ -279,8 +281,7 @@ private:
         if (cost_.train_padded) tokens = samples * longest;
         const double seq = static_cast<double>(tokens) / static_cast<double>(std::max<int64_t>(1, samples));
         double per_token = 0;
-        for (int r : members_)
-            per_token = std::max(per_token, nodes_[static_cast<size_t>(r)].hw->train_per_token(seq));
+        for (int r : members_) per_token = std::max(per_token, nodes_[static_cast<size_t>(r)].hw->train_per_token(seq));
         const double m = static_cast<double>(members_.size());
         return per_token * static_cast<double>(tokens) / m + cost_.allreduce_s(static_cast<int>(members_.size()));
     }
@@ -356,7 +357,8 @@ private:
             n.quota_version = n.version;
             n.started = 0;
         }
-        while (n.active + static_cast<int>(n.waiting.size()) < n.hw->max_batch && (n.quota == 0 || n.started < n.quota)) {
+        while (n.active + static_cast<int>(n.waiting.size()) < n.hw->max_batch &&
+               (n.quota == 0 || n.started < n.quota)) {
             n.started += G_;
             const int64_t g = n.next_local++ * n_gens_ + n.gen_index;
             submit_group(n, static_cast<int>(&n - nodes_.data()), g);

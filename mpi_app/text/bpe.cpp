@@ -66,7 +66,8 @@ uint64_t hash_bytes(std::string_view s) noexcept {
         h ^= h >> 32;
     }
     uint64_t w = 0;
-    for (std::size_t k = 0; i < s.size(); ++i, ++k) w |= static_cast<uint64_t>(static_cast<unsigned char>(s[i])) << (8 * k);
+    for (std::size_t k = 0; i < s.size(); ++i, ++k)
+        w |= static_cast<uint64_t>(static_cast<unsigned char>(s[i])) << (8 * k);
     h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
     h ^= h >> 29;
     return h;
@@ -87,7 +88,8 @@ void MergeTable::put(int32_t a, int32_t b, BpeMerge m) {
         std::vector<Slot> old = std::move(slots_);
         reserve(std::max<std::size_t>(size_ + 1, old.size()));
         for (const Slot& s : old)
-            if (s.key != kEmpty) put(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xffffffffULL), s.merge);
+            if (s.key != kEmpty)
+                put(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xffffffffULL), s.merge);
     }
     const uint64_t key = pack(a, b);
     std::size_t i = mix(key) & mask_;
@@ -124,7 +126,8 @@ void merge_linear(std::vector<int32_t>& ids, const MergeTable& merges) {
         ids[best] = pair[best].new_id;
         std::copy(ids.begin() + static_cast<std::ptrdiff_t>(best) + 2, ids.begin() + static_cast<std::ptrdiff_t>(len),
                   ids.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-        std::copy(pair.begin() + static_cast<std::ptrdiff_t>(best) + 1, pair.begin() + static_cast<std::ptrdiff_t>(len) - 1,
+        std::copy(pair.begin() + static_cast<std::ptrdiff_t>(best) + 1,
+                  pair.begin() + static_cast<std::ptrdiff_t>(len) - 1,
                   pair.begin() + static_cast<std::ptrdiff_t>(best));
         --len;
         if (best > 0) {
@@ -153,7 +156,8 @@ void merge_heap(std::vector<int32_t>& ids, const MergeTable& merges) {
     thread_local std::vector<Entry> heap;
     heap.clear();
     for (std::size_t i = 0; i + 1 < n; ++i)
-        if (const BpeMerge* m = merges.find(ids[i], ids[i + 1])) heap.push_back({m->rank, static_cast<uint32_t>(i), m->new_id});
+        if (const BpeMerge* m = merges.find(ids[i], ids[i + 1]))
+            heap.push_back({m->rank, static_cast<uint32_t>(i), m->new_id});
     if (heap.empty()) return;
     const auto cmp = std::greater<Entry>();
     std::make_heap(heap.begin(), heap.end(), cmp);
@@ -239,7 +243,8 @@ void merge_buckets(std::vector<int32_t>& ids, const MergeTable& merges) {
                 if (const BpeMerge* m = merges.find(ids[p], ids[pos])) add(m->rank, p);
             }
             if (next[pos] >= 0) {
-                if (const BpeMerge* m = merges.find(ids[pos], ids[static_cast<std::size_t>(next[pos])])) add(m->rank, pos);
+                if (const BpeMerge* m = merges.find(ids[pos], ids[static_cast<std::size_t>(next[pos])]))
+                    add(m->rank, pos);
             }
         }
         todo.clear();
@@ -290,7 +295,8 @@ struct BpeModel::Cache {
         for (std::size_t i = h & (kSlots - 1);; i = (i + 1) & (kSlots - 1)) {
             const Slot& s = slots[i];
             if (!s.used) return false;
-            if (s.hash == h && s.key_len == word.size() && std::memcmp(keys.data() + s.key_off, word.data(), word.size()) == 0) {
+            if (s.hash == h && s.key_len == word.size() &&
+                std::memcmp(keys.data() + s.key_off, word.data(), word.size()) == 0) {
                 out.insert(out.end(), ids.begin() + s.ids_off, ids.begin() + s.ids_off + s.ids_len);
                 return true;
             }
@@ -313,8 +319,12 @@ struct BpeModel::Cache {
             i = (i + 1) & (kSlots - 1);
         }
         Slot& s = slots[i];
-        s = Slot{h, static_cast<uint32_t>(keys.size()), static_cast<uint32_t>(word.size()),
-                 static_cast<uint32_t>(ids.size()), static_cast<uint32_t>(n), true};
+        s = Slot{h,
+                 static_cast<uint32_t>(keys.size()),
+                 static_cast<uint32_t>(word.size()),
+                 static_cast<uint32_t>(ids.size()),
+                 static_cast<uint32_t>(n),
+                 true};
         keys.append(word);
         ids.insert(ids.end(), v, v + n);
         ++used;
@@ -348,12 +358,13 @@ BpeModel::BpeModel(const std::vector<std::pair<std::string, int32_t>>& vocab,
         const auto& [a, b] = merges[r];
         const auto ia = by_string.find(a), ib = by_string.find(b);
         if (ia == by_string.end() || ib == by_string.end())
-            throw std::runtime_error("merge " + std::to_string(r) + " (\"" + a + " " + b + "\") names a token not in the vocabulary: \"" +
-                                     (ia == by_string.end() ? a : b) + "\"");
+            throw std::runtime_error("merge " + std::to_string(r) + " (\"" + a + " " + b +
+                                     "\") names a token not in the vocabulary: \"" + (ia == by_string.end() ? a : b) +
+                                     "\"");
         const auto im = by_string.find(a + b);
         if (im == by_string.end())
-            throw std::runtime_error("merge " + std::to_string(r) + " (\"" + a + " " + b + "\"): the merged token \"" + a + b +
-                                     "\" is not in the vocabulary");
+            throw std::runtime_error("merge " + std::to_string(r) + " (\"" + a + " " + b + "\"): the merged token \"" +
+                                     a + b + "\" is not in the vocabulary");
         merges_.put(ia->second, ib->second, BpeMerge{static_cast<uint32_t>(r), im->second});
     }
     // monotone: every merge ranks after the last merge that can produce either of its tokens

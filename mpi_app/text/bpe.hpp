@@ -99,7 +99,7 @@ private:
     MergeTable merges_;
     int32_t byte_id_[256];
     bool ignore_merges_;
-    struct VocabIndex;                      // raw-byte token -> id (ignore_merges: whole word)
+    struct VocabIndex;  // raw-byte token -> id (ignore_merges: whole word)
     std::unique_ptr<VocabIndex> vocab_index_;
     std::unique_ptr<Cache> cache_;
 };

@@ -35,7 +35,7 @@ struct ChatRequest {
 ChatRequest parse_chat_request(const nlohmann::ordered_json& line);
 
 class ChatTemplate {
-  public:
+public:
     /// `chat_template` and the special tokens of a tokenizer_config.json (the file, a model
     /// directory, or a tokenizer.json beside it).
     static ChatTemplate from_tokenizer_config(const std::string& path);
@@ -58,7 +58,7 @@ class ChatTemplate {
     /// Template names ("default" for a single template).
     std::vector<std::string> names() const;
 
-  private:
+private:
     std::vector<std::pair<std::string, std::shared_ptr<JinjaTemplate>>> templates_;
     nlohmann::ordered_json special_ = nlohmann::ordered_json::object();
     std::string origin_;

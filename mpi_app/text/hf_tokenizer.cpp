@@ -163,8 +163,7 @@ HfTokenizer::~HfTokenizer() = default;
 
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special_tokens) const {
     std::size_t bad = 0;
-    if (!utf8_valid(text, &bad))
-        throw Error("text is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
+    if (!utf8_valid(text, &bad)) throw Error("text is not valid UTF-8 (byte offset " + std::to_string(bad) + ")");
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 4);
     impl_->encode_into(text, ids);
@@ -191,7 +190,8 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
     bool first = true;
     for (int32_t id : ids) {
         if (id < 0 || id >= vocab_size() || !m.exists[static_cast<std::size_t>(id)])
-            throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+            throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                        std::to_string(vocab_size()) + ")");
         const auto i = static_cast<std::size_t>(id);
         if (skip_special_tokens && m.special[i]) continue;
         if (m.byte_level_decoder) {
@@ -208,7 +208,8 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
 std::string HfTokenizer::token_bytes(int32_t id) const {
     const Impl& m = *impl_;
     if (id < 0 || id >= vocab_size() || !m.exists[static_cast<std::size_t>(id)])
-        throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+        throw Error("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                    std::to_string(vocab_size()) + ")");
     const auto i = static_cast<std::size_t>(id);
     return m.byte_level_decoder ? m.bytes[i] : m.token[i];
 }

@@ -53,10 +53,10 @@ struct HfTokenizer::Impl {
     std::string path;
     std::unique_ptr<BpeModel> model;
     Normalizer normalizer;
-    std::vector<AddedToken> added;   // in file order
-    AddedTrie raw_trie, norm_trie;   // normalized == false / true
+    std::vector<AddedToken> added;  // in file order
+    AddedTrie raw_trie, norm_trie;  // normalized == false / true
     std::vector<PreTokStage> stages;
-    std::unique_ptr<Pattern> gpt2;   // ByteLevel's own regex (use_regex)
+    std::unique_ptr<Pattern> gpt2;  // ByteLevel's own regex (use_regex)
     // post-processing with add_special_tokens: each template wraps the ids ($A = -1)
     std::vector<std::vector<int32_t>> templates;
     // decode

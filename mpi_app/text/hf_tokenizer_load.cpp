@@ -76,7 +76,8 @@ void load_normalizer(HfTokenizer::Impl& m, const json& j, std::vector<NormalForm
     else if (t == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array())
         for (const json& n : j["normalizers"]) load_normalizer(m, n, forms);
     else
-        throw std::runtime_error("normalizer type \"" + (t.empty() ? j.dump().substr(0, 60) : t) + "\" is not supported (NFC, NFD, NFKC, NFKD and Sequence are)");
+        throw std::runtime_error("normalizer type \"" + (t.empty() ? j.dump().substr(0, 60) : t) +
+                                 "\" is not supported (NFC, NFD, NFKC, NFKD and Sequence are)");
 }
 
 void load_pre_tokenizer(HfTokenizer::Impl& m, const json& j) {
@@ -105,7 +106,8 @@ void load_pre_tokenizer(HfTokenizer::Impl& m, const json& j) {
         st.add_prefix_space = flag(j, "add_prefix_space", true);
         st.use_regex = flag(j, "use_regex", true);
         if (st.use_regex && !m.gpt2)
-            m.gpt2 = Pattern::regex("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+");
+            m.gpt2 =
+                Pattern::regex("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+");
     } else {
         throw std::runtime_error("pre-tokenizer type \"" + (t.empty() ? j.dump().substr(0, 60) : t) +
                                  "\" is not supported (Split, ByteLevel and Sequence are)");
@@ -122,7 +124,8 @@ void load_post_processor(HfTokenizer::Impl& m, const json& j) {
         return;
     }
     if (t != "TemplateProcessing")
-        throw std::runtime_error("post-processor type \"" + t + "\" is not supported (ByteLevel, TemplateProcessing and Sequence are)");
+        throw std::runtime_error("post-processor type \"" + t +
+                                 "\" is not supported (ByteLevel, TemplateProcessing and Sequence are)");
     const json& specials = j.at("special_tokens");
     std::vector<int32_t> tmpl;
     for (const json& piece : j.at("single")) {
@@ -130,7 +133,8 @@ void load_post_processor(HfTokenizer::Impl& m, const json& j) {
             tmpl.push_back(-1);
         } else if (piece.contains("SpecialToken")) {
             const std::string name = piece["SpecialToken"].at("id").get<std::string>();
-            if (!specials.contains(name)) throw std::runtime_error("TemplateProcessing names special token \"" + name + "\" without ids");
+            if (!specials.contains(name))
+                throw std::runtime_error("TemplateProcessing names special token \"" + name + "\" without ids");
             for (const json& id : specials[name].at("ids")) tmpl.push_back(id.get<int32_t>());
         } else {
             throw std::runtime_error("TemplateProcessing piece " + piece.dump() + " is not understood");
@@ -148,7 +152,8 @@ void load_decoder(HfTokenizer::Impl& m, const json& j) {
     if (t == "ByteLevel") return;
     if (t == "Sequence" && j.contains("decoders") && j["decoders"].is_array()) {
         for (const json& d : j["decoders"])
-            if (type_of(d) != "ByteLevel") throw std::runtime_error("decoder type \"" + type_of(d) + "\" is not supported (ByteLevel is)");
+            if (type_of(d) != "ByteLevel")
+                throw std::runtime_error("decoder type \"" + type_of(d) + "\" is not supported (ByteLevel is)");
         return;
     }
     throw std::runtime_error("decoder type \"" + t + "\" is not supported (ByteLevel is)");
@@ -157,7 +162,9 @@ void load_decoder(HfTokenizer::Impl& m, const json& j) {
 void load_model(HfTokenizer::Impl& m, const json& model, std::vector<std::pair<std::string, int32_t>>& vocab) {
     std::string t = type_of(model);
     if (t.empty() && model.is_object() && model.contains("merges")) t = "BPE";
-    if (t != "BPE") throw std::runtime_error("model type \"" + (t.empty() ? std::string("?") : t) + "\" is not supported; " + kSupported);
+    if (t != "BPE")
+        throw std::runtime_error("model type \"" + (t.empty() ? std::string("?") : t) + "\" is not supported; " +
+                                 kSupported);
     if (model.contains("dropout") && !model["dropout"].is_null() && model["dropout"].get<double>() != 0.0)
         throw std::runtime_error("BPE dropout is not supported (it makes encoding random)");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -168,13 +175,17 @@ void load_model(HfTokenizer::Impl& m, const json& model, std::vector<std::pair<s
     std::unordered_map<int64_t, std::string> seen;
     vocab.reserve(v.size());
     for (auto it = v.begin(); it != v.end(); ++it) {
-        if (!it.value().is_number_integer()) throw std::runtime_error("model.vocab[\"" + it.key() + "\"] is not an integer id");
+        if (!it.value().is_number_integer())
+            throw std::runtime_error("model.vocab[\"" + it.key() + "\"] is not an integer id");
         const int64_t id = it.value().get<int64_t>();
-        if (id < 0 || id > 0x7fffffff) throw std::runtime_error("model.vocab[\"" + it.key() + "\"] = " + std::to_string(id) + " is not a valid id");
+        if (id < 0 || id > 0x7fffffff)
+            throw std::runtime_error("model.vocab[\"" + it.key() + "\"] = " + std::to_string(id) +
+                                     " is not a valid id");
         if (!utf8_valid(it.key())) throw std::runtime_error("model.vocab has a token that is not valid UTF-8");
         const auto [pos, fresh] = seen.emplace(id, it.key());
         if (!fresh)
-            throw std::runtime_error("model.vocab gives id " + std::to_string(id) + " to both \"" + pos->second + "\" and \"" + it.key() + "\"");
+            throw std::runtime_error("model.vocab gives id " + std::to_string(id) + " to both \"" + pos->second +
+                                     "\" and \"" + it.key() + "\"");
         vocab.emplace_back(it.key(), static_cast<int32_t>(id));
     }
     std::vector<std::pair<std::string, std::string>> merges;
@@ -187,7 +198,8 @@ void load_model(HfTokenizer::Impl& m, const json& model, std::vector<std::pair<s
             const std::string s = e.get<std::string>();
             const auto sp = s.find(' ');
             if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-                throw std::runtime_error("merge " + std::to_string(r) + " (\"" + s + "\") is not two tokens separated by one space");
+                throw std::runtime_error("merge " + std::to_string(r) + " (\"" + s +
+                                         "\") is not two tokens separated by one space");
             merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
         } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
             merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
@@ -234,7 +246,8 @@ void build(HfTokenizer::Impl& m, const json& root) {
             t.lstrip = flag(a, "lstrip", false);
             t.rstrip = flag(a, "rstrip", false);
             t.normalized = flag(a, "normalized", true);
-            if (added_ids.count(t.content)) throw std::runtime_error("added token \"" + t.content + "\" is listed twice");
+            if (added_ids.count(t.content))
+                throw std::runtime_error("added token \"" + t.content + "\" is listed twice");
             int64_t id;
             if (const auto it = model_ids.find(t.content); it != model_ids.end()) {
                 id = it->second;

@@ -24,7 +24,7 @@ struct TemplateError : ConfigError {
 };
 
 class JinjaTemplate {
-  public:
+public:
     /// Parses `source`; throws TemplateError naming line:column on a syntax error or unsupported construct.
     explicit JinjaTemplate(const std::string& source);
     /// Renders with the members of the JSON object `vars` as template variables (key order kept).
@@ -32,7 +32,7 @@ class JinjaTemplate {
 
     struct Impl;
 
-  private:
+private:
     std::shared_ptr<const Impl> impl_;
 };
 

@@ -30,9 +30,7 @@ const std::set<std::string> kTests = {
 
 }  // namespace
 
-[[noreturn]] void arg_fail(const CallArgs& a, const std::string& what) {
-    fail(a.line, a.col, what);
-}
+[[noreturn]] void arg_fail(const CallArgs& a, const std::string& what) { fail(a.line, a.col, what); }
 
 std::string ascii_upper(std::string s) {
     for (char& c : s)
@@ -44,9 +42,7 @@ std::string ascii_lower(std::string s) {
         if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
     return s;
 }
-static bool is_alpha_byte(char c) {
-    return std::isalpha(static_cast<unsigned char>(c)) != 0;
-}
+static bool is_alpha_byte(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0; }
 
 std::string capitalize_str(const std::string& s) {
     std::string out = ascii_lower(s);
@@ -356,10 +352,8 @@ Value dict_method(const Value& self, const std::string& name) {
             a.check(name.c_str(), {});
             ValueList out;
             for (const auto& kv : d->items) {
-                if (name == "items")
-                    out.push_back(Value::new_list({Value::str(kv.first), kv.second}, true));
-                else
-                    out.push_back(name == "keys" ? Value::str(kv.first) : kv.second);
+                if (name == "items") out.push_back(Value::new_list({Value::str(kv.first), kv.second}, true));
+                else out.push_back(name == "keys" ? Value::str(kv.first) : kv.second);
             }
             return Value::new_list(std::move(out));
         });
@@ -381,12 +375,8 @@ Value dict_method(const Value& self, const std::string& name) {
 
 }  // namespace
 
-bool is_known_filter(const std::string& name) {
-    return kFilters.count(name) != 0;
-}
-bool is_known_test(const std::string& name) {
-    return kTests.count(name) != 0;
-}
+bool is_known_filter(const std::string& name) { return kFilters.count(name) != 0; }
+bool is_known_test(const std::string& name) { return kTests.count(name) != 0; }
 
 Value get_attr(const Value& obj, const std::string& name, int line, int col) {
     switch (obj.kind) {

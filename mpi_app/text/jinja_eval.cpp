@@ -75,12 +75,9 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
 std::string one_line(const std::string& s) {
     std::string out;
     for (char c : s) {
-        if (c == '\n')
-            out += "\\n";
-        else if (c == '\r')
-            out += "\\r";
-        else
-            out += c;
+        if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else out += c;
     }
     return out;
 }
@@ -88,7 +85,7 @@ std::string one_line(const std::string& s) {
 }  // namespace
 
 class Interp {
-  public:
+public:
     enum class Flow { Normal, Break, Continue };
     using Frame = std::unordered_map<std::string, Value>;
 
@@ -456,12 +453,9 @@ class Interp {
             if (ints) {
                 std::int64_t x = iv(a), y = iv(b), r = 0;
                 bool of = false;
-                if (op == "+")
-                    of = __builtin_add_overflow(x, y, &r);
-                else if (op == "-")
-                    of = __builtin_sub_overflow(x, y, &r);
-                else if (op == "*")
-                    of = __builtin_mul_overflow(x, y, &r);
+                if (op == "+") of = __builtin_add_overflow(x, y, &r);
+                else if (op == "-") of = __builtin_sub_overflow(x, y, &r);
+                else if (op == "*") of = __builtin_mul_overflow(x, y, &r);
                 else {
                     if (y == 0) fail(line, col, "integer division or modulo by zero");
                     std::int64_t q = x / y, m = x % y;

@@ -18,9 +18,7 @@
 namespace tagflow::text::jinja {
 namespace {
 
-bool bool_arg(const Value* v, bool def) {
-    return v ? truthy(*v) : def;
-}
+bool bool_arg(const Value* v, bool def) { return v ? truthy(*v) : def; }
 
 // `attribute="a.b"` as Jinja's make_attrgetter resolves it (item access per dotted part).
 Value attr_path(const Value& item, const std::string& path, const CallArgs& a) {
@@ -36,9 +34,7 @@ Value attr_path(const Value& item, const std::string& path, const CallArgs& a) {
     }
 }
 
-ValueList seq(const Value& v, const CallArgs& a) {
-    return iterate(v, a.line, a.col);
-}
+ValueList seq(const Value& v, const CallArgs& a) { return iterate(v, a.line, a.col); }
 
 std::string ensure_ascii(const std::string& json) {
     std::string out;
@@ -65,12 +61,10 @@ Value tojson(const Value& x, CallArgs& a) {
     bool use_indent = ind && ind->kind != Value::None;
     std::string unit;
     if (use_indent) {
-        if (ind->kind == Value::Str)
-            unit = ind->s;
+        if (ind->kind == Value::Str) unit = ind->s;
         else if (ind->kind == Value::Int)
             unit = std::string(static_cast<std::size_t>(std::max<std::int64_t>(0, ind->i)), ' ');
-        else
-            arg_fail(a, "tojson: indent must be an integer or a string");
+        else arg_fail(a, "tojson: indent must be an integer or a string");
     }
     std::string item_sep = use_indent ? "," : ", ", key_sep = ": ";
     const Value* sep = a.get(2, "separators");
@@ -151,9 +145,7 @@ Value py_round(const Value& v, CallArgs& a) {
     return Value::real(std::strtod(buf, nullptr));
 }
 
-std::string sort_key_str(const Value& v, bool case_sensitive) {
-    return case_sensitive ? v.s : ascii_lower(v.s);
-}
+std::string sort_key_str(const Value& v, bool case_sensitive) { return case_sensitive ? v.s : ascii_lower(v.s); }
 
 ValueList sorted(ValueList items, bool reverse, bool case_sensitive, const Value* attribute, const CallArgs& a) {
     auto key = [&](const Value& v) {

@@ -89,7 +89,7 @@ struct Value {
     bool is_list() const { return kind == List; }
     bool is_dict() const { return kind == DictK; }
 
-  private:
+private:
     static Value make(Kind k) {
         Value v;
         v.kind = k;
@@ -192,8 +192,26 @@ struct Expr {
     Expr& operator=(const Expr&) = delete;
     ~Expr();  // iterative: a left-deep chain of 100k operators must not overflow the stack
     enum Kind {
-        Const, Name, ListLit, TupleLit, DictLit, Attr, Item, Slice, Call, Filter, Test,
-        Not, Neg, Pos, Binary, Compare, And, Or, Cond, Concat
+        Const,
+        Name,
+        ListLit,
+        TupleLit,
+        DictLit,
+        Attr,
+        Item,
+        Slice,
+        Call,
+        Filter,
+        Test,
+        Not,
+        Neg,
+        Pos,
+        Binary,
+        Compare,
+        And,
+        Or,
+        Cond,
+        Concat
     };
     Kind kind = Const;
     int line = 0, col = 0;

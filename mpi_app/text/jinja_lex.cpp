@@ -17,7 +17,7 @@ namespace tagflow::text::jinja {
 namespace {
 
 class Lexer {
-  public:
+public:
     explicit Lexer(const std::string& raw) {
         // newline normalisation and keep_trailing_newline=False, as Jinja's lexer does
         for (std::size_t k = 0; k < raw.size(); ++k) {
@@ -72,7 +72,7 @@ class Lexer {
         return std::move(tokens_);
     }
 
-  private:
+private:
     std::string src_;
     std::vector<std::size_t> line_starts_;
     std::vector<Token> tokens_;
@@ -322,8 +322,6 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex_template(const std::string& source) {
-    return Lexer(source).run();
-}
+std::vector<Token> lex_template(const std::string& source) { return Lexer(source).run(); }
 
 }  // namespace tagflow::text::jinja

@@ -19,7 +19,7 @@ const std::set<std::string> kUnsupportedTags = {"extends", "block", "include", "
                                                 "filter",  "with",  "do",      "autoescape", "trans"};
 
 class Parser {
-  public:
+public:
     explicit Parser(std::vector<Token> toks) : t_(std::move(toks)) {}
 
     Body parse() {
@@ -28,7 +28,7 @@ class Parser {
         return b;
     }
 
-  private:
+private:
     std::vector<Token> t_;
     std::size_t i_ = 0;
     int depth_ = 0;
@@ -252,10 +252,8 @@ class Parser {
             if (!args.empty()) expect_op(",");
             if (is_tuple_end() && (explicit_parens || !args.empty())) break;
             args.push_back(parse_expression(with_condexpr));
-            if (is_op(","))
-                is_tuple = true;
-            else
-                break;
+            if (is_op(",")) is_tuple = true;
+            else break;
         }
         if (!is_tuple) {
             if (!args.empty()) return std::move(args[0]);

@@ -186,12 +186,9 @@ static std::string str_repr(const std::string& s) {
             out += "\\t";
         } else if (!py_printable(c)) {
             char buf[16];
-            if (c < 0x100)
-                std::snprintf(buf, sizeof buf, "\\x%02x", c);
-            else if (c < 0x10000)
-                std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            else
-                std::snprintf(buf, sizeof buf, "\\U%08x", c);
+            if (c < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", c);
+            else if (c < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            else std::snprintf(buf, sizeof buf, "\\U%08x", c);
             out += buf;
         } else {
             append_utf8(out, c);

@@ -21,7 +21,8 @@ Normalizer::Normalizer(std::vector<NormalForm> forms) : forms_(std::move(forms))
             case NormalForm::NFKC: n = icu::Normalizer2::getNFKCInstance(st); break;
             case NormalForm::NFKD: n = icu::Normalizer2::getNFKDInstance(st); break;
         }
-        if (U_FAILURE(st) || !n) throw std::runtime_error(std::string("ICU normalizer unavailable: ") + u_errorName(st));
+        if (U_FAILURE(st) || !n)
+            throw std::runtime_error(std::string("ICU normalizer unavailable: ") + u_errorName(st));
         icu_.push_back(n);
     }
 }

@@ -35,7 +35,10 @@ std::string onig_to_pcre2(const std::string& p) {
         const char c = p[i];
         if (c == '\\' && i + 1 < p.size()) {
             const char e = p[++i];
-            const char* body = e == 's' || e == 'S' ? kSpace : e == 'w' || e == 'W' ? kWord : e == 'h' || e == 'H' ? kHex : nullptr;
+            const char* body = e == 's' || e == 'S'   ? kSpace
+                               : e == 'w' || e == 'W' ? kWord
+                               : e == 'h' || e == 'H' ? kHex
+                                                      : nullptr;
             if (!body) {
                 out += c;
                 out += e;
@@ -175,8 +178,9 @@ void Pattern::scan(std::string_view s, void (*emit)(void*, Piece), void* ctx) co
         bool have_last = false;
         std::size_t last_match_end = 0;
         while (last_end <= s.size()) {
-            const int rc = impl_->jit ? pcre2_jit_match(impl_->code, subject, s.size(), last_end, PCRE2_NO_UTF_CHECK, tm.md, tm.mc)
-                                      : pcre2_match(impl_->code, subject, s.size(), last_end, PCRE2_NO_UTF_CHECK, tm.md, tm.mc);
+            const int rc =
+                impl_->jit ? pcre2_jit_match(impl_->code, subject, s.size(), last_end, PCRE2_NO_UTF_CHECK, tm.md, tm.mc)
+                           : pcre2_match(impl_->code, subject, s.size(), last_end, PCRE2_NO_UTF_CHECK, tm.md, tm.mc);
             if (rc == PCRE2_ERROR_NOMATCH) break;
             if (rc < 0) throw std::runtime_error("regex match failed: " + pcre2_message(rc));
             const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(tm.md);

@@ -43,7 +43,8 @@ public:
     /// millions of pieces stay cheap).
     template <class Fn>
     void for_each_piece(std::string_view s, Fn&& fn) const {
-        scan(s, [](void* ctx, Piece p) { (*static_cast<Fn*>(ctx))(p); }, &fn);
+        scan(
+            s, [](void* ctx, Piece p) { (*static_cast<Fn*>(ctx))(p); }, &fn);
     }
 
 private:
@@ -68,9 +69,7 @@ void for_each_split(std::string_view s, const Pattern& pattern, SplitBehavior be
     pattern.for_each_piece(s, [&](Pattern::Piece p) {
         if (invert) p.match = !p.match;
         switch (behavior) {
-            case SplitBehavior::Isolated:
-                fn(p.start, p.end);
-                break;
+            case SplitBehavior::Isolated: fn(p.start, p.end); break;
             case SplitBehavior::Removed:
                 if (!p.match) fn(p.start, p.end);
                 break;

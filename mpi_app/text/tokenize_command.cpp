@@ -73,6 +73,7 @@ int tokenize_command(int argc, char** argv, bool root) {
     std::string path, chat_template;
     bool decode = false, chat = false, add_special = false, keep_special = false;
     po::options_description desc("tagflow tokenize options");
+    // clang-format off
     desc.add_options()
         ("help,h", "print this help and exit")
         ("tokenizer", po::value<std::string>(&path), "tokenizer.json file, or a model directory holding one; required")
@@ -86,6 +87,7 @@ int tokenize_command(int argc, char** argv, bool root) {
         ("add-special-tokens", po::bool_switch(&add_special),
          "encode: apply the tokenizer's post-processor template (e.g. a leading BOS)")
         ("keep-special", po::bool_switch(&keep_special), "decode: keep special tokens (default: skip them)");
+    // clang-format on
     po::variables_map vm;
     try {
         po::parsed_options parsed = po::command_line_parser(argc, argv).options(desc).run();
@@ -108,7 +110,8 @@ int tokenize_command(int argc, char** argv, bool root) {
         print0("%s", h.str().c_str());
         return 0;
     }
-    if (path.empty()) throw ConfigError("tokenize: --tokenizer PATH is required (a tokenizer.json or a model directory)");
+    if (path.empty())
+        throw ConfigError("tokenize: --tokenizer PATH is required (a tokenizer.json or a model directory)");
     if (decode && chat) throw ConfigError("tokenize: --decode and --chat exclude each other");
     if ((decode || chat) && add_special)
         throw ConfigError("tokenize: --add-special-tokens applies to encoding, not to --decode or --chat");
@@ -119,9 +122,9 @@ int tokenize_command(int argc, char** argv, bool root) {
     std::optional<HfTokenizer> tok;
     std::optional<ChatTemplate> tmpl;
     if (mode == Mode::kChat)
-        tmpl = chat_template.empty() ? ChatTemplate::from_tokenizer_config(path) : ChatTemplate::from_file(chat_template, path);
-    else
-        tok = HfTokenizer::load(path);
+        tmpl = chat_template.empty() ? ChatTemplate::from_tokenizer_config(path)
+                                     : ChatTemplate::from_file(chat_template, path);
+    else tok = HfTokenizer::load(path);
     if (!root) return 0;
 
     Output out;

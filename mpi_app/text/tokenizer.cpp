@@ -42,8 +42,8 @@ std::vector<int32_t> generation_eos_ids(const fs::path& file, int32_t vocab) {
     if (it == j.end() || it->is_null()) return out;
     const auto take = [&](const nlohmann::json& v) {
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab)
-            throw ConfigError(file.string() + ": eos_token_id " + v.dump() + " is not a token id of the vocabulary [0, " +
-                              std::to_string(vocab) + ")");
+            throw ConfigError(file.string() + ": eos_token_id " + v.dump() +
+                              " is not a token id of the vocabulary [0, " + std::to_string(vocab) + ")");
         add_unique(&out, static_cast<int32_t>(v.get<int64_t>()));
     };
     if (it->is_array()) {
@@ -114,18 +114,21 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path, const s
         }
         if (cfg.is_object() && cfg.contains("chat_template") && !cfg["chat_template"].is_null())
             chat = ChatTemplate::from_tokenizer_config(config.string());
-        else
-            no_chat = config.string() + " has no chat_template: give one with --chat-template FILE";
+        else no_chat = config.string() + " has no chat_template: give one with --chat-template FILE";
     } else {
-        no_chat = "no tokenizer_config.json beside " + tok.path() + ", so no chat template: give one with --chat-template FILE";
+        no_chat = "no tokenizer_config.json beside " + tok.path() +
+                  ", so no chat template: give one with --chat-template FILE";
     }
-    return std::make_shared<const HfTextTokenizer>(std::move(tok), std::move(chat), std::move(stops), std::move(no_chat));
+    return std::make_shared<const HfTextTokenizer>(std::move(tok), std::move(chat), std::move(stops),
+                                                   std::move(no_chat));
 }
 
-std::shared_ptr<const Tokenizer> tokenizer_for_model(const std::string& model_dir, const std::string& chat_template_file) {
+std::shared_ptr<const Tokenizer> tokenizer_for_model(const std::string& model_dir,
+                                                     const std::string& chat_template_file) {
     if (has_hf_tokenizer(model_dir)) return load_tokenizer(model_dir, chat_template_file);
     if (!chat_template_file.empty())
-        throw ConfigError(model_dir + ": no tokenizer.json, so --chat-template cannot be used (the byte-level "
+        throw ConfigError(model_dir +
+                          ": no tokenizer.json, so --chat-template cannot be used (the byte-level "
                           "tokenizer has its own ChatML format)");
     return byte_level_tokenizer();
 }

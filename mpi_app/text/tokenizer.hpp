@@ -36,9 +36,10 @@ public:
     /// The ids of the prompt for `messages` ([{role, content, ...}]) as the model's chat template
     /// renders it (Hugging Face: apply_chat_template, then encoded with special tokens matched,
     /// none added). tagflow::ConfigError for a conversation the template refuses.
-    virtual std::vector<int32_t> chat_prompt(const nlohmann::ordered_json& messages, bool add_generation_prompt = true,
-                                             const nlohmann::ordered_json& tools = nullptr,
-                                             const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const = 0;
+    virtual std::vector<int32_t> chat_prompt(
+        const nlohmann::ordered_json& messages, bool add_generation_prompt = true,
+        const nlohmann::ordered_json& tools = nullptr,
+        const nlohmann::ordered_json& extra = nlohmann::ordered_json::object()) const = 0;
     /// Ids that end a completion / an assistant turn (generation_config.json's eos_token_id and the
     /// tokenizer's eos token; byte-level: <|eos|>, and <|im_end|> for chat).
     virtual std::vector<int32_t> stop_ids() const = 0;

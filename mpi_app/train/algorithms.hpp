@@ -44,8 +44,7 @@ std::string to_string(LossAgg a);
 /// KL estimate of one token (see KlMode).
 float kl_value(float logp, float ref_logp, KlMode mode);
 /// kl_value over two equally long vectors (throws tagflow::Error on a size mismatch).
-std::vector<float> kl_per_token(const std::vector<float>& logp, const std::vector<float>& ref_logp,
-                                KlMode mode);
+std::vector<float> kl_per_token(const std::vector<float>& logp, const std::vector<float>& ref_logp, KlMode mode);
 
 /// GRPO: score - mean(group), divided by (std of the group + eps) when `normalize_std` (veRL's
 /// norm_adv_by_std_in_grpo; false = Dr.GRPO). The std is the unbiased one (n - 1, as veRL, TRL
@@ -83,37 +82,37 @@ std::vector<float> discounted_returns(const std::vector<float>& rewards, const s
 struct GaeResult {
     std::vector<float> advantages, returns;
 };
-GaeResult gae(const std::vector<float>& rewards, const std::vector<float>& values,
-              const std::vector<uint8_t>& mask, double gamma, double lam);
+GaeResult gae(const std::vector<float>& rewards, const std::vector<float>& values, const std::vector<uint8_t>& mask,
+              double gamma, double lam);
 
 /// Whitens x in place over every token whose mask is 1 across ALL samples:
 /// (x - mean) / sqrt(unbiased var + eps) (mean added back when !shift_mean). Masked-out
 /// tokens become 0. `masks` may be empty (all valid) or have one entry per sample, each
 /// empty (all valid) or as long as the sample. Fewer than 2 valid tokens: only centred.
-void whiten(std::vector<std::vector<float>>& x, const std::vector<std::vector<uint8_t>>& masks,
-            bool shift_mean = true, double eps = 1e-8);
+void whiten(std::vector<std::vector<float>>& x, const std::vector<std::vector<uint8_t>>& masks, bool shift_mean = true,
+            double eps = 1e-8);
 
 /// What compute_advantages needs of one sample.
 struct AdvSample {
-    int64_t group = 0;               ///< prompt group (grpo, rloo)
-    float score = 0.0f;              ///< outcome reward of the whole response
-    size_t n_resp = 0;               ///< response tokens
-    std::vector<uint8_t> mask;       ///< per response token; empty = all 1
-    std::vector<float> values;       ///< critic values per response token (gae only)
-    std::vector<float> logprobs;     ///< behaviour log-probs per token (kl_in_reward only)
-    std::vector<float> ref_logprobs; ///< reference log-probs per token (kl_in_reward only)
+    int64_t group = 0;                ///< prompt group (grpo, rloo)
+    float score = 0.0f;               ///< outcome reward of the whole response
+    size_t n_resp = 0;                ///< response tokens
+    std::vector<uint8_t> mask;        ///< per response token; empty = all 1
+    std::vector<float> values;        ///< critic values per response token (gae only)
+    std::vector<float> logprobs;      ///< behaviour log-probs per token (kl_in_reward only)
+    std::vector<float> ref_logprobs;  ///< reference log-probs per token (kl_in_reward only)
 };
 
 struct AdvConfig {
     AdvEstimator estimator = AdvEstimator::kGrpo;
-    bool norm_adv_by_std = true;  ///< grpo: divide by the group std (veRL norm_adv_by_std_in_grpo)
-    bool grpo_unbiased_std = true; ///< grpo: unbiased (n - 1) std; false: population std (n)
-    double gamma = 1.0;           ///< reinforce_pp, gae
-    double lam = 1.0;             ///< gae
-    bool kl_in_reward = false;    ///< subtract kl_coef * KL(logprobs || ref) from token rewards
+    bool norm_adv_by_std = true;    ///< grpo: divide by the group std (veRL norm_adv_by_std_in_grpo)
+    bool grpo_unbiased_std = true;  ///< grpo: unbiased (n - 1) std; false: population std (n)
+    double gamma = 1.0;             ///< reinforce_pp, gae
+    double lam = 1.0;               ///< gae
+    bool kl_in_reward = false;      ///< subtract kl_coef * KL(logprobs || ref) from token rewards
     double kl_coef = 0.001;
     KlMode kl_mode = KlMode::kK1;
-    bool whiten = true;           ///< gae, reinforce_pp(_baseline): whiten advantages over the whole batch
+    bool whiten = true;  ///< gae, reinforce_pp(_baseline): whiten advantages over the whole batch
 };
 
 struct AdvResult {
@@ -135,8 +134,8 @@ struct AdvResult {
 /// coef *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_samples / horizon. Fixed when horizon <= 0.
 struct KlController {
     double coef = 0.0;
-    double target = 0.1;      ///< veRL target_kl
-    double horizon = 10000;   ///< veRL horizon; <= 0: fixed coefficient
+    double target = 0.1;     ///< veRL target_kl
+    double horizon = 10000;  ///< veRL horizon; <= 0: fixed coefficient
     void update(double current_kl, double n_samples);
 };
 

@@ -186,12 +186,11 @@ void DeltaTracker::clear() {
     last_version_ = -1;
 }
 
-std::vector<size_t> DeltaTracker::record(const FlatView& v,
-                                         const std::vector<std::pair<size_t, size_t>>& buckets,
+std::vector<size_t> DeltaTracker::record(const FlatView& v, const std::vector<std::pair<size_t, size_t>>& buckets,
                                          int32_t version, int32_t since) {
     if (version < 0 || (!empty() && version <= last_version_))
-        throw Error("weight sync: version " + std::to_string(version) +
-                    " is not newer than the last one sent (" + std::to_string(last_version_) + ")");
+        throw Error("weight sync: version " + std::to_string(version) + " is not newer than the last one sent (" +
+                    std::to_string(last_version_) + ")");
     const size_t n = v.size();
     std::vector<size_t> counts(buckets.size(), 0);
     if (snapshot_.size() != n || n == 0) {  // first record: everything is new

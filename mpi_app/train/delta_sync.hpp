@@ -94,8 +94,7 @@ public:
                                int32_t version, int32_t since);
     /// Writes the sparse or bitmask payload (delta_payload_words() words) of bucket
     /// [first, first + count): the `changed` elements with stamp > since, values from the snapshot.
-    void encode(size_t first, size_t count, DeltaEncoding e, int32_t since, size_t changed,
-                uint32_t* out) const;
+    void encode(size_t first, size_t count, DeltaEncoding e, int32_t since, size_t changed, uint32_t* out) const;
     const std::vector<float>& snapshot() const { return snapshot_; }
 
 private:

@@ -31,8 +31,8 @@ void WeightSync::reset() {
     held_ = -1;
 }
 
-WeightSyncStats WeightSync::broadcast(const std::vector<at::Tensor>& tensors, int32_t version,
-                                      MPI_Comm comm, int root) {
+WeightSyncStats WeightSync::broadcast(const std::vector<at::Tensor>& tensors, int32_t version, MPI_Comm comm,
+                                      int root) {
     double t0 = MPI_Wtime();
     FlatView v(tensors);
     WeightSyncStats s = broadcast_buckets(v, version, comm, root);
@@ -77,8 +77,8 @@ WeightSyncStats WeightSync::broadcast_buckets(const FlatView& v, int32_t version
         throw Error("weight sync: the root refused version " + std::to_string(a[kVersion]) +
                     " (versions must be >= 0 and increase from sync to sync)");
     if (a[kN] != -a[kNegN])
-        throw Error("weight sync: ranks disagree on the number of weights (" + std::to_string(-a[kNegN]) +
-                    " vs " + std::to_string(a[kN]) + ")");
+        throw Error("weight sync: ranks disagree on the number of weights (" + std::to_string(-a[kNegN]) + " vs " +
+                    std::to_string(a[kN]) + ")");
     if (a[kBb] != -a[kNegBb])
         throw Error("weight sync: ranks disagree on the buckets (" + std::to_string(-a[kNegBb]) + " vs " +
                     std::to_string(a[kBb]) + "): different bucket sizes or tensor shapes");

@@ -22,11 +22,11 @@ namespace tagflow::train {
 /// bytes: what the bucket broadcasts moved; buckets: bucket broadcasts issued. The delta
 /// protocol's fixed control messages (agreement all-reduce, header) are in control_bytes.
 struct WeightSyncStats : SyncStats {
-    int64_t control_bytes = 0; ///< delta: agreement + header bytes (not in bytes)
-    int64_t dense_bytes = 0;   ///< what a dense sync of the same tensors moves (4 B per element)
-    int64_t values_sent = 0;   ///< elements whose value was sent
-    int32_t version = -1;      ///< the version sent (the root's)
-    int32_t base_version = -1; ///< delta: oldest version a receiver held (-1: one held none)
+    int64_t control_bytes = 0;  ///< delta: agreement + header bytes (not in bytes)
+    int64_t dense_bytes = 0;    ///< what a dense sync of the same tensors moves (4 B per element)
+    int64_t values_sent = 0;    ///< elements whose value was sent
+    int32_t version = -1;       ///< the version sent (the root's)
+    int32_t base_version = -1;  ///< delta: oldest version a receiver held (-1: one held none)
     int32_t skipped_buckets = 0, sparse_buckets = 0, bitmask_buckets = 0, dense_buckets = 0;
     /// bytes / dense_bytes (0 for an empty sync).
     double sent_fraction() const {
@@ -59,8 +59,7 @@ public:
     /// written into the tensors' memory, so on every rank but the root their version counters
     /// are bumped (train::bump_versions) for the decoders that watch them: pass the parameters
     /// themselves, not `p.data()` aliases, whose counters are their own.
-    WeightSyncStats broadcast(const std::vector<at::Tensor>& tensors, int32_t version, MPI_Comm comm,
-                              int root);
+    WeightSyncStats broadcast(const std::vector<at::Tensor>& tensors, int32_t version, MPI_Comm comm, int root);
 
     /// /syncs mode of this object's rows: "mpi_bcast" or "mpi_bcast_delta".
     const char* mode() const { return opt_.delta ? "mpi_bcast_delta" : "mpi_bcast"; }
@@ -77,10 +76,10 @@ private:
     WeightSyncStats broadcast_buckets(const FlatView& v, int32_t version, MPI_Comm comm, int root);
 
     Options opt_;
-    DeltaTracker tracker_;       // used while this rank is the root
+    DeltaTracker tracker_;  // used while this rank is the root
     int32_t held_ = -1;
-    std::vector<uint32_t> buf_;  // one bucket's sparse/bitmask payload
-    std::vector<float> scratch_; // a dense bucket that spans tensors, packed
+    std::vector<uint32_t> buf_;   // one bucket's sparse/bitmask payload
+    std::vector<float> scratch_;  // a dense bucket that spans tensors, packed
 };
 
 }  // namespace tagflow::train

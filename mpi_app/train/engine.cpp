@@ -56,7 +56,8 @@ std::vector<std::pair<size_t, size_t>> split_micro_batches(const std::vector<Tra
     for (size_t i = 0; i < batch.size(); ++i) {
         const int64_t len = std::max<int64_t>(static_cast<int64_t>(batch[i].tokens.size()) - 1, 1);
         const int64_t rows = static_cast<int64_t>(i - begin);
-        const bool full = rows >= max_seqs || (max_tokens > 0 && rows > 0 && (rows + 1) * std::max(longest, len) > max_tokens);
+        const bool full =
+            rows >= max_seqs || (max_tokens > 0 && rows > 0 && (rows + 1) * std::max(longest, len) > max_tokens);
         if (full) {
             out.emplace_back(begin, i);
             begin = i;

@@ -53,15 +53,15 @@ struct TrainEngineConfig {
 /// also have exactly one entry, broadcast over the response (sequence-level estimators).
 struct TrainSeq {
     std::vector<int32_t> tokens;
-    int32_t prompt_len = 0;              ///< >= 1: the first response token is predicted from the prompt
-    std::vector<uint8_t> loss_mask;      ///< per response token; empty = all 1
-    std::vector<float> old_logprobs;     ///< behaviour log-probs for the PPO ratio (actor)
-    std::vector<float> rollout_logprobs; ///< rollout-engine log-probs (diagnostic); empty = old_logprobs
-    std::vector<float> ref_logprobs;     ///< reference log-probs (actor KL loss)
-    std::vector<float> advantages;       ///< actor
-    std::vector<float> returns;          ///< critic targets
-    std::vector<float> old_values;       ///< critic values at rollout time (value clipping)
-    float weight = 1.0f;                 ///< multiplies this sequence's loss (0 = dropped)
+    int32_t prompt_len = 0;               ///< >= 1: the first response token is predicted from the prompt
+    std::vector<uint8_t> loss_mask;       ///< per response token; empty = all 1
+    std::vector<float> old_logprobs;      ///< behaviour log-probs for the PPO ratio (actor)
+    std::vector<float> rollout_logprobs;  ///< rollout-engine log-probs (diagnostic); empty = old_logprobs
+    std::vector<float> ref_logprobs;      ///< reference log-probs (actor KL loss)
+    std::vector<float> advantages;        ///< actor
+    std::vector<float> returns;           ///< critic targets
+    std::vector<float> old_values;        ///< critic values at rollout time (value clipping)
+    float weight = 1.0f;                  ///< multiplies this sequence's loss (0 = dropped)
 
     size_t n_resp() const { return tokens.size() > static_cast<size_t>(prompt_len) ? tokens.size() - prompt_len : 0; }
 };
@@ -80,8 +80,7 @@ struct BatchCounts {
 BatchCounts count_batch(const std::vector<TrainSeq>& batch);
 /// COLLECTIVE over comm (nullptr = one rank): the counts summed over the group, moved
 /// through a tensor on `device` (the engine's; NCCL collectives need device tensors).
-BatchCounts allreduce_counts(const BatchCounts& local, Collectives* comm,
-                             const torch::Device& device = torch::kCPU);
+BatchCounts allreduce_counts(const BatchCounts& local, Collectives* comm, const torch::Device& device = torch::kCPU);
 
 /// One right-padded micro-batch on the engine's device. Slot t of row b holds input token t
 /// and predicts token t + 1, so response token j of a row sits at slot prompt_len - 1 + j.
@@ -90,8 +89,8 @@ struct MicroBatch {
     torch::Tensor inputs, targets;  ///< [n,T] int64
     torch::Tensor mask;             ///< [n,T] float: 1 at response tokens with loss_mask 1
     torch::Tensor old_logp, rollout_logp, ref_logp, adv, returns, old_values;
-    torch::Tensor weight;           ///< [n,1] float
-    size_t begin = 0, end = 0;      ///< rows are batch[begin, end)
+    torch::Tensor weight;       ///< [n,1] float
+    size_t begin = 0, end = 0;  ///< rows are batch[begin, end)
 };
 
 /// Splits [0, batch.size()) into consecutive micro-batches of at most `max_seqs` sequences
@@ -100,8 +99,7 @@ std::vector<std::pair<size_t, size_t>> split_micro_batches(const std::vector<Tra
                                                            int64_t max_tokens);
 /// Packs batch[begin, end). A field is packed when some sequence has it, and then every
 /// sequence must have it with the right length. Throws tagflow::Error naming the sample.
-MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, size_t end,
-                            const torch::Device& device);
+MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, size_t end, const torch::Device& device);
 /// The response part of per-slot values [n,T] (any device) appended to `out`, one vector per row.
 void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>& batch, size_t begin,
                      std::vector<std::vector<float>>& out);

@@ -28,9 +28,9 @@ torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, Los
                        double norm_tokens = 0.0);
 
 struct PolicyLossTerms {
-    torch::Tensor loss;          ///< [n,T] per-token surrogate loss
-    torch::Tensor clipped;       ///< [n,T] 1 where the clipped branch was taken (float, no grad)
-    torch::Tensor clipped_lower; ///< [n,T] 1 where the dual clip bound (A < 0) was taken
+    torch::Tensor loss;           ///< [n,T] per-token surrogate loss
+    torch::Tensor clipped;        ///< [n,T] 1 where the clipped branch was taken (float, no grad)
+    torch::Tensor clipped_lower;  ///< [n,T] 1 where the dual clip bound (A < 0) was taken
 };
 /// ratio = exp(clamp(logp - old_logp, -20, 20));
 /// loss = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)) and, with dual_clip c > 1,

@@ -221,8 +221,7 @@ void TorchEngine::load(std::istream& in) {
         model_.module->load(model_ar);
         if (opt_) {
             torch::serialize::InputArchive opt_ar;
-            if (!ar.try_read("optim", opt_ar))
-                throw Error("engine: state has no optimiser (saved by a frozen engine)");
+            if (!ar.try_read("optim", opt_ar)) throw Error("engine: state has no optimiser (saved by a frozen engine)");
             opt_->load(opt_ar);
         }
         c10::IValue step, lr;

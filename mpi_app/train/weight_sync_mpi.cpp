@@ -58,8 +58,7 @@ void bcast_flat_range(const FlatView& v, size_t first, size_t count, MPI_Comm co
     if (rank != root) v.scatter(first, count, scratch.data());
 }
 
-SyncStats broadcast_tensors(const std::vector<at::Tensor>& tensors, MPI_Comm comm, int root,
-                            size_t bucket_bytes) {
+SyncStats broadcast_tensors(const std::vector<at::Tensor>& tensors, MPI_Comm comm, int root, size_t bucket_bytes) {
     SyncStats s;
     double t0 = MPI_Wtime();
     FlatView v(tensors);
@@ -81,8 +80,8 @@ SyncStats allreduce_sum(const std::vector<at::Tensor>& tensors, MPI_Comm comm, s
     std::vector<float> flat(n);
     pack(tensors, flat);
     for (auto [off, cnt] : bucket_ranges(n, bucket_bytes)) {
-        TAGFLOW_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flat.data() + off, static_cast<int>(cnt),
-                                        MPI_FLOAT, MPI_SUM, comm));
+        TAGFLOW_MPI_CHECK(
+            MPI_Allreduce(MPI_IN_PLACE, flat.data() + off, static_cast<int>(cnt), MPI_FLOAT, MPI_SUM, comm));
         ++s.buckets;
     }
     unpack(flat, tensors);

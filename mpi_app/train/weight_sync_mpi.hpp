@@ -24,8 +24,7 @@ std::vector<std::pair<size_t, size_t>> bucket_ranges(size_t total_elems, size_t 
 
 /// COLLECTIVE over `comm`: every rank's tensors get root's values. Tensors must be fp32,
 /// contiguous, on the CPU and have the same shapes on every rank.
-SyncStats broadcast_tensors(const std::vector<at::Tensor>& tensors, MPI_Comm comm, int root,
-                            size_t bucket_bytes);
+SyncStats broadcast_tensors(const std::vector<at::Tensor>& tensors, MPI_Comm comm, int root, size_t bucket_bytes);
 
 /// COLLECTIVE over `comm`: tensors <- sum over ranks (in place), bucketed the same way.
 SyncStats allreduce_sum(const std::vector<at::Tensor>& tensors, MPI_Comm comm, size_t bucket_bytes);

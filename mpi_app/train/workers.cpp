@@ -98,7 +98,8 @@ void step_if_finite(TrainEngine& engine, double local_loss, Collectives* comm, d
 
 // ---- actor ----
 
-ActorWorker::ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
+ActorWorker::ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig& cfg)
+    : engine_(std::move(engine)), cfg_(cfg) {
     if (!engine_) throw ConfigError("actor: no engine");
     if (!engine_->config().trainable) throw ConfigError("actor: the engine is frozen (trainable = false)");
     if (!(cfg.temperature > 0.0)) throw ConfigError("actor: temperature must be > 0");
@@ -110,7 +111,7 @@ ActorWorker::ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig&
 }
 
 std::vector<std::vector<float>> ActorWorker::compute_log_probs(const std::vector<TrainSeq>& batch,
-                                                              std::vector<std::vector<float>>* entropy) {
+                                                               std::vector<std::vector<float>>* entropy) {
     std::vector<std::vector<float>> out;
     if (entropy) entropy->clear();
     engine_->forward_backward(
@@ -216,7 +217,8 @@ ActorStats ActorWorker::update(const std::vector<TrainSeq>& local, Collectives* 
 
 // ---- critic ----
 
-CriticWorker::CriticWorker(std::unique_ptr<TrainEngine> engine, const CriticConfig& cfg) : engine_(std::move(engine)), cfg_(cfg) {
+CriticWorker::CriticWorker(std::unique_ptr<TrainEngine> engine, const CriticConfig& cfg)
+    : engine_(std::move(engine)), cfg_(cfg) {
     if (!engine_) throw ConfigError("critic: no engine");
     if (!engine_->config().trainable) throw ConfigError("critic: the engine is frozen (trainable = false)");
 }

@@ -35,18 +35,18 @@ model::LlamaModel clone_llama(const model::LlamaModel& m);
 /// Means are over response tokens (loss_mask 1) of the whole batch; losses are the global
 /// loss (sum of the ranks' shares), averaged over the optimiser steps of the update.
 struct ActorStats {
-    double loss = 0.0;        ///< total loss: pg - entropy_coef * entropy + kl_coef * kl
+    double loss = 0.0;  ///< total loss: pg - entropy_coef * entropy + kl_coef * kl
     double pg_loss = 0.0;
-    double kl = 0.0;          ///< mean KL(policy || reference) by the KL loss mode (0 without ref_logprobs)
+    double kl = 0.0;  ///< mean KL(policy || reference) by the KL loss mode (0 without ref_logprobs)
     double entropy = 0.0;
     double clip_frac = 0.0;
-    double clip_frac_lower = 0.0;   ///< dual-clip bound hits
-    double ppo_kl = 0.0;            ///< mean (old_logp - logp)
-    double logprob_diff_mean = 0.0; ///< mean |rollout logprob - trainer logprob|
-    double grad_norm = 0.0;         ///< mean over optimiser steps, before clipping
-    int64_t tokens = 0;             ///< response tokens of the batch (each epoch counted once)
-    int32_t optimizer_steps = 0;    ///< updates applied
-    int32_t skipped_steps = 0;      ///< updates dropped: non-finite loss or gradient norm (same on every rank)
+    double clip_frac_lower = 0.0;    ///< dual-clip bound hits
+    double ppo_kl = 0.0;             ///< mean (old_logp - logp)
+    double logprob_diff_mean = 0.0;  ///< mean |rollout logprob - trainer logprob|
+    double grad_norm = 0.0;          ///< mean over optimiser steps, before clipping
+    int64_t tokens = 0;              ///< response tokens of the batch (each epoch counted once)
+    int32_t optimizer_steps = 0;     ///< updates applied
+    int32_t skipped_steps = 0;       ///< updates dropped: non-finite loss or gradient norm (same on every rank)
 };
 
 struct CriticStats {
@@ -71,15 +71,15 @@ struct UpdateSchedule {
 // ---- workers ----
 
 struct ActorConfig {
-    double clip_eps = 0.2;        ///< clip_ratio_low
-    double clip_eps_high = 0.0;   ///< clip_ratio_high; <= 0: same as clip_eps
-    double dual_clip = 0.0;       ///< dual-clip constant c > 1 (veRL: 3); 0 = off
+    double clip_eps = 0.2;       ///< clip_ratio_low
+    double clip_eps_high = 0.0;  ///< clip_ratio_high; <= 0: same as clip_eps
+    double dual_clip = 0.0;      ///< dual-clip constant c > 1 (veRL: 3); 0 = off
     double entropy_coef = 0.0;
-    double kl_loss_coef = 0.0;    ///< > 0: KL to the reference as a loss term (needs ref_logprobs)
+    double kl_loss_coef = 0.0;  ///< > 0: KL to the reference as a loss term (needs ref_logprobs)
     KlMode kl_loss_mode = KlMode::kK3;
     LossAgg loss_agg = LossAgg::kTokenMean;
-    double loss_norm_tokens = 0.0; ///< seq-mean-token-sum-norm's constant (the response token limit)
-    double temperature = 1.0;     ///< the rollout temperature (log-probs of logits / T)
+    double loss_norm_tokens = 0.0;  ///< seq-mean-token-sum-norm's constant (the response token limit)
+    double temperature = 1.0;       ///< the rollout temperature (log-probs of logits / T)
 };
 
 class ActorWorker {

@@ -11,7 +11,7 @@
 namespace tagflow::traj {
 
 class ChildMap {
- public:
+public:
     ChildMap() { rehash(1024); }
 
     /// The value stored for (parent, token), or -1.
@@ -51,7 +51,7 @@ class ChildMap {
     size_t size() const { return size_; }
     size_t memory_bytes() const { return slots_.size() * sizeof(Slot); }
 
- private:
+private:
     struct Slot {
         uint64_t key;
         int32_t value;
@@ -62,9 +62,7 @@ class ChildMap {
     static uint64_t key(int32_t parent, int32_t token) {
         return (uint64_t{static_cast<uint32_t>(parent)} << 32) | static_cast<uint32_t>(token);
     }
-    size_t slot_of(uint64_t k) const {
-        return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_) & mask_;
-    }
+    size_t slot_of(uint64_t k) const { return static_cast<size_t>((k * 0x9E3779B97F4A7C15ull) >> shift_) & mask_; }
     void rehash(size_t capacity) {  // capacity: a power of two
         std::vector<Slot> old;
         old.swap(slots_);

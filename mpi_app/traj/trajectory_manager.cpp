@@ -79,7 +79,7 @@ int64_t TrajectoryManager::common(const Node& c, int64_t pos, const Query& q) co
         k = equal_prefix(a, q.in + pos, lim_in);
         if (k < lim_in) return k;
     }
-    if (k < lim) {  // output positions: ids and versions
+    if (k < lim) {                           // output positions: ids and versions
         const int64_t o = pos + k - q.n_in;  // output index of position pos + k
         const int64_t t = equal_prefix(a + k, q.out + o, lim - k);
         k += equal_prefix(ver_.data() + c.start + k, q.ver + o, t);
@@ -156,8 +156,8 @@ InsertResult TrajectoryManager::insert(const Request& r) {
     if (n == 0) throw Error("traj::insert: empty request (no input and no output tokens)");
     if (r.logprobs.size() != r.output.size() || r.versions.size() != r.output.size())
         throw Error("traj::insert: " + std::to_string(n_out) + " output tokens but " +
-                    std::to_string(r.logprobs.size()) + " logprobs and " +
-                    std::to_string(r.versions.size()) + " versions (need one per output token)");
+                    std::to_string(r.logprobs.size()) + " logprobs and " + std::to_string(r.versions.size()) +
+                    " versions (need one per output token)");
     for (int64_t i = 0; i < n_out; ++i) {
         if (r.versions[i] < 0)
             throw Error("traj::insert: output token " + std::to_string(i) + " has version " +
@@ -182,8 +182,7 @@ InsertResult TrajectoryManager::insert(const Request& r) {
         res.kind = InsertKind::kDuplicate;
         res.traj = end;
     } else {
-        res.kind = m == 0 ? InsertKind::kNew : at_trajectory_end ? InsertKind::kExtend
-                                                                 : InsertKind::kBranch;
+        res.kind = m == 0 ? InsertKind::kNew : at_trajectory_end ? InsertKind::kExtend : InsertKind::kBranch;
         if (segs_.size() >= static_cast<size_t>(std::numeric_limits<int32_t>::max()))
             throw Error("traj: too many segments (2^31); clear() the manager");
         // The unmatched suffix becomes one arena segment and one leaf.
@@ -199,8 +198,8 @@ InsertResult TrajectoryManager::insert(const Request& r) {
         lp_.insert(lp_.end(), r.logprobs.data() + o, r.logprobs.data() + n_out);
 
         const int32_t seg = static_cast<int32_t>(segs_.size());
-        segs_.push_back({end == kRoot ? -1 : nodes_[end].seg, m, start,
-                         static_cast<int64_t>(tok_.size()), r.rank, r.t_start, r.t_end, -1});
+        segs_.push_back({end == kRoot ? -1 : nodes_[end].seg, m, start, static_cast<int64_t>(tok_.size()), r.rank,
+                         r.t_start, r.t_end, -1});
         Node leaf;
         leaf.start = start;
         leaf.depth = m;
@@ -222,8 +221,7 @@ InsertResult TrajectoryManager::insert(const Request& r) {
     }
     res.session = t.session;
     res.request = static_cast<int64_t>(requests_.size());
-    requests_.push_back({res.traj, n_in, n_out, m, res.kind, res.session, r.rank, r.t_start,
-                         r.t_end});
+    requests_.push_back({res.traj, n_in, n_out, m, res.kind, res.session, r.rank, r.t_start, r.t_end});
     tokens_requests_ += n;
     return res;
 }
@@ -236,8 +234,8 @@ Match TrajectoryManager::longest_prefix_match(Span<Token> ids) const {
 
 void TrajectoryManager::check_node(NodeId node, const char* what) const {
     if (node <= kRoot || static_cast<size_t>(node) >= nodes_.size())
-        throw Error(std::string("traj::") + what + ": no node " + std::to_string(node) +
-                    " (valid: 1.." + std::to_string(nodes_.size() - 1) + ")");
+        throw Error(std::string("traj::") + what + ": no node " + std::to_string(node) + " (valid: 1.." +
+                    std::to_string(nodes_.size() - 1) + ")");
 }
 
 void TrajectoryManager::rebuild_into(NodeId node, Trajectory& out) const {
@@ -287,9 +285,7 @@ bool TrajectoryManager::is_trajectory(NodeId node) const {
     return node > kRoot && static_cast<size_t>(node) < nodes_.size() && nodes_[node].terminal;
 }
 
-bool TrajectoryManager::is_leaf(NodeId node) const {
-    return is_trajectory(node) && nodes_[node].children == 0;
-}
+bool TrajectoryManager::is_leaf(NodeId node) const { return is_trajectory(node) && nodes_[node].children == 0; }
 
 int32_t TrajectoryManager::rank(NodeId node) const {
     check_node(node, "rank");
@@ -322,11 +318,10 @@ Stats TrajectoryManager::stats() const {
             ++s.leaves;
             s.tokens_leaves += nodes_[i].depth + nodes_[i].len;
         }
-    s.memory_bytes = static_cast<int64_t>(
-        tok_.capacity() * sizeof(Token) + ver_.capacity() * sizeof(int32_t) +
-        lp_.capacity() * sizeof(float) + nodes_.capacity() * sizeof(Node) +
-        children_.memory_bytes() + segs_.capacity() * sizeof(Segment) +
-        requests_.capacity() * sizeof(RequestInfo));
+    s.memory_bytes = static_cast<int64_t>(tok_.capacity() * sizeof(Token) + ver_.capacity() * sizeof(int32_t) +
+                                          lp_.capacity() * sizeof(float) + nodes_.capacity() * sizeof(Node) +
+                                          children_.memory_bytes() + segs_.capacity() * sizeof(Segment) +
+                                          requests_.capacity() * sizeof(RequestInfo));
     return s;
 }
 
@@ -337,8 +332,8 @@ int64_t TrajectoryManager::segment_of(NodeId node) const {
 
 SegmentExport TrajectoryManager::export_segments(int64_t first) const {
     if (first < 0 || first > segments())
-        throw Error("traj::export_segments: first segment " + std::to_string(first) +
-                    " outside [0, " + std::to_string(segments()) + "]");
+        throw Error("traj::export_segments: first segment " + std::to_string(first) + " outside [0, " +
+                    std::to_string(segments()) + "]");
     SegmentExport e;
     e.first = first;
     const size_t n = segs_.size() - static_cast<size_t>(first);
@@ -370,16 +365,14 @@ SegmentExport TrajectoryManager::export_segments(int64_t first) const {
 }
 
 int64_t TrajectoryManager::segment_row(int64_t seg) const {
-    if (seg < 0 || seg >= segments())
-        throw Error("traj::segment_row: no segment " + std::to_string(seg));
+    if (seg < 0 || seg >= segments()) throw Error("traj::segment_row: no segment " + std::to_string(seg));
     return segs_[static_cast<size_t>(seg)].row;
 }
 
 void TrajectoryManager::mark_exported(int64_t first_row) {
     if (first_row < 0 && exported_ < segments())
         throw Error("traj::mark_exported: negative first row " + std::to_string(first_row));
-    for (int64_t i = exported_; i < segments(); ++i)
-        segs_[static_cast<size_t>(i)].row = first_row + (i - exported_);
+    for (int64_t i = exported_; i < segments(); ++i) segs_[static_cast<size_t>(i)].row = first_row + (i - exported_);
     exported_ = segments();
 }
 

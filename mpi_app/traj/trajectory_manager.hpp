@@ -48,7 +48,7 @@ inline constexpr NodeId kRoot = 0;  // the empty prefix; never a trajectory
 /// Read-only view of a contiguous array (a C++17 stand-in for std::span).
 template <class T>
 class Span {
- public:
+public:
     constexpr Span() = default;
     constexpr Span(const T* data, size_t size) : data_(data), size_(size) {}
     Span(const std::vector<T>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT: implicit
@@ -59,7 +59,7 @@ class Span {
     const T* begin() const { return data_; }
     const T* end() const { return data_ + size_; }
 
- private:
+private:
     const T* data_ = nullptr;
     size_t size_ = 0;
 };
@@ -84,10 +84,10 @@ enum class InsertKind : uint8_t {
 const char* to_string(InsertKind k);
 
 struct InsertResult {
-    NodeId traj = -1;      // the request's trajectory (root -> traj is input + output)
-    int64_t length = 0;    // input + output tokens
-    int64_t matched = 0;   // tokens already stored (the longest prefix match)
-    int64_t stored = 0;    // tokens stored by this insert (length - matched)
+    NodeId traj = -1;     // the request's trajectory (root -> traj is input + output)
+    int64_t length = 0;   // input + output tokens
+    int64_t matched = 0;  // tokens already stored (the longest prefix match)
+    int64_t stored = 0;   // tokens stored by this insert (length - matched)
     InsertKind kind = InsertKind::kNew;
     int64_t session = -1;  // kNew: a new id; otherwise the session it continues or branches from
     int64_t request = -1;  // index in requests()
@@ -126,7 +126,7 @@ struct Stats {
     int64_t trajectories = 0;  // nodes where at least one request ended
     int64_t leaves = 0;        // trajectories nothing continues (no children)
     int64_t sessions = 0;
-    int64_t segments = 0;      // inserts that stored tokens (rows of /tree)
+    int64_t segments = 0;         // inserts that stored tokens (rows of /tree)
     int64_t tokens_stored = 0;    // tokens in the arena: each distinct prefix once
     int64_t tokens_requests = 0;  // sum of request lengths: every request stored flat
     int64_t tokens_leaves = 0;    // sum of leaf lengths: every final trajectory stored flat
@@ -146,8 +146,8 @@ struct SegmentExport {
     std::vector<int64_t> token_end;
     std::vector<int32_t> rank;
     std::vector<double> t_start, t_end;  // of the request that stored it
-    int64_t token_base = 0;            // arena position of tokens[0]
-    std::vector<Token> tokens;         // arena[token_base, last token_end)
+    int64_t token_base = 0;              // arena position of tokens[0]
+    std::vector<Token> tokens;           // arena[token_base, last token_end)
     std::vector<float> logprobs;
     std::vector<int32_t> versions;
     std::vector<uint8_t> loss_mask;
@@ -155,7 +155,7 @@ struct SegmentExport {
 };
 
 class TrajectoryManager {
- public:
+public:
     TrajectoryManager();
 
     /// Records one request; finds its longest prefix match and stores the unmatched suffix.
@@ -199,12 +199,12 @@ class TrajectoryManager {
     /// Forgets everything (keeps allocated capacity).
     void clear();
 
- private:
+private:
     struct Node {
-        int64_t start = 0;   // arena position of the edge's first token
-        int64_t depth = 0;   // tokens before the edge
+        int64_t start = 0;  // arena position of the edge's first token
+        int64_t depth = 0;  // tokens before the edge
         int64_t session = -1;
-        int32_t len = 0;     // edge length (0 only for the root)
+        int32_t len = 0;  // edge length (0 only for the root)
         NodeId parent = -1;
         NodeId next_same = -1;  // next child of parent starting with the same token
         int32_t seg = -1;

@@ -41,9 +41,21 @@ size_t parse_size(const std::string& s) {
     double mult = 1;
     switch (*end) {
         case '\0': break;
-        case 'k': case 'K': mult = 1024.0; ++end; break;
-        case 'm': case 'M': mult = 1024.0 * 1024; ++end; break;
-        case 'g': case 'G': mult = 1024.0 * 1024 * 1024; ++end; break;
+        case 'k':
+        case 'K':
+            mult = 1024.0;
+            ++end;
+            break;
+        case 'm':
+        case 'M':
+            mult = 1024.0 * 1024;
+            ++end;
+            break;
+        case 'g':
+        case 'G':
+            mult = 1024.0 * 1024 * 1024;
+            ++end;
+            break;
         default: throw ConfigError("bad size '" + s + "'");
     }
     if (*end == 'B' || *end == 'b') ++end;
@@ -61,30 +73,36 @@ struct Row {
 };
 
 void usage(const char* prog, const BenchOp& op) {
-    print0("usage: %s [options]   (%s)\n"
-           "  -b, --minbytes N       smallest total size (default 8; K/M/G suffixes)\n"
-           "  -e, --maxbytes N       largest total size (default 32M)\n"
-           "  -f, --stepfactor F     size multiplier between rows (default 2)\n"
-           "  -n, --iters N          timed iterations per size (default 20)\n"
-           "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
-           "  -c, --check 0|1        check results (#wrong) at every size (default 1)\n"
-           "  -a, --average 0..3     time over ranks: 0 rank 0, 1 avg, 2 min, 3 max (default 3)\n"
-           "  -J, --output_file F    also write the results as JSON to F\n"
-           "  -d, --dir D            scratch directory for files (default .)\n"
-           "  -O, --op KEY=VALUE     benchmark option (repeatable)\n",
-           prog, op.description);
+    print0(
+        "usage: %s [options]   (%s)\n"
+        "  -b, --minbytes N       smallest total size (default 8; K/M/G suffixes)\n"
+        "  -e, --maxbytes N       largest total size (default 32M)\n"
+        "  -f, --stepfactor F     size multiplier between rows (default 2)\n"
+        "  -n, --iters N          timed iterations per size (default 20)\n"
+        "  -w, --warmup_iters N   untimed iterations first (default 5)\n"
+        "  -c, --check 0|1        check results (#wrong) at every size (default 1)\n"
+        "  -a, --average 0..3     time over ranks: 0 rank 0, 1 avg, 2 min, 3 max (default 3)\n"
+        "  -J, --output_file F    also write the results as JSON to F\n"
+        "  -d, --dir D            scratch directory for files (default .)\n"
+        "  -O, --op KEY=VALUE     benchmark option (repeatable)\n",
+        prog, op.description);
     for (const std::string& o : op.op_options) print0("      %s\n", o.c_str());
 }
 
 // Returns 0 to run, 1 for --help, 2 for bad usage (rank 0 printed why).
 int parse(int argc, char** argv, const BenchOp& op, BenchArgs& a) {
-    static const option longopts[] = {
-        {"minbytes", required_argument, nullptr, 'b'}, {"maxbytes", required_argument, nullptr, 'e'},
-        {"stepfactor", required_argument, nullptr, 'f'}, {"iters", required_argument, nullptr, 'n'},
-        {"warmup_iters", required_argument, nullptr, 'w'}, {"check", required_argument, nullptr, 'c'},
-        {"average", required_argument, nullptr, 'a'}, {"output_file", required_argument, nullptr, 'J'},
-        {"dir", required_argument, nullptr, 'd'}, {"op", required_argument, nullptr, 'O'},
-        {"help", no_argument, nullptr, 'h'}, {nullptr, 0, nullptr, 0}};
+    static const option longopts[] = {{"minbytes", required_argument, nullptr, 'b'},
+                                      {"maxbytes", required_argument, nullptr, 'e'},
+                                      {"stepfactor", required_argument, nullptr, 'f'},
+                                      {"iters", required_argument, nullptr, 'n'},
+                                      {"warmup_iters", required_argument, nullptr, 'w'},
+                                      {"check", required_argument, nullptr, 'c'},
+                                      {"average", required_argument, nullptr, 'a'},
+                                      {"output_file", required_argument, nullptr, 'J'},
+                                      {"dir", required_argument, nullptr, 'd'},
+                                      {"op", required_argument, nullptr, 'O'},
+                                      {"help", no_argument, nullptr, 'h'},
+                                      {nullptr, 0, nullptr, 0}};
     opterr = 0;
     try {
         for (int c; (c = getopt_long(argc, argv, "b:e:f:n:w:c:a:J:d:O:h", longopts, nullptr)) != -1;) {
@@ -145,31 +163,31 @@ std::string json_escape(const std::string& s) {
     return o;
 }
 
-void write_json(const BenchOp& op, const BenchArgs& a, int nranks, const std::vector<Row>& rows,
-                int64_t wrong, double avg_busbw) {
+void write_json(const BenchOp& op, const BenchArgs& a, int nranks, const std::vector<Row>& rows, int64_t wrong,
+                double avg_busbw) {
     FILE* f = fopen(a.json.c_str(), "w");
     if (!f) throw Error("cannot write " + a.json);
     fprintf(f, "{\n  \"benchmark\": \"%s\",\n  \"nranks\": %d,\n", op.name, nranks);
-    fprintf(f, "  \"args\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %g, "
-               "\"iters\": %d, \"warmup_iters\": %d, \"check\": %d, \"average\": %d",
+    fprintf(f,
+            "  \"args\": {\"minbytes\": %zu, \"maxbytes\": %zu, \"stepfactor\": %g, "
+            "\"iters\": %d, \"warmup_iters\": %d, \"check\": %d, \"average\": %d",
             a.min_bytes, a.max_bytes, a.step_factor, a.iters, a.warmup, a.check, a.average);
-    for (const auto& [k, v] : a.opts)
-        fprintf(f, ", \"%s\": \"%s\"", json_escape(k).c_str(), json_escape(v).c_str());
+    for (const auto& [k, v] : a.opts) fprintf(f, ", \"%s\": \"%s\"", json_escape(k).c_str(), json_escape(v).c_str());
     fprintf(f, "},\n  \"results\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row& r = rows[i];
-        fprintf(f, "    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"time_us\": %.3f, "
-                   "\"algbw\": %.6f, \"busbw\": %.6f, \"wrong\": %lld",
+        fprintf(f,
+                "    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"time_us\": %.3f, "
+                "\"algbw\": %.6f, \"busbw\": %.6f, \"wrong\": %lld",
                 r.bytes, r.count, op.type, r.time_us, r.algbw, r.busbw, static_cast<long long>(r.wrong));
         for (size_t k = 0; k < op.extra_columns.size() && k < r.extra.size(); ++k)
             if (std::isfinite(r.extra[k]))
                 fprintf(f, ", \"%s\": %.6g", json_escape(op.extra_columns[k]).c_str(), r.extra[k]);
-            else
-                fprintf(f, ", \"%s\": null", json_escape(op.extra_columns[k]).c_str());
+            else fprintf(f, ", \"%s\": null", json_escape(op.extra_columns[k]).c_str());
         fprintf(f, "}%s\n", i + 1 < rows.size() ? "," : "");
     }
-    fprintf(f, "  ],\n  \"out_of_bounds\": %lld,\n  \"avg_busbw\": %.6f\n}\n",
-            static_cast<long long>(wrong), avg_busbw);
+    fprintf(f, "  ],\n  \"out_of_bounds\": %lld,\n  \"avg_busbw\": %.6f\n}\n", static_cast<long long>(wrong),
+            avg_busbw);
     fclose(f);
 }
 
@@ -181,10 +199,14 @@ int run_sweep(const BenchOp& op, const BenchArgs& a) {
     s.nranks = comm.size();
     s.args = &a;
 
-    print0("# tagflow bench: %s — %s\n# nranks %d  minbytes %zu  maxbytes %zu  step %gx  "
-           "iters %d  warmup %d  check %d  average %s\n",
-           op.name, op.description, s.nranks, a.min_bytes, a.max_bytes, a.step_factor, a.iters,
-           a.warmup, a.check, a.average == 0 ? "rank0" : a.average == 1 ? "avg" : a.average == 2 ? "min" : "max");
+    print0(
+        "# tagflow bench: %s — %s\n# nranks %d  minbytes %zu  maxbytes %zu  step %gx  "
+        "iters %d  warmup %d  check %d  average %s\n",
+        op.name, op.description, s.nranks, a.min_bytes, a.max_bytes, a.step_factor, a.iters, a.warmup, a.check,
+        a.average == 0   ? "rank0"
+        : a.average == 1 ? "avg"
+        : a.average == 2 ? "min"
+                         : "max");
     for (const auto& [k, v] : a.opts) print0("# -O %s=%s\n", k.c_str(), v.c_str());
     std::string extra_hdr;
     for (const char* c : op.extra_columns) {
@@ -192,8 +214,8 @@ int run_sweep(const BenchOp& op, const BenchArgs& a) {
         snprintf(b, sizeof b, " %11s", c);
         extra_hdr += b;
     }
-    print0("#\n# %10s %12s %8s | %10s %11s %11s %7s |%s\n", "size(B)", "count", "type", "time(us)",
-           "algbw(GB/s)", "busbw(GB/s)", "#wrong", extra_hdr.c_str());
+    print0("#\n# %10s %12s %8s | %10s %11s %11s %7s |%s\n", "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+           "busbw(GB/s)", "#wrong", extra_hdr.c_str());
 
     std::vector<Row> rows;
     int64_t wrong_total = 0;
@@ -233,15 +255,15 @@ int run_sweep(const BenchOp& op, const BenchArgs& a) {
             snprintf(b, sizeof b, " %11.5g", v);
             ex += b;
         }
-        print0("%12zu %12zu %8s | %10.1f %11.3f %11.3f %7lld |%s\n", r.bytes, r.count, op.type,
-               r.time_us, r.algbw, r.busbw, static_cast<long long>(r.wrong), ex.c_str());
+        print0("%12zu %12zu %8s | %10.1f %11.3f %11.3f %7lld |%s\n", r.bytes, r.count, op.type, r.time_us, r.algbw,
+               r.busbw, static_cast<long long>(r.wrong), ex.c_str());
         wrong_total += r.wrong;
         bus_sum += r.busbw;
         rows.push_back(std::move(r));
     }
     double avg_bus = rows.empty() ? 0 : bus_sum / static_cast<double>(rows.size());
-    print0("# Out of bounds values : %lld %s\n# Avg bus bandwidth    : %g\n#\n",
-           static_cast<long long>(wrong_total), wrong_total ? "FAILED" : "OK", avg_bus);
+    print0("# Out of bounds values : %lld %s\n# Avg bus bandwidth    : %g\n#\n", static_cast<long long>(wrong_total),
+           wrong_total ? "FAILED" : "OK", avg_bus);
     if (!a.json.empty() && s.rank == 0) write_json(op, a, s.nranks, rows, wrong_total, avg_bus);
     return wrong_total > 0 ? 1 : 0;
 }

@@ -75,7 +75,8 @@ private:
             auto [req, sink] = std::move(q_.front());
             q_.pop_front();
             lk.unlock();
-            sink->tokens(std::vector<GeneratedToken>(static_cast<std::size_t>(req.max_tokens), GeneratedToken{'a', -0.5f, 0}));
+            sink->tokens(
+                std::vector<GeneratedToken>(static_cast<std::size_t>(req.max_tokens), GeneratedToken{'a', -0.5f, 0}));
             sink->finish(Finish{"length", "", 0});
         }
     }
@@ -199,8 +200,11 @@ Row http(int port, const std::string& token, const std::string& model, int clien
         th.emplace_back([&, c] {
             Client cl(port);
             for (int i = c; i < requests; i += clients) {
-                nlohmann::json body = {{"model", model},      {"prompt", prompt_for(i)}, {"max_tokens", max_tokens},
-                                       {"temperature", 0},    {"seed", i}};
+                nlohmann::json body = {{"model", model},
+                                       {"prompt", prompt_for(i)},
+                                       {"max_tokens", max_tokens},
+                                       {"temperature", 0},
+                                       {"seed", i}};
                 const auto s = Clock::now();
                 auto [status, resp] = cl.post("/v1/completions", token, body.dump());
                 lat[static_cast<std::size_t>(i)] = std::chrono::duration<double, std::milli>(Clock::now() - s).count();
@@ -240,8 +244,10 @@ int main(int argc, char** argv) {
                 if (a == "--clients") clients.push_back(std::stoi(x));
                 else backends.push_back(x);
         } else {
-            std::fprintf(stderr, "gateway_bench: unknown option %s\nusage: gateway_bench [--requests N] "
-                                 "[--clients 1,8,64] [--max-tokens N] [--backends instant,engine]\n", a.c_str());
+            std::fprintf(stderr,
+                         "gateway_bench: unknown option %s\nusage: gateway_bench [--requests N] "
+                         "[--clients 1,8,64] [--max-tokens N] [--backends instant,engine]\n",
+                         a.c_str());
             return 2;
         }
     }

@@ -85,7 +85,8 @@ void setup(BenchState& s) {
     if (end == temp.c_str() || *end != '\0' || !(d.temperature >= 0) || d.temperature > 100)
         throw ConfigError("-O temperature=" + temp + ": expected a number in [0, 100] (0 = greedy)");
     if (d.temperature > 0 && a.opt_int("py", 1) != 0)
-        throw ConfigError("-O temperature=" + temp + ": sampled tokens cannot be checked against the greedy Python loop; add -O py=0");
+        throw ConfigError("-O temperature=" + temp +
+                          ": sampled tokens cannot be checked against the greedy Python loop; add -O py=0");
     const auto B = static_cast<int64_t>(s.count);
     const model::HfConfig c = bench_config(a, P + d.new_tokens + 8);
     d.model = model::LlamaModel(c, 0);
@@ -123,7 +124,8 @@ void setup(BenchState& s) {
                                 std::to_string(d.new_tokens) + " --iters " + std::to_string(std::max(1, a.iters)) +
                                 " --warmup " + std::to_string(a.warmup) + " --threads " + std::to_string(threads) +
                                 " --out " + out + " > " + out + ".log 2>&1";
-        if (std::system(cmd.c_str()) != 0) throw Error("generate_bench: the Python baseline failed: " + cmd + " (see " + out + ".log)");
+        if (std::system(cmd.c_str()) != 0)
+            throw Error("generate_bench: the Python baseline failed: " + cmd + " (see " + out + ".log)");
         std::ifstream in(out);
         d.ref = nlohmann::json::parse(in);
         d.py_tok_s = d.ref.at("tokens_per_s").get<double>();
@@ -165,7 +167,7 @@ int64_t check(BenchState& s) {
         for (std::size_t t = 0; t < r.response.size(); ++t) {
             if (r.response[t] != toks[t].get<int32_t>()) {
                 if (gaps[t].get<double>() >= 1e-3) ++wrong;  // a real disagreement, not a near tie
-                break;                                        // the sequences diverge from here on
+                break;                                       // the sequences diverge from here on
             }
             if (std::abs(r.logprobs[t] - lps[t].get<double>()) > tol) ++wrong;
         }
@@ -178,7 +180,8 @@ void extras(BenchState& s, double sec) {
     const double tok_s = static_cast<double>(s.count) * d.new_tokens / sec;
     const double best = static_cast<double>(s.count) * d.new_tokens / d.best_sec;
     const double gflops = static_cast<double>(s.count) * d.flops_per_request / d.best_sec / 1e9;
-    s.extra = {tok_s, d.py_tok_s, tok_s / d.py_tok_s, best, d.py_best, best / d.py_best, gflops, d.gemm, gflops / d.gemm};
+    s.extra = {tok_s,  d.py_tok_s, tok_s / d.py_tok_s, best, d.py_best, best / d.py_best,
+               gflops, d.gemm,     gflops / d.gemm};
 }
 
 BenchOp make_op() {

@@ -67,16 +67,15 @@ void init(BenchState& s, int rep) {
 void run(BenchState& s) {
     Data& d = s.data<Data>();
     d.last_base = io::extent_of(d.ds.get());
-    io::write_slab(d.ds.get(), d.dxpl.get(), H5T_NATIVE_INT32, d.last_base + s.count,
-                   d.last_base + d.first, d.buf.size(), d.buf.data());
+    io::write_slab(d.ds.get(), d.dxpl.get(), H5T_NATIVE_INT32, d.last_base + s.count, d.last_base + d.first,
+                   d.buf.size(), d.buf.data());
     if (d.flush) io::flush_file(d.file.get());
 }
 
 int64_t check(BenchState& s) {
     Data& d = s.data<Data>();
     std::vector<int32_t> got(d.buf.size(), -1);
-    io::read_slab(d.ds.get(), d.dxpl.get(), H5T_NATIVE_INT32, d.last_base + d.first, got.size(),
-                  got.data());
+    io::read_slab(d.ds.get(), d.dxpl.get(), H5T_NATIVE_INT32, d.last_base + d.first, got.size(), got.data());
     int64_t wrong = 0;
     for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != value(1, d.first + i);
     return wrong;
@@ -86,8 +85,8 @@ int64_t check(BenchState& s) {
 double dd_seconds(const std::string& path, size_t bytes, int reps) {
     double total = 0;
     for (int i = 0; i < reps; ++i) {
-        std::string cmd = "LC_ALL=C dd if=/dev/zero of='" + path + "' bs=1M count=" +
-                          std::to_string(bytes) + " iflag=count_bytes conv=fdatasync 2>&1";
+        std::string cmd = "LC_ALL=C dd if=/dev/zero of='" + path + "' bs=1M count=" + std::to_string(bytes) +
+                          " iflag=count_bytes conv=fdatasync 2>&1";
         double t0 = MPI_Wtime();
         FILE* p = popen(cmd.c_str(), "r");
         if (!p) throw Error("popen(dd) failed");

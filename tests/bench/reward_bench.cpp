@@ -89,8 +89,9 @@ int main(int argc, char** argv) {
             case 'r': repeats = std::atoi(optarg); break;
             case 'f': fn = optarg; break;
             default:
-                std::fprintf(stderr, "usage: reward_bench [-n samples] [-w workers] [-b batch] [-r repeats] "
-                                     "[-f FILE.py[:NAME]]\n");
+                std::fprintf(stderr,
+                             "usage: reward_bench [-n samples] [-w workers] [-b batch] [-r repeats] "
+                             "[-f FILE.py[:NAME]]\n");
                 return 2;
         }
     }

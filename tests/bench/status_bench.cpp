@@ -94,9 +94,10 @@ int main(int argc, char** argv) {
     if (step_s > 0) {
         const double hot = updates * update_ns * 1e-9;
         const double bg = beat_cpu * step_s / 1.0;  // one beat per second (the default refresh)
-        printf("per step of %.1f ms: main thread %.3f us (%.5f%% of the step, %.0f updates); status thread %.1f us "
-               "CPU (%.4f%% of the step, on another core when one is free)\n",
-               1e3 * step_s, 1e6 * hot, 100 * hot / step_s, updates, 1e6 * bg, 100 * bg / step_s);
+        printf(
+            "per step of %.1f ms: main thread %.3f us (%.5f%% of the step, %.0f updates); status thread %.1f us "
+            "CPU (%.4f%% of the step, on another core when one is free)\n",
+            1e3 * step_s, 1e6 * hot, 100 * hot / step_s, updates, 1e6 * bg, 100 * bg / step_s);
     }
     return 0;
 }

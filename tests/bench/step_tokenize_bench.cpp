@@ -54,10 +54,11 @@ int main(int argc, char** argv) {
         else if (k == "--threads") threads = std::atoi(argv[i + 1]);
         else if (k == "--max-bytes") max_bytes = std::atoi(argv[i + 1]);
     }
-    if (tok_path.empty() || prompts_path.empty() || prompts_per_step < 1 || group < 1 || new_tokens < 1 ||
-        repeat < 1 || threads < 1 || max_bytes < 1) {
-        std::fprintf(stderr, "usage: step_tokenize_bench --tokenizer PATH --prompts FILE [--prompts-per-step P] "
-                             "[--group-size G] [--new N] [--max-bytes B] [--repeat R] [--threads T]\n");
+    if (tok_path.empty() || prompts_path.empty() || prompts_per_step < 1 || group < 1 || new_tokens < 1 || repeat < 1 ||
+        threads < 1 || max_bytes < 1) {
+        std::fprintf(stderr,
+                     "usage: step_tokenize_bench --tokenizer PATH --prompts FILE [--prompts-per-step P] "
+                     "[--group-size G] [--new N] [--max-bytes B] [--repeat R] [--threads T]\n");
         return 2;
     }
     try {
@@ -68,8 +69,7 @@ int main(int argc, char** argv) {
         std::vector<std::string> prompts;
         std::ifstream in(prompts_path);
         std::string line;
-        while (static_cast<int>(prompts.size()) < prompts_per_step && std::getline(in, line))
-        {
+        while (static_cast<int>(prompts.size()) < prompts_per_step && std::getline(in, line)) {
             std::string p = nlohmann::json::parse(line).get<std::string>();
             if (p.size() > static_cast<size_t>(max_bytes)) {
                 size_t n = static_cast<size_t>(max_bytes);
@@ -137,8 +137,9 @@ int main(int argc, char** argv) {
         int64_t generated = 0;
         for (const auto& r : engine.run()) generated += r.num_tokens;
         const double roll_s = seconds_since(t0);
-        std::printf("step-tokenize %d %lld %.6f %.3f %lld %.3g\n", prompts_per_step, static_cast<long long>(prompt_tokens),
-                    tok_s, roll_s, static_cast<long long>(generated), 100.0 * tok_s / roll_s);
+        std::printf("step-tokenize %d %lld %.6f %.3f %lld %.3g\n", prompts_per_step,
+                    static_cast<long long>(prompt_tokens), tok_s, roll_s, static_cast<long long>(generated),
+                    100.0 * tok_s / roll_s);
         return 0;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "step_tokenize_bench: %s\n", e.what());

@@ -67,10 +67,12 @@ int main(int argc, char** argv) {
             for (const auto& c : chunks) check += tok.encode(c).size();
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / repeat;
         if (check != ids * static_cast<std::size_t>(repeat)) {
-            std::fprintf(stderr, "tokenizer_bench: passes disagree (%zu vs %zu ids)\n", check, ids * static_cast<std::size_t>(repeat));
+            std::fprintf(stderr, "tokenizer_bench: passes disagree (%zu vs %zu ids)\n", check,
+                         ids * static_cast<std::size_t>(repeat));
             return 1;
         }
-        std::printf("tagflow %.3f %.4f %.2f %zu\n", static_cast<double>(bytes) / 1e6, s, static_cast<double>(bytes) / 1e6 / s, ids);
+        std::printf("tagflow %.3f %.4f %.2f %zu\n", static_cast<double>(bytes) / 1e6, s,
+                    static_cast<double>(bytes) / 1e6 / s, ids);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());
         return 1;

@@ -60,7 +60,8 @@ void setup(BenchState& s) {
     const std::string ent = s.args->opt("entropy", "0");
     char* end = nullptr;
     ac.entropy_coef = std::strtod(ent.c_str(), &end);
-    if (end == ent.c_str() || *end != '\0' || !(ac.entropy_coef >= 0)) throw ConfigError("-O entropy=" + ent + ": expected a number >= 0");
+    if (end == ent.c_str() || *end != '\0' || !(ac.entropy_coef >= 0))
+        throw ConfigError("-O entropy=" + ent + ": expected a number >= 0");
     d.actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(d.policy), ec), ac);
     d.comm = std::make_unique<train::MpiCollectives>(MPI_COMM_WORLD, size_t{32} << 20);
     d.gemm_gflops = sched::measure_gemm_gflops(0.2);
@@ -74,8 +75,9 @@ void init(BenchState& s, int rep) {
     for (size_t i = 0; i < seqs; ++i) {
         std::vector<int32_t> tokens;
         for (int64_t k = 0; k < d.seq; ++k)
-            tokens.push_back(static_cast<int32_t>((first + i * 7 + static_cast<size_t>(k) * 3 + static_cast<size_t>(rep)) %
-                                                  static_cast<size_t>(d.vocab)));
+            tokens.push_back(
+                static_cast<int32_t>((first + i * 7 + static_cast<size_t>(k) * 3 + static_cast<size_t>(rep)) %
+                                     static_cast<size_t>(d.vocab)));
         const int32_t prompt_len = static_cast<int32_t>(d.seq / 2);
         std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + prompt_len);
         std::vector<int32_t> response(tokens.begin() + prompt_len, tokens.end());

@@ -31,9 +31,9 @@ namespace {
 /// materialised in one pool so both stores get the same contiguous spans.
 struct Work {
     std::vector<Token> pool;
-    std::vector<size_t> start;         // pool offset of request i
-    std::vector<int32_t> n_in, n_out;  // its input and output lengths
-    std::vector<int32_t> version;      // policy version of its output tokens
+    std::vector<size_t> start;                  // pool offset of request i
+    std::vector<int32_t> n_in, n_out;           // its input and output lengths
+    std::vector<int32_t> version;               // policy version of its output tokens
     std::vector<std::vector<int32_t>> ver_buf;  // ver_buf[v]: max_out copies of v
     std::vector<float> lp_buf;                  // logprobs (shared by every request)
     traj::Request request(size_t i) const {
@@ -83,9 +83,7 @@ struct FlatEntry {
 };
 using FlatStore = std::map<std::vector<Token>, FlatEntry, SeqLess>;
 
-size_t lcp(const std::vector<Token>& a, Span<Token> q) {
-    return common_prefix(a.data(), a.size(), q.data(), q.size());
-}
+size_t lcp(const std::vector<Token>& a, Span<Token> q) { return common_prefix(a.data(), a.size(), q.data(), q.size()); }
 
 /// Baseline: LPM of the input among every stored full sequence, then store the request flat.
 size_t flat_op(FlatStore& store, const traj::Request& r, std::vector<Token>& full) {
@@ -133,14 +131,13 @@ void setup(BenchState& s) {
     const int turn = static_cast<int>(s.args->opt_int("turn", 96));
     const long vocab = s.args->opt_int("vocab", 32000);
     d.map = s.args->opt_int("map", 1) != 0;
-    if (d.ops < 1 || sessions < 1 || extend < 0 || extend > 100 || tool < 0 || turn < 1 ||
-        vocab < 4)
-        throw ConfigError("traj_bench: need ops >= 1, sessions >= 1, 0 <= extend <= 100, "
-                          "tool >= 0, turn >= 1, vocab >= 4");
+    if (d.ops < 1 || sessions < 1 || extend < 0 || extend > 100 || tool < 0 || turn < 1 || vocab < 4)
+        throw ConfigError(
+            "traj_bench: need ops >= 1, sessions >= 1, 0 <= extend <= 100, "
+            "tool >= 0, turn >= 1, vocab >= 4");
     std::mt19937_64 rng(1234567u + static_cast<unsigned>(s.rank));
     auto fresh = [&](std::vector<Token>& v, size_t n) {
-        for (size_t i = 0; i < n; ++i)
-            v.push_back(static_cast<Token>(2 + rng() % static_cast<uint64_t>(vocab - 2)));
+        for (size_t i = 0; i < n; ++i) v.push_back(static_cast<Token>(2 + rng() % static_cast<uint64_t>(vocab - 2)));
     };
     Work& w = d.w;
     const size_t cap = L + L / 4;  // extensions stop growing a session beyond this
@@ -267,18 +264,17 @@ BenchOp make_op() {
     op.run = run;
     op.check = check;
     op.bw = bw;
-    op.extra_columns = {"ops/s", "ops/cpu_s", "map/cpu_s", "tree/map", "saved", "saved_leaf", "in_matched",
-                        "MB", "ops"};
+    op.extra_columns = {"ops/s",      "ops/cpu_s",  "map/cpu_s", "tree/map", "saved",
+                        "saved_leaf", "in_matched", "MB",        "ops"};
     op.extras = extras;
-    op.op_options = {
-        "-O ops=N        requests per timed iteration (default: tokens / request length, >= 64)",
-        "-O tokens=N     request tokens per iteration when ops is not given (default 8M)",
-        "-O sessions=N   first N requests start new sessions (default 64)",
-        "-O extend=P     percent of later requests that extend a session (default 50); the rest "
-        "branch from a random earlier request at a random point",
-        "-O tool=N -O turn=N  tool tokens and model tokens of an extension (default 32, 96)",
-        "-O vocab=N      token ids drawn from [2, N) (default 32000)",
-        "-O map=0        skip the std::map flat-store baseline"};
+    op.op_options = {"-O ops=N        requests per timed iteration (default: tokens / request length, >= 64)",
+                     "-O tokens=N     request tokens per iteration when ops is not given (default 8M)",
+                     "-O sessions=N   first N requests start new sessions (default 64)",
+                     "-O extend=P     percent of later requests that extend a session (default 50); the rest "
+                     "branch from a random earlier request at a random point",
+                     "-O tool=N -O turn=N  tool tokens and model tokens of an extension (default 32, 96)",
+                     "-O vocab=N      token ids drawn from [2, N) (default 32000)",
+                     "-O map=0        skip the std::map flat-store baseline"};
     return op;
 }
 

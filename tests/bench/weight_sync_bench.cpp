@@ -45,10 +45,10 @@ std::vector<int64_t> llama_sizes(int64_t n, int64_t* vocab_rows, int64_t* d_mode
     int64_t ff = 11 * d / 4;
     s.push_back(8 * d * d);  // embedding
     for (int l = 0; l < layers; ++l) {
-        s.push_back(d);                                   // attention norm
+        s.push_back(d);                                                         // attention norm
         for (int64_t m : {d * d, d * d / 4, d * d / 4, d * d}) s.push_back(m);  // q k v o
-        s.push_back(d);                                   // mlp norm
-        for (int k = 0; k < 3; ++k) s.push_back(d * ff);  // gate up down
+        s.push_back(d);                                                         // mlp norm
+        for (int k = 0; k < 3; ++k) s.push_back(d * ff);                        // gate up down
     }
     s.push_back(d);          // final norm
     s.push_back(8 * d * d);  // lm_head
@@ -111,11 +111,10 @@ void setup(BenchState& s) {
     const std::string layout = s.args->opt("layout", "llama");
     int64_t vocab = 0, dm = 0;
     if (layout == "llama")
-        d.sizes = llama_sizes(static_cast<int64_t>(s.count), &vocab, &dm, static_cast<int>(s.args->opt_int("layers", 4)));
-    else if (layout == "flat")
-        d.sizes = {static_cast<int64_t>(s.count)};
-    else
-        throw ConfigError("-O layout=llama|flat");
+        d.sizes =
+            llama_sizes(static_cast<int64_t>(s.count), &vocab, &dm, static_cast<int>(s.args->opt_int("layers", 4)));
+    else if (layout == "flat") d.sizes = {static_cast<int64_t>(s.count)};
+    else throw ConfigError("-O layout=llama|flat");
     const std::string mode = s.args->opt("mode", "dense");
     if (mode != "dense" && mode != "delta") throw ConfigError("-O mode=dense|delta");
     train::WeightSync::Options o;
@@ -214,16 +213,16 @@ BenchOp make_op() {
     op.check = check;
     op.extra_columns = {"raw(GB/s)", "memcpy(GB/s)", "sync/raw", "sync/memcpy", "sent_frac", "tensors"};
     op.extras = extras;
-    op.op_options = {
-        "-O mode=dense|delta    WeightSync mode (default dense)",
-        "-O bucket=N            bucket bytes, K/M suffixes (default 32M, as tagflow train)",
-        "-O layout=llama|flat   Llama-shaped tensors or one flat tensor (default llama)",
-        "-O layers=N            layers of the llama layout (default 4)",
-        "-O onebuf=0|1          1: all tensors are views of one buffer (share_one_buffer, as tagflow train) (default 1)",
-        "-O pattern=random|llama  what changes between versions (default random)",
-        "-O changed=F           random: fraction of weights changed per version (default 0.01)",
-        "-O rows=F              llama: fraction of embedding rows changed (default 0.05)",
-        "-O frozen=F            llama: fraction of layers frozen (default 0)"};
+    op.op_options = {"-O mode=dense|delta    WeightSync mode (default dense)",
+                     "-O bucket=N            bucket bytes, K/M suffixes (default 32M, as tagflow train)",
+                     "-O layout=llama|flat   Llama-shaped tensors or one flat tensor (default llama)",
+                     "-O layers=N            layers of the llama layout (default 4)",
+                     "-O onebuf=0|1          1: all tensors are views of one buffer (share_one_buffer, as tagflow "
+                     "train) (default 1)",
+                     "-O pattern=random|llama  what changes between versions (default random)",
+                     "-O changed=F           random: fraction of weights changed per version (default 0.01)",
+                     "-O rows=F              llama: fraction of embedding rows changed (default 0.05)",
+                     "-O frozen=F            llama: fraction of layers frozen (default 0)"};
     return op;
 }
 

@@ -194,7 +194,8 @@ TEST(Dataset, RowShapes) {
           "{\"prompt\": \"2+2=\", \"ground_truth\": 4, \"ability\": \"math\"}\r\n"
           "\n"
           "   \n"
-          "{\"prompt\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"caf\\u00e9\"}],"
+          "{\"prompt\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": "
+          "\"caf\\u00e9\"}],"
           " \"extra_info\": {\"answer\": \"ok\", \"deep\": [1, {\"x\": null}]}, \"data_source\": null}\n"
           "{\"prompt\": \"p\", \"response\": \"r\", \"reward_model\": {\"ground_truth\": [\"a\", \"b\"]}}");
     DatasetOptions o;
@@ -222,9 +223,9 @@ TEST(Dataset, TokensAndTheLimit) {
     auto tok = tagflow::text::byte_level_tokenizer();
     // the byte-level tokenizer: one id per byte; a chat prompt adds the ChatML frame
     write(tmp("lim.jsonl"),
-          "{\"prompt\": \"aaaaaaaaaa\"}\n"                      // 10 tokens
-          "{\"prompt\": \"aaaaaaaaaaaaaaaaaaaaaaaaa\"}\n"       // 25
-          "{\"prompt\": \"aaaaa\"}\n"                           // 5
+          "{\"prompt\": \"aaaaaaaaaa\"}\n"                 // 10 tokens
+          "{\"prompt\": \"aaaaaaaaaaaaaaaaaaaaaaaaa\"}\n"  // 25
+          "{\"prompt\": \"aaaaa\"}\n"                      // 5
           "{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n");
     DatasetOptions o;
     o.tokenizer = tok;
@@ -232,9 +233,8 @@ TEST(Dataset, TokensAndTheLimit) {
     ASSERT_EQ(all.prompt_tokens().size(), 4u);
     EXPECT_EQ(all.prompt_tokens()[0], 10u);
     EXPECT_EQ(all.prompt_tokens()[1], 25u);
-    EXPECT_EQ(all.prompt_tokens()[3], tok->chat_prompt(nlohmann::ordered_json::parse(
-                                                           "[{\"role\": \"user\", \"content\": \"hi\"}]"))
-                                          .size());
+    EXPECT_EQ(all.prompt_tokens()[3],
+              tok->chat_prompt(nlohmann::ordered_json::parse("[{\"role\": \"user\", \"content\": \"hi\"}]")).size());
     o.max_prompt_tokens = 12;
     Dataset d = Dataset::open(tmp("lim.jsonl"), o);
     EXPECT_EQ(d.skipped_over_limit(), all.prompt_tokens()[3] > 12 ? 2u : 1u);
@@ -246,8 +246,9 @@ TEST(Dataset, TokensAndTheLimit) {
               tmp("lim.jsonl") + ":2: prompt has 25 tokens, over --max-prompt-tokens 12");
     o.over_limit_is_error = false;
     o.max_prompt_tokens = 3;
-    EXPECT_NE(error_of(tmp("lim.jsonl"), o).find("every row's prompt is over --max-prompt-tokens 3 (the shortest has 5"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of(tmp("lim.jsonl"), o).find("every row's prompt is over --max-prompt-tokens 3 (the shortest has 5"),
+        std::string::npos);
     DatasetOptions no_tok;
     no_tok.max_prompt_tokens = 3;
     EXPECT_NE(error_of(tmp("lim.jsonl"), no_tok).find("needs a tokenizer"), std::string::npos);
@@ -291,9 +292,11 @@ TEST(Dataset, BadInputIsOneLineNamingFileAndLine) {
         {"garbage", good + good + "\x01\x02\xff\n", ":3: not JSON:"},
         {"truncated_row", good + "{\"prompt\": \"unterminated", ":2: not JSON:"},
         {"missing_prompt", good + "{\"question\": \"x\"}\n", ":2: no \"prompt\""},
-        {"prompt_number", "{\"prompt\": 7}\n", ":1: \"prompt\" must be a string or a list of {role, content} messages, not a number"},
+        {"prompt_number", "{\"prompt\": 7}\n",
+         ":1: \"prompt\" must be a string or a list of {role, content} messages, not a number"},
         {"prompt_object", "{\"prompt\": {\"role\": \"user\"}}\n", ":1: \"prompt\" must be a string or a list"},
-        {"message_not_object", "{\"prompt\": [\"hi\"]}\n", ":1: \"prompt\"[0] must be a {role, content} object, not a string"},
+        {"message_not_object", "{\"prompt\": [\"hi\"]}\n",
+         ":1: \"prompt\"[0] must be a {role, content} object, not a string"},
         {"message_no_role", "{\"prompt\": [{\"content\": \"hi\"}]}\n", ":1: \"prompt\"[0] needs a string \"role\""},
         {"message_content_list", "{\"prompt\": [{\"role\": \"user\", \"content\": [1]}]}\n",
          ":1: \"prompt\"[0] needs a string \"content\", not a list"},
@@ -301,10 +304,14 @@ TEST(Dataset, BadInputIsOneLineNamingFileAndLine) {
         {"empty_messages", "{\"prompt\": []}\n", ":1: \"prompt\" is an empty list of messages"},
         {"row_array", "[1, 2]\n", ":1: a row must be a JSON object, not a list"},
         {"row_string", "\"just text\"\n", ":1: a row must be a JSON object, not a string"},
-        {"data_source_number", "{\"prompt\": \"p\", \"data_source\": 3}\n", ":1: \"data_source\" must be a string, not a number"},
-        {"reward_model_string", "{\"prompt\": \"p\", \"reward_model\": \"x\"}\n", ":1: \"reward_model\" must be an object"},
-        {"response_number", "{\"prompt\": \"p\", \"response\": 1}\n", ":1: \"response\" must be a string, not a number"},
-        {"deep", "{\"prompt\": \"p\", \"extra_info\": " + std::string(100000, '[') + "}\n", ":1: JSON nested more than 128 levels"},
+        {"data_source_number", "{\"prompt\": \"p\", \"data_source\": 3}\n",
+         ":1: \"data_source\" must be a string, not a number"},
+        {"reward_model_string", "{\"prompt\": \"p\", \"reward_model\": \"x\"}\n",
+         ":1: \"reward_model\" must be an object"},
+        {"response_number", "{\"prompt\": \"p\", \"response\": 1}\n",
+         ":1: \"response\" must be a string, not a number"},
+        {"deep", "{\"prompt\": \"p\", \"extra_info\": " + std::string(100000, '[') + "}\n",
+         ":1: JSON nested more than 128 levels"},
         {"two_rows_one_line", "{\"prompt\": \"a\"} {\"prompt\": \"b\"}\n", ":1: not JSON:"},
         {"empty", "", ": empty file, no rows"},
         {"blank", "\n  \n\r\n", ": no rows (only blank lines)"},
@@ -328,7 +335,8 @@ TEST(Dataset, BadInputIsOneLineNamingFileAndLine) {
     for (std::size_t cut : {std::size_t{5}, std::size_t{30}, gz.size() / 2, gz.size() - 4}) {
         write(tmp("cut.jsonl.gz"), gz.substr(0, cut));
         std::string err = error_of(tmp("cut.jsonl.gz"));
-        EXPECT_EQ(err.rfind(tmp("cut.jsonl.gz") + ": gzip data ends early, cut short after", 0), 0u) << cut << ": " << err;
+        EXPECT_EQ(err.rfind(tmp("cut.jsonl.gz") + ": gzip data ends early, cut short after", 0), 0u)
+            << cut << ": " << err;
     }
     std::string bad = gz;
     bad[bad.size() / 2] = static_cast<char>(bad[bad.size() / 2] ^ 0x55);
@@ -389,9 +397,10 @@ TEST(Dataset, CheckRowSaysWhatParseRowSays) {
         R"({"prompt": "p", "data_source": "a", "data_source": "b"})",
     };
     std::mt19937 rng(99);
-    const std::string base = make_rows(40, 12) +
-                             "{\"prompt\": [{\"role\": \"user\", \"content\": \"x\"}], \"response\": \"r\", "
-                             "\"extra_info\": {\"answer\": \"a\", \"k\": [1, {\"answer\": 2}]}, \"data_source\": \"s\"}\n";
+    const std::string base =
+        make_rows(40, 12) +
+        "{\"prompt\": [{\"role\": \"user\", \"content\": \"x\"}], \"response\": \"r\", "
+        "\"extra_info\": {\"answer\": \"a\", \"k\": [1, {\"answer\": 2}]}, \"data_source\": \"s\"}\n";
     auto good = lines_of(base);
     const std::string alphabet = "{}[]\",:0123456789 nulltruefalse\\promptrolecontentanswerresponsedata_source";
     for (int k = 0; k < 20000; ++k) {  // random edits of good rows

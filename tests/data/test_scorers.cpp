@@ -18,13 +18,13 @@ double score(const char* name, const std::string& solution, const ojson& gt) {
 
 TEST(Gsm8k, StrictExtractionAsVerl) {
     EXPECT_EQ(gsm8k_strict_answer("so 3 + 4 = 7\n#### 7"), "7");
-    EXPECT_EQ(gsm8k_strict_answer("#### 1,000"), "1000");        // commas removed
-    EXPECT_EQ(gsm8k_strict_answer("#### $5"), std::nullopt);     // the regex needs a digit, '-', '.' or ','
+    EXPECT_EQ(gsm8k_strict_answer("#### 1,000"), "1000");     // commas removed
+    EXPECT_EQ(gsm8k_strict_answer("#### $5"), std::nullopt);  // the regex needs a digit, '-', '.' or ','
     EXPECT_EQ(gsm8k_strict_answer("#### -12.5"), "-12.5");
-    EXPECT_EQ(gsm8k_strict_answer("#### 3 then #### 4"), "4");   // the last one
-    EXPECT_EQ(gsm8k_strict_answer("####7"), std::nullopt);       // needs "#### " with the space
+    EXPECT_EQ(gsm8k_strict_answer("#### 3 then #### 4"), "4");  // the last one
+    EXPECT_EQ(gsm8k_strict_answer("####7"), std::nullopt);      // needs "#### " with the space
     EXPECT_EQ(gsm8k_strict_answer("the answer is 7"), std::nullopt);
-    EXPECT_EQ(gsm8k_strict_answer("#### 72."), "72.");           // the period is part of the match
+    EXPECT_EQ(gsm8k_strict_answer("#### 72."), "72.");  // the period is part of the match
     // only the last 300 characters are searched
     EXPECT_EQ(gsm8k_strict_answer("#### 5" + std::string(400, ' ')), std::nullopt);
     EXPECT_EQ(gsm8k_strict_answer(std::string(400, ' ') + "#### 5"), "5");
@@ -32,16 +32,16 @@ TEST(Gsm8k, StrictExtractionAsVerl) {
 
 TEST(Gsm8k, ScoreIsStringEquality) {
     EXPECT_EQ(score("gsm8k", "... #### 72", "72"), 1.0);
-    EXPECT_EQ(score("gsm8k", "... #### 72", 72), 1.0);          // a number ground truth as its JSON text
-    EXPECT_EQ(score("gsm8k", "... #### 72.0", "72"), 0.0);      // veRL compares strings
+    EXPECT_EQ(score("gsm8k", "... #### 72", 72), 1.0);      // a number ground truth as its JSON text
+    EXPECT_EQ(score("gsm8k", "... #### 72.0", "72"), 0.0);  // veRL compares strings
     EXPECT_EQ(score("gsm8k", "... #### 1,234", "1234"), 1.0);
-    EXPECT_EQ(score("gsm8k", "72", "72"), 0.0);                 // strict: no ####, no score
+    EXPECT_EQ(score("gsm8k", "72", "72"), 0.0);  // strict: no ####, no score
 }
 
 TEST(Math, VerlBoxedExtraction) {
     EXPECT_EQ(last_boxed("so \\boxed{\\frac{1}{2}}."), "\\frac{1}{2}");
     EXPECT_EQ(last_boxed("\\boxed{1} and then \\boxed{{a}+{b}}"), "{a}+{b}");  // the last, nested braces
-    EXPECT_EQ(last_boxed("\\boxed 5$ done"), "5");              // veRL's "\boxed " form, cut at '$'
+    EXPECT_EQ(last_boxed("\\boxed 5$ done"), "5");                             // veRL's "\boxed " form, cut at '$'
     EXPECT_EQ(last_boxed("\\boxed{unclosed"), std::nullopt);
     EXPECT_EQ(last_boxed("\\fbox{7}"), "7");
     EXPECT_EQ(last_boxed("no box"), std::nullopt);
@@ -51,17 +51,17 @@ TEST(Math, VerlEquivalence) {
     // what veRL's strip_string makes equal
     EXPECT_TRUE(verl_math_equiv("\\dfrac{1}{2}", "\\frac{1}{2}"));
     EXPECT_TRUE(verl_math_equiv("\\frac12", "\\frac{1}{2}"));
-    EXPECT_TRUE(verl_math_equiv("0.5", "\\frac{1}{2}"));         // strip_string's special case
-    EXPECT_TRUE(verl_math_equiv("1/2", "\\frac{1}{2}"));         // fix_a_slash_b
-    EXPECT_TRUE(verl_math_equiv("x = 5", "5"));                  // short left side dropped
+    EXPECT_TRUE(verl_math_equiv("0.5", "\\frac{1}{2}"));  // strip_string's special case
+    EXPECT_TRUE(verl_math_equiv("1/2", "\\frac{1}{2}"));  // fix_a_slash_b
+    EXPECT_TRUE(verl_math_equiv("x = 5", "5"));           // short left side dropped
     EXPECT_TRUE(verl_math_equiv("\\left( 1, 2 \\right)", "(1,2)"));
     EXPECT_TRUE(verl_math_equiv("90^\\circ", "90"));
     EXPECT_TRUE(verl_math_equiv("50\\%", "50"));
     EXPECT_TRUE(verl_math_equiv(".5", "0.5"));
     EXPECT_TRUE(verl_math_equiv("\\sqrt2", "\\sqrt{2}"));
     EXPECT_TRUE(verl_math_equiv("10\\text{ cm}", "10"));
-    EXPECT_FALSE(verl_math_equiv("1,000", "1000"));             // veRL: not equal (math: equal)
-    EXPECT_FALSE(verl_math_equiv("0.25", "\\frac{1}{4}"));      // veRL: only 0.5 is special
+    EXPECT_FALSE(verl_math_equiv("1,000", "1000"));         // veRL: not equal (math: equal)
+    EXPECT_FALSE(verl_math_equiv("0.25", "\\frac{1}{4}"));  // veRL: only 0.5 is special
     // where veRL's normalisation raises (int("a") in fix_a_slash_b), it compares raw strings
     EXPECT_TRUE(verl_math_equiv("a/b", "a/b"));
     EXPECT_FALSE(verl_math_equiv("a/b", "a / b"));
@@ -83,7 +83,7 @@ TEST(Math, Numbers) {
     EXPECT_EQ(parse_number("x = -7"), P(-7, 1));
     EXPECT_EQ(parse_number("007"), P(7, 1));
     EXPECT_EQ(parse_number("2.50"), P(5, 2));
-    EXPECT_EQ(parse_number("1,00"), std::nullopt);               // not thousands groups
+    EXPECT_EQ(parse_number("1,00"), std::nullopt);  // not thousands groups
     EXPECT_EQ(parse_number("12,3456"), std::nullopt);
     EXPECT_EQ(parse_number("1/0"), std::nullopt);
     EXPECT_EQ(parse_number("abc"), std::nullopt);
@@ -92,9 +92,9 @@ TEST(Math, Numbers) {
 }
 
 TEST(Math, AnswerExtractionOrder) {
-    EXPECT_EQ(math_answer("#### 5 but \\boxed{6}"), "6");        // boxed first
+    EXPECT_EQ(math_answer("#### 5 but \\boxed{6}"), "6");                 // boxed first
     EXPECT_EQ(math_answer("3 apples, 4 pears\n#### 7.\nthanks 9"), "7");  // then ####, to the line end
-    EXPECT_EQ(math_answer("I think it is 3, no, -4.5."), "-4.5");  // then the last number
+    EXPECT_EQ(math_answer("I think it is 3, no, -4.5."), "-4.5");         // then the last number
     EXPECT_EQ(math_answer("half: 1/2"), "1/2");
     EXPECT_EQ(math_answer("it costs 1,000 dollars."), "1,000");
     EXPECT_EQ(math_answer("no numbers here"), std::nullopt);
@@ -113,7 +113,7 @@ TEST(Math, Scores) {
     EXPECT_EQ(score("math", "\\boxed{0.5}", 0.5), 1.0);
     EXPECT_EQ(score("math", "\\boxed{5}", ojson::parse("[\"4\", \"5\"]")), 1.0);  // any of a list
     EXPECT_EQ(score("math", "\\boxed{3}", "4"), 0.0);
-    EXPECT_EQ(score("math", "\\boxed{1/3}", "0.33"), 0.0);       // exact fractions, no rounding
+    EXPECT_EQ(score("math", "\\boxed{1/3}", "0.33"), 0.0);  // exact fractions, no rounding
     EXPECT_EQ(score("math", "nothing", "4"), 0.0);
     EXPECT_EQ(score("math", "\\boxed{x^2+1}", "x^2 + 1"), 1.0);  // veRL drops spaces
     EXPECT_THROW(score("math", "\\boxed{1}", nullptr), tagflow::ConfigError);

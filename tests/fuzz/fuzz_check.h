@@ -11,14 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define FUZZ_CHECK(cond, ...)                                                              \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
+#define FUZZ_CHECK(cond, ...)                                                                   \
+    do {                                                                                        \
+        if (!(cond)) {                                                                          \
             fprintf(stderr, "fuzz invariant failed at %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fputc('\n', stderr);                                                           \
-            abort();                                                                       \
-        }                                                                                  \
+            fprintf(stderr, __VA_ARGS__);                                                       \
+            fputc('\n', stderr);                                                                \
+            abort();                                                                            \
+        }                                                                                       \
     } while (0)
 
 #endif /* TAGFLOW_FUZZ_CHECK_H */

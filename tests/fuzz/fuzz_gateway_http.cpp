@@ -57,14 +57,12 @@ void check_http(std::string_view in, const gw::HttpLimits& lim) {
             FUZZ_CHECK(std::string(gw::http_reason(s)) != "Unknown", "no reason for %d", s);
             return;
         }
-        case gw::ParseStatus::kIncomplete:
-            return;
-        case gw::ParseStatus::kComplete:
-            break;
+        case gw::ParseStatus::kIncomplete: return;
+        case gw::ParseStatus::kComplete: break;
     }
     const gw::HttpRequest& q = r.request;
-    FUZZ_CHECK(r.headers_complete && r.consumed > 0 && r.consumed <= in.size(), "consumed %zu of %zu",
-               r.consumed, in.size());
+    FUZZ_CHECK(r.headers_complete && r.consumed > 0 && r.consumed <= in.size(), "consumed %zu of %zu", r.consumed,
+               in.size());
     FUZZ_CHECK(!q.method.empty() && !q.target.empty(), "empty method or target");
     FUZZ_CHECK(q.path + (q.target.find('?') != std::string::npos ? "?" + q.query : "") == q.target,
                "path '%s' + query '%s' != target '%s'", q.path.c_str(), q.query.c_str(), q.target.c_str());
@@ -97,8 +95,8 @@ void check_http(std::string_view in, const gw::HttpLimits& lim) {
     std::unique_ptr<char[]> shorter(new char[r.consumed - 1]);  // exact size: ASan sees over-reads
     std::memcpy(shorter.get(), in.data(), r.consumed - 1);
     const gw::ParseResult r4 = gw::parse_http_request(std::string_view(shorter.get(), r.consumed - 1), lim);
-    FUZZ_CHECK(r4.status == gw::ParseStatus::kIncomplete, "one byte less: status %d (%s)",
-               static_cast<int>(r4.status), r4.error.c_str());
+    FUZZ_CHECK(r4.status == gw::ParseStatus::kIncomplete, "one byte less: status %d (%s)", static_cast<int>(r4.status),
+               r4.error.c_str());
 }
 
 void check_json(gw::Endpoint ep, std::string_view body) {
@@ -136,9 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
     switch (data[0] % 4) {
-        case 0:
-            check_http(rest, gw::HttpLimits{});
-            break;
+        case 0: check_http(rest, gw::HttpLimits{}); break;
         case 1: {
             gw::HttpLimits small;
             small.max_header_bytes = 256;
@@ -147,11 +143,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             check_http(rest, small);
             break;
         }
-        case 2:
-            check_json(gw::Endpoint::kCompletions, rest);
-            break;
-        default:
-            check_json(gw::Endpoint::kChat, rest);
+        case 2: check_json(gw::Endpoint::kCompletions, rest); break;
+        default: check_json(gw::Endpoint::kChat, rest);
     }
     return 0;
 }

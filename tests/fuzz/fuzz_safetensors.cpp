@@ -41,8 +41,7 @@ void check_header(const st::Header& h, uint64_t n, const uint8_t* data, size_t s
     std::map<std::string, const st::TensorInfo*> by_name;
     for (const auto& t : h.tensors) {
         FUZZ_CHECK(t.begin == pos && t.end >= t.begin && t.end <= data_size, "tensor '%s' [%llu,%llu) at %llu",
-                   t.name.c_str(), (unsigned long long)t.begin, (unsigned long long)t.end,
-                   (unsigned long long)pos);
+                   t.name.c_str(), (unsigned long long)t.begin, (unsigned long long)t.end, (unsigned long long)pos);
         pos = t.end;
         uint64_t numel = 1, bytes = 0;
         for (int64_t d : t.shape) {
@@ -51,24 +50,21 @@ void check_header(const st::Header& h, uint64_t n, const uint8_t* data, size_t s
         }
         FUZZ_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(st::dtype_size(t.dtype)), &bytes),
                    "byte size overflow");
-        FUZZ_CHECK(t.numel() == numel && t.nbytes() == bytes, "'%s': %llu bytes for %llu elements",
-                   t.name.c_str(), (unsigned long long)t.nbytes(), (unsigned long long)numel);
+        FUZZ_CHECK(t.numel() == numel && t.nbytes() == bytes, "'%s': %llu bytes for %llu elements", t.name.c_str(),
+                   (unsigned long long)t.nbytes(), (unsigned long long)numel);
         FUZZ_CHECK(st::parse_dtype(st::dtype_name(t.dtype), kFile, t.name) == t.dtype, "dtype name");
-        FUZZ_CHECK(t.name != "__metadata__" && by_name.emplace(t.name, &t).second, "name '%s' twice",
-                   t.name.c_str());
+        FUZZ_CHECK(t.name != "__metadata__" && by_name.emplace(t.name, &t).second, "name '%s' twice", t.name.c_str());
         FUZZ_CHECK(h.find(t.name) == &t, "find('%s')", t.name.c_str());
         for (uint64_t i = 0; i < t.nbytes(); ++i) sum += data[h.data_start + t.begin + i];
     }
-    FUZZ_CHECK(pos == data_size, "tensors end at %llu of %llu", (unsigned long long)pos,
-               (unsigned long long)data_size);
+    FUZZ_CHECK(pos == data_size, "tensors end at %llu of %llu", (unsigned long long)pos, (unsigned long long)data_size);
     (void)sum;
 
     // Written back as a header, it parses to the same thing.
     nlohmann::json j = nlohmann::json::object();
     if (!h.metadata.empty()) j["__metadata__"] = h.metadata;
     for (const auto& t : h.tensors)
-        j[t.name] = {{"dtype", st::dtype_name(t.dtype)}, {"shape", t.shape},
-                     {"data_offsets", {t.begin, t.end}}};
+        j[t.name] = {{"dtype", st::dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {t.begin, t.end}}};
     const std::string text = j.dump();
     st::Header again;
     try {
@@ -76,8 +72,7 @@ void check_header(const st::Header& h, uint64_t n, const uint8_t* data, size_t s
     } catch (const st::SafetensorsError& e) {
         FUZZ_CHECK(false, "written-back header rejected: %s", e.what());
     }
-    FUZZ_CHECK(again.metadata == h.metadata && again.tensors.size() == h.tensors.size(),
-               "written-back header differs");
+    FUZZ_CHECK(again.metadata == h.metadata && again.tensors.size() == h.tensors.size(), "written-back header differs");
     for (const auto& t : again.tensors) {
         auto it = by_name.find(t.name);
         FUZZ_CHECK(it != by_name.end() && it->second->dtype == t.dtype && it->second->shape == t.shape &&

@@ -45,8 +45,7 @@ static void check_error(const char* err, int nlines_in_input) {
     const char* p = err + strlen(FILE_NAME ":");
     if (*p >= '0' && *p <= '9') {
         long line = strtol(p, NULL, 10);
-        FUZZ_CHECK(line >= 1 && line <= nlines_in_input, "error names line %ld of %d: %s", line,
-                   nlines_in_input, err);
+        FUZZ_CHECK(line >= 1 && line <= nlines_in_input, "error names line %ld of %d: %s", line, nlines_in_input, err);
     }
 }
 
@@ -68,19 +67,17 @@ static void check_map(const struct tf_map* m) {
     FUZZ_CHECK(m->ntier >= 1 && m->ntier <= TF_MAX_TIERS, "ntier %d", m->ntier);
     for (int i = 0; i < m->nhw; i++) {
         const struct tf_hw* h = &m->hw[i];
-        FUZZ_CHECK(bounded_nonempty(h->name, sizeof(h->name)) && strchr(h->name, '=') == NULL,
-                   "hardware %d name", i);
-        FUZZ_CHECK(isfinite(h->compute) && h->compute > 0 && isfinite(h->membw) && h->membw > 0,
-                   "hardware %s numbers", h->name);
-        for (int k = 0; k < i; k++)
-            FUZZ_CHECK(strcmp(m->hw[k].name, h->name) != 0, "hardware %s twice", h->name);
+        FUZZ_CHECK(bounded_nonempty(h->name, sizeof(h->name)) && strchr(h->name, '=') == NULL, "hardware %d name", i);
+        FUZZ_CHECK(isfinite(h->compute) && h->compute > 0 && isfinite(h->membw) && h->membw > 0, "hardware %s numbers",
+                   h->name);
+        for (int k = 0; k < i; k++) FUZZ_CHECK(strcmp(m->hw[k].name, h->name) != 0, "hardware %s twice", h->name);
         double s = tf_map_hw_score(m, i);
         FUZZ_CHECK(!isnan(s) && s >= 0.0, "score of %s is %g", h->name, s);
         if (!m->has_normalize) FUZZ_CHECK(s <= 1.0 + 1e-12, "relative score of %s is %g > 1", h->name, s);
     }
     if (m->has_normalize)
-        FUZZ_CHECK(m->nhw > 0 && m->norm_compute > 0 && m->norm_membw > 0 &&
-                       isfinite(m->norm_compute) && isfinite(m->norm_membw),
+        FUZZ_CHECK(m->nhw > 0 && m->norm_compute > 0 && m->norm_membw > 0 && isfinite(m->norm_compute) &&
+                       isfinite(m->norm_membw),
                    "normalize without hardware or with bad numbers");
     for (int i = 0; i < m->ntier; i++) {
         FUZZ_CHECK(isfinite(m->tier[i].min) && m->tier[i].min >= 0, "tier %d min", i);
@@ -94,37 +91,31 @@ static void check_map(const struct tf_map* m) {
         FUZZ_CHECK(rule->line > prev_line && rule->line <= m->nlines, "rule %d line %d", r, rule->line);
         prev_line = rule->line;
         FUZZ_CHECK(rule->ncond >= 1 && rule->ncond <= TF_MAX_COND, "rule %d ncond %d", r, rule->ncond);
-        if (rule->use_score)
-            FUZZ_CHECK(rule->tags == 0 && m->nhw > 0, "score rule %d", r);
-        else
-            check_tags(rule->tags, 0, "rule");
+        if (rule->use_score) FUZZ_CHECK(rule->tags == 0 && m->nhw > 0, "score rule %d", r);
+        else check_tags(rule->tags, 0, "rule");
         for (int c = 0; c < rule->ncond; c++) {
             const struct tf_cond* cd = &rule->cond[c];
             switch (cd->kind) {
-                case TF_COND_ANY:
-                    break;
+                case TF_COND_ANY: break;
                 case TF_COND_FEATURE:
                 case TF_COND_HARDWARE:
-                    FUZZ_CHECK(bounded_nonempty(cd->pattern, sizeof(cd->pattern)) &&
-                                   strchr(cd->pattern, '=') == NULL,
+                    FUZZ_CHECK(bounded_nonempty(cd->pattern, sizeof(cd->pattern)) && strchr(cd->pattern, '=') == NULL,
                                "rule %d pattern", r);
                     if (cd->kind == TF_COND_HARDWARE) FUZZ_CHECK(m->nhw > 0, "hardware= without table");
                     break;
                 case TF_COND_GRES:
-                    FUZZ_CHECK(bounded_nonempty(cd->gres_name, sizeof(cd->gres_name)) &&
-                                   strpbrk(cd->gres_name, "=:") == NULL,
-                               "rule %d GRES name", r);
+                    FUZZ_CHECK(
+                        bounded_nonempty(cd->gres_name, sizeof(cd->gres_name)) && strpbrk(cd->gres_name, "=:") == NULL,
+                        "rule %d GRES name", r);
                     FUZZ_CHECK(memchr(cd->pattern, '\0', sizeof(cd->pattern)) && !strchr(cd->pattern, ':'),
                                "rule %d GRES type", r);
-                    FUZZ_CHECK(cd->count >= 1 && cd->count <= 1000000ul, "rule %d GRES count %lu", r,
-                               cd->count);
+                    FUZZ_CHECK(cd->count >= 1 && cd->count <= 1000000ul, "rule %d GRES count %lu", r, cd->count);
                     break;
                 case TF_COND_SCORE_GE:
                 case TF_COND_SCORE_LT:
                     FUZZ_CHECK(isfinite(cd->value) && cd->value >= 0 && m->nhw > 0, "rule %d bound", r);
                     break;
-                default:
-                    FUZZ_CHECK(0, "rule %d condition kind %d", r, (int)cd->kind);
+                default: FUZZ_CHECK(0, "rule %d condition kind %d", r, (int)cd->kind);
             }
         }
     }
@@ -155,8 +146,7 @@ static void put_tags(struct out* o, unsigned tags) {
 
 static void format_map(const struct tf_map* m, struct out* o) {
     for (int i = 0; i < m->nhw; i++)
-        put(o, "hardware %s compute=%.17g membw=%.17g\n", m->hw[i].name, m->hw[i].compute,
-            m->hw[i].membw);
+        put(o, "hardware %s compute=%.17g membw=%.17g\n", m->hw[i].name, m->hw[i].compute, m->hw[i].membw);
     if (m->has_normalize) put(o, "normalize compute=%.17g membw=%.17g\n", m->norm_compute, m->norm_membw);
     if (m->custom_tiers)
         for (int i = 0; i < m->ntier; i++) {
@@ -179,18 +169,15 @@ static void format_map(const struct tf_map* m, struct out* o) {
                 case TF_COND_FEATURE: put(o, " feature=%s", cd->pattern); break;
                 case TF_COND_HARDWARE: put(o, " hardware=%s", cd->pattern); break;
                 case TF_COND_GRES:
-                    put(o, " gres=%s%s%s:%lu", cd->gres_name, cd->pattern[0] ? ":" : "", cd->pattern,
-                        cd->count);
+                    put(o, " gres=%s%s%s:%lu", cd->gres_name, cd->pattern[0] ? ":" : "", cd->pattern, cd->count);
                     break;
                 case TF_COND_SCORE_GE: put(o, " score>=%.17g", cd->value); break;
                 case TF_COND_SCORE_LT: put(o, " score<%.17g", cd->value); break;
             }
         }
         put(o, " -> ");
-        if (rule->use_score)
-            put(o, "score");
-        else
-            put_tags(o, rule->tags);
+        if (rule->use_score) put(o, "score");
+        else put_tags(o, rule->tags);
         put(o, "\n");
     }
 }
@@ -198,19 +185,18 @@ static void format_map(const struct tf_map* m, struct out* o) {
 /* Same map, up to line numbers. */
 static void check_same_map(const struct tf_map* a, const struct tf_map* b) {
     FUZZ_CHECK(a->nhw == b->nhw && a->has_normalize == b->has_normalize && a->ntier == b->ntier &&
-                   a->custom_tiers == b->custom_tiers && a->nrule == b->nrule &&
-                   a->has_default == b->has_default && a->default_tags == b->default_tags,
+                   a->custom_tiers == b->custom_tiers && a->nrule == b->nrule && a->has_default == b->has_default &&
+                   a->default_tags == b->default_tags,
                "re-parsed map differs in its counts");
     for (int i = 0; i < a->nhw; i++)
         FUZZ_CHECK(strcmp(a->hw[i].name, b->hw[i].name) == 0 && a->hw[i].compute == b->hw[i].compute &&
                        a->hw[i].membw == b->hw[i].membw,
                    "re-parsed hardware %d differs", i);
     if (a->has_normalize)
-        FUZZ_CHECK(a->norm_compute == b->norm_compute && a->norm_membw == b->norm_membw,
-                   "re-parsed normalize differs");
+        FUZZ_CHECK(a->norm_compute == b->norm_compute && a->norm_membw == b->norm_membw, "re-parsed normalize differs");
     for (int i = 0; i < a->ntier; i++)
-        FUZZ_CHECK(a->tier[i].min == b->tier[i].min && a->tier[i].tags == b->tier[i].tags,
-                   "re-parsed tier %d differs", i);
+        FUZZ_CHECK(a->tier[i].min == b->tier[i].min && a->tier[i].tags == b->tier[i].tags, "re-parsed tier %d differs",
+                   i);
     for (int r = 0; r < a->nrule; r++) {
         const struct tf_rule *x = &a->rule[r], *y = &b->rule[r];
         FUZZ_CHECK(x->ncond == y->ncond && x->use_score == y->use_score && x->tags == y->tags,
@@ -233,8 +219,8 @@ static void check_eval(const struct tf_map* m, const struct tf_map* m2, const st
         struct tf_result res, again, other;
         unsigned tags = tf_evaluate(m, args, node, req, &res);
 
-        FUZZ_CHECK(tags == res.tags && res.tags == (res.map_tags & req), "tags %#x vs map %#x & %#x",
-                   res.tags, res.map_tags, req);
+        FUZZ_CHECK(tags == res.tags && res.tags == (res.map_tags & req), "tags %#x vs map %#x & %#x", res.tags,
+                   res.map_tags, req);
         check_tags(res.map_tags, 1, "evaluated");
         FUZZ_CHECK(res.rule >= -1 && res.rule < m->nrule, "rule index %d", res.rule);
         FUZZ_CHECK(res.hw >= -1 && res.hw < m->nhw, "hardware index %d", res.hw);
@@ -245,17 +231,14 @@ static void check_eval(const struct tf_map* m, const struct tf_map* m2, const st
             FUZZ_CHECK(!res.from_default && res.map_tags != 0, "matched rule without tags");
             if (rule->use_score)
                 FUZZ_CHECK(res.hw >= 0 && res.map_tags == tf_map_tier_tags(m, res.score), "score rule tags");
-            else
-                FUZZ_CHECK(res.map_tags == rule->tags, "rule tags");
+            else FUZZ_CHECK(res.map_tags == rule->tags, "rule tags");
             FUZZ_CHECK(res.source == (res.tags == res.map_tags ? TF_SRC_MAP : TF_SRC_OPTION), "source");
         } else {
             FUZZ_CHECK(res.from_default && res.source == TF_SRC_DEFAULT, "no rule but not default");
             if (args && args->has_default)
                 FUZZ_CHECK(res.has_default && res.map_tags == args->default_tags, "plugstack default");
-            else if (m->has_default)
-                FUZZ_CHECK(res.has_default && res.map_tags == m->default_tags, "map default");
-            else
-                FUZZ_CHECK(!res.has_default && res.map_tags == 0, "no default but tags");
+            else if (m->has_default) FUZZ_CHECK(res.has_default && res.map_tags == m->default_tags, "map default");
+            else FUZZ_CHECK(!res.has_default && res.map_tags == 0, "no default but tags");
         }
         /* a "*"-only rule without score before the chosen one would have matched */
         int last = res.rule < 0 ? m->nrule : res.rule;
@@ -273,8 +256,7 @@ static void check_eval(const struct tf_map* m, const struct tf_map* m2, const st
     }
 }
 
-static void eval_nodes(const struct tf_map* m, const struct tf_map* m2, const char* features,
-                       const char* gres) {
+static void eval_nodes(const struct tf_map* m, const struct tf_map* m2, const char* features, const char* gres) {
     char err[TF_ERR_LEN];
     struct tf_node node;
     struct tf_args args;

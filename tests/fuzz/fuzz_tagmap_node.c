@@ -55,8 +55,7 @@ static void check_describe_bounds(const struct tf_node* n) {
     for (size_t len = 1; len < 24; len += 5) {
         char* b = malloc(len);
         tf_node_describe(n, b, len);
-        FUZZ_CHECK(memchr(b, '\0', len) != NULL && strncmp(b, full, strlen(b)) == 0,
-                   "describe into %zu bytes", len);
+        FUZZ_CHECK(memchr(b, '\0', len) != NULL && strncmp(b, full, strlen(b)) == 0, "describe into %zu bytes", len);
         free(b);
     }
 }
@@ -82,16 +81,14 @@ static void check_features(const char* csv) {
             const char* comma = strchr(p, ',');
             size_t len = comma ? (size_t)(comma - p) : strlen(p);
             if (len > 0) {
-                FUZZ_CHECK(k < n.nfeatures && strlen(n.features[k]) == len &&
-                               memcmp(n.features[k], p, len) == 0,
+                FUZZ_CHECK(k < n.nfeatures && strlen(n.features[k]) == len && memcmp(n.features[k], p, len) == 0,
                            "feature %d", k);
                 k++;
             }
             if (!comma) break;
             p = comma + 1;
         }
-        FUZZ_CHECK(k == n.nfeatures && n.nfeatures <= TF_MAX_FEATURES, "%d features, %d items",
-                   n.nfeatures, k);
+        FUZZ_CHECK(k == n.nfeatures && n.nfeatures <= TF_MAX_FEATURES, "%d features, %d items", n.nfeatures, k);
         check_describe_bounds(&n);
     }
     free(err);
@@ -132,12 +129,10 @@ static void check_gres(const char* detail, struct tf_node* out) {
             FUZZ_CHECK(tf_node_add_gres(&back, gp, err, TF_ERR_LEN) == 0,
                        "described GRES '%s' does not parse again: %s", gp, err);
         }
-        FUZZ_CHECK(back.ngres == n.ngres, "described GRES '%s': %d entries, not %d", gp, back.ngres,
-                   n.ngres);
+        FUZZ_CHECK(back.ngres == n.ngres, "described GRES '%s': %d entries, not %d", gp, back.ngres, n.ngres);
         for (int i = 0; i < n.ngres; i++)
             FUZZ_CHECK(strcmp(back.gres[i].name, n.gres[i].name) == 0 &&
-                           strcmp(back.gres[i].type, n.gres[i].type) == 0 &&
-                           back.gres[i].count == n.gres[i].count,
+                           strcmp(back.gres[i].type, n.gres[i].type) == 0 && back.gres[i].count == n.gres[i].count,
                        "described GRES '%s': entry %d differs", gp, i);
         check_describe_bounds(&n);
         *out = n;
@@ -194,8 +189,7 @@ static void check_args(int ac, char** av) {
         FUZZ_CHECK(printable_line(err) && err[0], "argument error: %s", err);
     } else {
         FUZZ_CHECK(a.map[0] == '/' || (a.map[0] == '\0' && a.has_default), "args without map or default");
-        FUZZ_CHECK((a.default_tags & ~TF_TAG_ALL) == 0 && (a.has_default || a.default_tags == 0),
-                   "default tags");
+        FUZZ_CHECK((a.default_tags & ~TF_TAG_ALL) == 0 && (a.has_default || a.default_tags == 0), "default tags");
         int seen = 0;
         for (int i = 0; i < ac; i++)
             if (strncmp(av[i], "map=", 4) == 0) {
@@ -216,12 +210,9 @@ static void check_eval(const struct tf_node* node, const char* requested) {
     if (tf_tags_parse(requested, 1, 0, &req, err, sizeof(err)) != 0) req = TF_TAG_ALL;
     unsigned tags = tf_evaluate(&example, NULL, node, req, &res);
     FUZZ_CHECK(tags == res.tags && tags == (res.map_tags & req), "tags");
-    FUZZ_CHECK(res.rule >= -1 && res.rule < example.nrule && res.hw >= -1 && res.hw < example.nhw,
-               "indices");
-    if (res.rule < 0)
-        FUZZ_CHECK(res.from_default && res.has_default && res.map_tags == TF_TAG_ROLLOUT, "default");
-    else
-        FUZZ_CHECK(res.map_tags != 0 && !res.from_default, "matched rule");
+    FUZZ_CHECK(res.rule >= -1 && res.rule < example.nrule && res.hw >= -1 && res.hw < example.nhw, "indices");
+    if (res.rule < 0) FUZZ_CHECK(res.from_default && res.has_default && res.map_tags == TF_TAG_ROLLOUT, "default");
+    else FUZZ_CHECK(res.map_tags != 0 && !res.from_default, "matched rule");
     /* a node with a hardware entry always matches by the final "rule * -> score" at the latest */
     if (res.hw >= 0) FUZZ_CHECK(res.rule >= 0, "known hardware without a rule");
 }
@@ -233,8 +224,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     if (!example_ok) {
         char err[TF_ERR_LEN];
-        example_ok = tf_map_parse(&example, "example.map", kExampleMap, strlen(kExampleMap), err,
-                                  sizeof(err)) == 0;
+        example_ok = tf_map_parse(&example, "example.map", kExampleMap, strlen(kExampleMap), err, sizeof(err)) == 0;
         FUZZ_CHECK(example_ok, "example map: %s", err);
     }
     while (n < 3 + MAX_ARGS && (pos < size || n < 3)) {

@@ -26,8 +26,10 @@ using namespace tagflow;
 
 namespace {
 [[noreturn]] void usage(const char* msg) {
-    std::fprintf(stderr, "gateway_test_server: %s\nusage: gateway_test_server --out DIR [--listen HOST:PORT] "
-                         "[--seed S] [--context N] [--max-batch N] [--max-body BYTES] [--model-id ID] [--tokenizer PATH]\n", msg);
+    std::fprintf(stderr,
+                 "gateway_test_server: %s\nusage: gateway_test_server --out DIR [--listen HOST:PORT] "
+                 "[--seed S] [--context N] [--max-batch N] [--max-body BYTES] [--model-id ID] [--tokenizer PATH]\n",
+                 msg);
     std::exit(2);
 }
 }  // namespace
@@ -93,9 +95,8 @@ int main(int argc, char** argv) {
         gateway::write_token_file(out + "/gateway.token", sc.token);
         gateway::Server server(sc, backend, tok);
         server.start();
-        std::printf("gateway listening on http://%s:%d/v1\n", host.find(':') != std::string::npos
-                                                                   ? ("[" + host + "]").c_str() : host.c_str(),
-                    server.port());
+        std::printf("gateway listening on http://%s:%d/v1\n",
+                    host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(), server.port());
         std::fflush(stdout);
         int sig = 0;
         sigwait(&sigs, &sig);

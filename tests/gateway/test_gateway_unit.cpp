@@ -153,7 +153,8 @@ TEST(OpenAI, CompletionRequestFields) {
     ASSERT_TRUE(parse(Endpoint::kCompletions,
                       R"({"model":"m","prompt":"ab","max_tokens":4,"temperature":0,"top_p":0.5,"top_k":3,)"
                       R"("seed":7,"stop":["\n"],"stop_token_ids":[5],"logprobs":2,"session":"s1"})",
-                      &p, &e)) << e.message;
+                      &p, &e))
+        << e.message;
     EXPECT_EQ(p.req.prompt_ids, (std::vector<int32_t>{'a', 'b'}));
     EXPECT_EQ(p.req.max_tokens, 4);
     EXPECT_EQ(p.req.temperature, 0.0);
@@ -176,9 +177,11 @@ TEST(OpenAI, CompletionRequestFields) {
 TEST(OpenAI, ChatRequestUsesTemplateAndFillsContext) {
     ParsedRequest p;
     ApiError e;
-    ASSERT_TRUE(parse(Endpoint::kChat,
-                      R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"logprobs":true,"top_logprobs":1})",
-                      &p, &e)) << e.message;
+    ASSERT_TRUE(parse(
+        Endpoint::kChat,
+        R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"logprobs":true,"top_logprobs":1})",
+        &p, &e))
+        << e.message;
     model::Tokenizer t;
     EXPECT_EQ(p.req.prompt_ids, t.apply_chat_template({{"user", "hi"}}));
     EXPECT_EQ(p.req.max_tokens, 32 - static_cast<int32_t>(p.req.prompt_ids.size()));
@@ -202,7 +205,8 @@ TEST(OpenAI, RejectionsAreOpenAIErrors) {
         {Endpoint::kCompletions, R"({"model":"m","prompt":[1,999]})", 400, "[0, 272)"},
         {Endpoint::kCompletions, R"({"model":"m","prompt":"a","max_tokens":0})", 400, "max_tokens"},
         {Endpoint::kCompletions, R"({"model":"m","prompt":"a","max_tokens":40})", 400, "maximum context length"},
-        {Endpoint::kCompletions, R"({"model":"m","prompt":"0123456789012345678901234567890123"})", 400, "maximum context length"},
+        {Endpoint::kCompletions, R"({"model":"m","prompt":"0123456789012345678901234567890123"})", 400,
+         "maximum context length"},
         {Endpoint::kCompletions, R"({"model":"m","prompt":"a","temperature":3})", 400, "temperature"},
         {Endpoint::kCompletions, R"({"model":"m","prompt":"a","top_p":0})", 400, "top_p"},
         {Endpoint::kCompletions, R"({"model":"m","prompt":"a","n":2})", 400, "'n'"},
@@ -213,7 +217,8 @@ TEST(OpenAI, RejectionsAreOpenAIErrors) {
         {Endpoint::kChat, R"({"model":"m","messages":[]})", 400, "messages"},
         {Endpoint::kChat, R"({"model":"m","messages":[{"role":"wizard","content":"x"}]})", 400, "role"},
         {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})", 400, "tools"},
-        {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", 400, "logprobs"},
+        {Endpoint::kChat, R"({"model":"m","messages":[{"role":"user","content":"x"}],"top_logprobs":2})", 400,
+         "logprobs"},
     };
     for (const Case& c : cases) {
         ParsedRequest p;
@@ -290,7 +295,7 @@ TEST(Server, TokenFileIsPrivateAndTokensDiffer) {
     }
     ::chmod(path.c_str(), 0644);
     write_token_file(path, a);
-    struct stat st{};
+    struct stat st {};
     ASSERT_EQ(::stat(path.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0600u);
     std::ifstream f(path);

@@ -25,9 +25,7 @@ using tagflow::gpu::NcclCollectives;
 
 namespace {
 
-double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -84,8 +82,8 @@ int main(int argc, char** argv) {
     }
     int n = want_gpus > 0 ? std::min<int>(static_cast<int>(want_gpus), ndev) : ndev;
     size_t bucket = static_cast<size_t>(bucket_mb) << 20;
-    std::printf("nccl_bench: %s, %d GPU(s), bucket %ld MiB, median of %ld\n",
-                tagflow::gpu::nccl_build_info().c_str(), n, bucket_mb, iters);
+    std::printf("nccl_bench: %s, %d GPU(s), bucket %ld MiB, median of %ld\n", tagflow::gpu::nccl_build_info().c_str(),
+                n, bucket_mb, iters);
     auto group = NcclCollectives::local_group(n, bucket);
     std::printf("%-22s %10s %8s %10s %9s %14s\n", "op", "MiB", "buckets", "ms", "GB/s", "vs memcpy rt");
 

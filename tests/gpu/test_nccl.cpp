@@ -26,16 +26,15 @@ namespace {
 
 int gpus() { return tagflow::gpu::cuda_device_count(); }
 
-#define SKIP_WITHOUT_GPU()                                                              \
-    do {                                                                                \
-        std::string why_;                                                               \
+#define SKIP_WITHOUT_GPU()                                                                   \
+    do {                                                                                     \
+        std::string why_;                                                                    \
         if (tagflow::gpu::cuda_device_count(&why_) == 0) GTEST_SKIP() << "no GPU: " << why_; \
     } while (0)
 
 // Runs fn(member) for every member of a local group of `n` GPUs, one thread each; rethrows the
 // first exception in the calling thread.
-void run_group(std::vector<std::unique_ptr<NcclCollectives>>& group,
-               const std::function<void(NcclCollectives&)>& fn) {
+void run_group(std::vector<std::unique_ptr<NcclCollectives>>& group, const std::function<void(NcclCollectives&)>& fn) {
     std::vector<std::exception_ptr> errs(group.size());
     std::vector<std::thread> th;
     for (size_t i = 0; i < group.size(); ++i)
@@ -216,7 +215,8 @@ TEST(NcclCudaTensors, AllreduceInPlaceAndPacked) {
     auto group = NcclCollectives::local_group(n, kBucketBytes);
     std::vector<std::vector<at::Tensor>> data(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r)
-        data[static_cast<size_t>(r)] = make_tensors(r, at::kFloat, at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(r)));
+        data[static_cast<size_t>(r)] =
+            make_tensors(r, at::kFloat, at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(r)));
     run_group(group, [&](NcclCollectives& c) {
         auto s = c.allreduce_sum(data[static_cast<size_t>(c.rank())]);
         EXPECT_EQ(s.buckets, expected_buckets(4));

@@ -30,7 +30,8 @@ static double cpu_s() {
 int main(int argc, char** argv) {
     const int n = argc > 1 ? std::atoi(argv[1]) : 5;
     const int seconds = argc > 2 ? std::atoi(argv[2]) : 3;
-    const std::string dir = std::string(argc > 3 ? argv[3] : "/tmp") + "/tagflow-heartbeat-cost." + std::to_string(getpid());
+    const std::string dir =
+        std::string(argc > 3 ? argv[3] : "/tmp") + "/tagflow-heartbeat-cost." + std::to_string(getpid());
     const double c0 = cpu_s();
     {
         std::vector<std::unique_ptr<Watchdog>> w;
@@ -53,8 +54,9 @@ int main(int argc, char** argv) {
         return 1;
     }
     const double per_beat = cpu / static_cast<double>(beats);
-    printf("%d watchdogs, %ld beats in %d s: %.3f s CPU, %.1f us per beat (1 write + %d reads); "
-           "at 1 beat/s that is %.4f%% of one core per rank\n",
-           n, beats, seconds, cpu, per_beat * 1e6, std::min(4, n - 1), per_beat * 100.0);
+    printf(
+        "%d watchdogs, %ld beats in %d s: %.3f s CPU, %.1f us per beat (1 write + %d reads); "
+        "at 1 beat/s that is %.4f%% of one core per rank\n",
+        n, beats, seconds, cpu, per_beat * 1e6, std::min(4, n - 1), per_beat * 100.0);
     return 0;
 }

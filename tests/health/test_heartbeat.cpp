@@ -61,13 +61,13 @@ TEST(Record, RejectsTornAndForeign) {
     std::string s = format_record(rec("r", 3));
     Record out;
     EXPECT_FALSE(parse_record("", &out));
-    EXPECT_FALSE(parse_record(s.substr(0, 40), &out));                    // torn: short
+    EXPECT_FALSE(parse_record(s.substr(0, 40), &out));  // torn: short
     std::string no_nl = s;
     no_nl.back() = ' ';
-    EXPECT_FALSE(parse_record(no_nl, &out));                              // torn: no final newline
+    EXPECT_FALSE(parse_record(no_nl, &out));  // torn: no final newline
     std::string other = s;
     other.replace(0, 7, "xxxxxxx");
-    EXPECT_FALSE(parse_record(other, &out));                              // another format
+    EXPECT_FALSE(parse_record(other, &out));  // another format
     std::string bad_state = format_record(rec("r", 3));
     bad_state.replace(bad_state.find(" run "), 5, " zzz ");
     EXPECT_FALSE(parse_record(bad_state, &out));
@@ -90,7 +90,8 @@ TEST(Ring, WatchedRanks) {
 TEST(Message, NamesRankAndHost) {
     EXPECT_EQ(lost_message(3, "node2", 31.2),
               "tagflow: rank 3 (host node2) stopped answering: no heartbeat for 31 s; aborting the job");
-    EXPECT_EQ(lost_message(1, "", 6), "tagflow: rank 1 (host unknown) stopped answering: no heartbeat for 6 s; aborting the job");
+    EXPECT_EQ(lost_message(1, "", 6),
+              "tagflow: rank 1 (host unknown) stopped answering: no heartbeat for 6 s; aborting the job");
 }
 
 TEST(Tracker, SilentPeerIsLostAfterTimeout) {
@@ -98,7 +99,7 @@ TEST(Tracker, SilentPeerIsLostAfterTimeout) {
     PeerTracker::Lost lost;
     for (int s = 1; s <= 10; ++s) {
         t.tick(at(s));
-        t.observe(1, true, rec("run", s), at(s));        // rank 1 beats every second
+        t.observe(1, true, rec("run", s), at(s));                              // rank 1 beats every second
         if (s <= 3) t.observe(2, true, rec("run", s, false, "hostc"), at(s));  // rank 2 stops after 3 s
         bool any = t.find_lost(at(s), &lost);
         if (s <= 8) {
@@ -159,7 +160,7 @@ TEST(Tracker, OwnSuspensionRestartsEveryClock) {
     t.tick(at(62));
     EXPECT_FALSE(t.find_lost(at(62), &lost));
     for (int s = 63; s <= 67; ++s) t.tick(at(s));
-    EXPECT_TRUE(t.find_lost(at(67), &lost));    // but a silent peer is still caught later
+    EXPECT_TRUE(t.find_lost(at(67), &lost));  // but a silent peer is still caught later
 }
 
 // Real threads and files: two live watchdogs never report each other; with rank 1 gone

@@ -117,7 +117,7 @@ TEST(Status, WriterAgesASilentRankAndEndsDone) {
     EXPECT_EQ(j["ranks"][0]["engine_slots"], 4);
     EXPECT_EQ(j["ranks"][0]["stale"], false);
     EXPECT_EQ(j["ranks"][1]["missing"], false);
-    EXPECT_EQ(j["ranks"][1]["stale"], false);  // not yet
+    EXPECT_EQ(j["ranks"][1]["stale"], false);   // not yet
     EXPECT_EQ(j["ranks"][2]["missing"], true);  // another run's record is no record
     EXPECT_EQ(j["ranks"][2]["host"], "h2");
     status_board().set_role(0, 4);

@@ -114,7 +114,7 @@ TEST(PretrainedCheck, ShapesMatchTheModel) {
         std::map<std::string, std::vector<int64_t>> have;
         for (const auto& [name, t] : m.hf_state_dict()) have[name] = t.sizes().vec();
         EXPECT_EQ(llama_param_shapes(c), have) << "tie " << c.tie_word_embeddings << " qkv_bias " << c.qkv_bias
-                                                << " o_bias " << c.o_bias << " abs " << c.abs_positions;
+                                               << " o_bias " << c.o_bias << " abs " << c.abs_positions;
     }
 }
 

@@ -31,10 +31,10 @@ static int printable_line(const char* s) {
     return 1;
 }
 
-#define CHECK_LINE(s)                                                                        \
-    do {                                                                                     \
-        CHECK(printable_line(s));                                                            \
-        if (!printable_line(s)) fprintf(stderr, "  not one printable line: \"%s\"\n", s);     \
+#define CHECK_LINE(s)                                                                     \
+    do {                                                                                  \
+        CHECK(printable_line(s));                                                         \
+        if (!printable_line(s)) fprintf(stderr, "  not one printable line: \"%s\"\n", s); \
     } while (0)
 
 static char* long_value(size_t n, const char* unit) {
@@ -80,12 +80,18 @@ static void hostile_value(const char* v) {
 
 static void test_rl_tags(void) {
     static const char* values[] = {
-        "rollout\ntrain",       "rollout\r\n",          "rollout=train",       "0=rollout;1=train",
-        "rollout;train",        "rollout train",        " rollout",            "rollout,",
-        "\xff\xfe",             "roll\xc3\x28out",      "\xe2\x82",            "rol\x1b[31mlout",
-        "%n%n%n%n",             "%s%s%s%s%s%s%s%s",    "%999999999d%n",       "%x%x%x%x%p%p",
-        "rollout,%n",           "auto,%s",              "\x01\x02\x03",        "train,train,%n",
-        "$(reboot)",            "`id`",                 "../../etc/passwd",    "TAGFLOW_TAGS=critic",
+        "rollout\ntrain",   "rollout\r\n",
+        "rollout=train",    "0=rollout;1=train",
+        "rollout;train",    "rollout train",
+        " rollout",         "rollout,",
+        "\xff\xfe",         "roll\xc3\x28out",
+        "\xe2\x82",         "rol\x1b[31mlout",
+        "%n%n%n%n",         "%s%s%s%s%s%s%s%s",
+        "%999999999d%n",    "%x%x%x%x%p%p",
+        "rollout,%n",       "auto,%s",
+        "\x01\x02\x03",     "train,train,%n",
+        "$(reboot)",        "`id`",
+        "../../etc/passwd", "TAGFLOW_TAGS=critic",
     };
     for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) hostile_value(values[i]);
     /* long: just over the limit, 64 KiB, 1 MiB; with newlines and %n inside */
@@ -117,9 +123,15 @@ static void test_plugstack(void) {
     char bigmap_arg[4200];
     snprintf(bigmap_arg, sizeof(bigmap_arg), "map=%s", bigmap);
     char* cases[][2] = {
-        {"map=relative.map", NULL},  {"default=%n%s%s", NULL},   {"default=rollout\ntrain", NULL},
-        {"map=", NULL},              {"bogus=1", NULL},          {big, NULL},
-        {bigmap_arg, NULL},          {"default=\xff", NULL},     {g_map_arg, "map=/etc/other.map"},
+        {"map=relative.map", NULL},
+        {"default=%n%s%s", NULL},
+        {"default=rollout\ntrain", NULL},
+        {"map=", NULL},
+        {"bogus=1", NULL},
+        {big, NULL},
+        {bigmap_arg, NULL},
+        {"default=\xff", NULL},
+        {g_map_arg, "map=/etc/other.map"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int ac = cases[i][1] ? 2 : 1;

@@ -10,8 +10,7 @@ namespace {
 std::string make_temp_dir() {
     long pid = static_cast<long>(getpid());
     MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    std::string dir = (std::filesystem::temp_directory_path() /
-                       ("tagflow-io-" + std::to_string(pid))).string();
+    std::string dir = (std::filesystem::temp_directory_path() / ("tagflow-io-" + std::to_string(pid))).string();
     if (world_rank() == 0) std::filesystem::create_directories(dir);
     MPI_Barrier(MPI_COMM_WORLD);
     return dir;
@@ -21,15 +20,12 @@ std::string make_temp_dir() {
 struct TempDirCleanup : ::testing::Environment {
     void TearDown() override {
         MPI_Barrier(MPI_COMM_WORLD);
-        if (world_rank() == 0 && !getenv("TAGFLOW_KEEP_TEST_FILES"))
-            std::filesystem::remove_all(temp_dir());
+        if (world_rank() == 0 && !getenv("TAGFLOW_KEEP_TEST_FILES")) std::filesystem::remove_all(temp_dir());
     }
 };
 [[maybe_unused]] auto* const g_cleanup = ::testing::AddGlobalTestEnvironment(new TempDirCleanup);
 
-bool same_float(float a, float b) {
-    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
-}
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
 
 }  // namespace
 
@@ -61,9 +57,8 @@ void expect_samples(hid_t file, const std::vector<SampleRecord>& want) {
 
     const size_t n = want.size();
     ASSERT_EQ(id.size(), n);  // ASSERT is fine here: no collective follows inside this helper
-    for (auto sz : {group.size(), pidx.size(), task.size(), reward.size(), fr.size(), rank.size(),
-                    vmin.size(), vmax.size(), tdone.size(), text_start.size(), response_start.size(),
-                    text_end.size()})
+    for (auto sz : {group.size(), pidx.size(), task.size(), reward.size(), fr.size(), rank.size(), vmin.size(),
+                    vmax.size(), tdone.size(), text_start.size(), response_start.size(), text_end.size()})
         EXPECT_EQ(sz, n);
     ASSERT_EQ(off.size(), n + 1);
     EXPECT_EQ(static_cast<size_t>(n ? text_end.back() : 0), text.size());
@@ -73,8 +68,7 @@ void expect_samples(hid_t file, const std::vector<SampleRecord>& want) {
     EXPECT_EQ(ver.size(), tokens.size());
     EXPECT_EQ(mask.size(), tokens.size());
     for (size_t k = 0; k + 1 < off.size(); ++k) EXPECT_LE(off[k], off[k + 1]) << "row " << k;
-    if (lp.size() != tokens.size() || ver.size() != tokens.size() || mask.size() != tokens.size())
-        return;
+    if (lp.size() != tokens.size() || ver.size() != tokens.size() || mask.size() != tokens.size()) return;
     for (size_t k = 0; k < n; ++k) {
         const SampleRecord& w = want[k];
         EXPECT_EQ(id[k], w.id) << "row " << k;

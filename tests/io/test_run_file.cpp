@@ -52,22 +52,20 @@ std::vector<StepRecord> steps_of(int rank, int round) {
 }
 std::vector<EvalRecord> eval_of(int rank, int round, int n) {
     if (rank != n - 1) return {};
-    return {{round, "a_task_name_much_longer_than_thirty_two_bytes_" + std::to_string(round),
-             0.75f, 16, "source/" + std::to_string(round), round % 3}};
+    return {{round, "a_task_name_much_longer_than_thirty_two_bytes_" + std::to_string(round), 0.75f, 16,
+             "source/" + std::to_string(round), round % 3}};
 }
 std::vector<SyncRecord> syncs_of(int rank, int round) {
     if (rank != 0) return {};
     // Even rounds: a dense row with the defaults (dense_bytes = bytes, gbps computed by the
     // writer); odd rounds: a delta row with every field given.
     if (round % 2 == 0) return {{round + 1, 1 << 20, 10.0 * round + 2.5, 10.0 * round + 2.75, "mpi_bcast"}};
-    return {{round + 1, 1 << 18, 10.0 * round + 2.5, 10.0 * round + 2.75, "mpi_bcast_delta", 1 << 20, 3,
-             0.5f}};
+    return {{round + 1, 1 << 18, 10.0 * round + 2.5, 10.0 * round + 2.75, "mpi_bcast_delta", 1 << 20, 3, 0.5f}};
 }
 std::vector<SpanRecord> spans_of(int rank, int round) {
     std::vector<SpanRecord> v;
     for (int i = 0; i < (rank + round) % 2 + rank % 2; ++i)
-        v.push_back({rank, static_cast<SpanKind>((rank + i) % 7), round + 0.1 * i, round + 0.1 * i + 0.05,
-                     round});
+        v.push_back({rank, static_cast<SpanKind>((rank + i) % 7), round + 0.1 * i, round + 0.1 * i + 0.05, round});
     return v;
 }
 std::vector<RankRecord> ranks_of(int rank, int round) {
@@ -138,8 +136,7 @@ void expect_tables(const std::string& path, int last) {
 
     auto etask = read_strings(f, "/eval/task");
     ASSERT_EQ(etask.size(), static_cast<size_t>(last));
-    for (int k = 0; k < last; ++k)
-        EXPECT_EQ(etask[k], eval_of(n - 1, k, n)[0].task.substr(0, kTaskLen));  // cut to S32
+    for (int k = 0; k < last; ++k) EXPECT_EQ(etask[k], eval_of(n - 1, k, n)[0].task.substr(0, kTaskLen));  // cut to S32
     auto esource = read_strings(f, "/eval/data_source");
     auto ek = read_ds<int32_t>(f, "/eval/k");
     ASSERT_EQ(esource.size(), static_cast<size_t>(last));
@@ -222,7 +219,7 @@ TEST(RunFile, RootAttributesDtypesAndEnums) {
     {
         RunFile f = RunFile::create(MPI_COMM_WORLD, path, a);
         EXPECT_EQ(f.attributes().t0_unix, 1.7e9);  // rank 0's value, broadcast
-    }  // the destructor closes (no exception in flight)
+    }                                              // the destructor closes (no exception in flight)
     File file = open_file_serial(path);
     hid_t f = file.get();
     EXPECT_EQ(read_string_attr(f, "format"), "tagflow");
@@ -241,15 +238,15 @@ TEST(RunFile, RootAttributesDtypesAndEnums) {
     Dataset fr = open_dataset(f, "/samples/finish_reason");
     EXPECT_EQ(read_string_attr(fr.get(), "enum_names"), "stop,length,abort");
     Dataset kind = open_dataset(f, "/timeline/kind");
-    EXPECT_EQ(read_string_attr(kind.get(), "enum_names"),
-              "rollout,train,weight_sync,resplit,idle,io,checkpoint");
+    EXPECT_EQ(read_string_attr(kind.get(), "enum_names"), "rollout,train,weight_sync,resplit,idle,io,checkpoint");
     Dataset ts = open_dataset(f, "/steps/t_start");
     EXPECT_EQ(read_string_attr(ts.get(), "units"), "s since t0_unix");
     Dataset gbps = open_dataset(f, "/syncs/gbps");
     EXPECT_EQ(read_string_attr(gbps.get(), "units"), "GB/s");
     // Fixed-length null-padded strings, chunked unlimited 1-D datasets, created empty.
-    const std::pair<const char*, size_t> strings[] = {{"/samples/task", 32}, {"/eval/task", 32},
-        {"/eval/data_source", 64}, {"/syncs/mode", 16}, {"/ranks/host", 64}, {"/ranks/tags", 32}, {"/ranks/tag_source", 16}};
+    const std::pair<const char*, size_t> strings[] = {
+        {"/samples/task", 32}, {"/eval/task", 32},  {"/eval/data_source", 64}, {"/syncs/mode", 16},
+        {"/ranks/host", 64},   {"/ranks/tags", 32}, {"/ranks/tag_source", 16}};
     for (auto [name, len] : strings) {
         Dataset d = open_dataset(f, name);
         Datatype t(H5Dget_type(d.get()), name);
@@ -295,8 +292,7 @@ TEST(RunFile, OpenAppendContinuesWhereItStopped) {
         EXPECT_EQ(s.samples, static_cast<int64_t>(expected_samples(0, 2, world_size()).size()));
         EXPECT_EQ(s.steps, 2);
         write_rounds(f, 2, 3);
-        f.append_resumes(world_rank() == 0 ? std::vector<ResumeRecord>{{1, 12.5, 0}}
-                                           : std::vector<ResumeRecord>{});
+        f.append_resumes(world_rank() == 0 ? std::vector<ResumeRecord>{{1, 12.5, 0}} : std::vector<ResumeRecord>{});
         EXPECT_EQ(f.io_stats().independent_writes, 0);
         f.close();
     }
@@ -373,8 +369,8 @@ TEST(RunFile, OpenAppendAddsTheTextColumnsAnOlderFileLacks) {
     }
     {
         File f = open_file(MPI_COMM_WORLD, path, true);
-        for (const char* name : {"/samples/text_start", "/samples/response_text_start", "/samples/text_end",
-                                 "/samples/text"})
+        for (const char* name :
+             {"/samples/text_start", "/samples/response_text_start", "/samples/text_end", "/samples/text"})
             ASSERT_GE(H5Ldelete(f.get(), name, H5P_DEFAULT), 0);
     }
     const size_t old = expected_samples(0, 2, n).size();
@@ -441,8 +437,7 @@ TEST(RunFile, OpenAppendRepairsColumnsOfUnequalLength) {
         for (const auto& [name, value] : extra) {
             Dataset d = open_dataset(f.get(), name);
             hsize_t n = extent_of(d.get());
-            write_slab(d.get(), dxpl.get(), value.first, n + 1, n, world_rank() == 0 ? 1 : 0,
-                       value.second);
+            write_slab(d.get(), dxpl.get(), value.first, n + 1, n, world_rank() == 0 ? 1 : 0, value.second);
         }
     }
     {

@@ -58,8 +58,7 @@ int main(int argc, char** argv) {
         a.t0_unix = 1767225600.0;
         a.slurm_job_id = "77";
         RunFile f = RunFile::create(MPI_COMM_WORLD, argv[1], a);
-        f.append_ranks({{rank, "node" + std::to_string(rank), rank ? "rollout,train" : "rollout",
-                         "option", 0, 0.0}});
+        f.append_ranks({{rank, "node" + std::to_string(rank), rank ? "rollout,train" : "rollout", "option", 0, 0.0}});
         // Round 0: rank 0 has two samples, rank 1 none; round 1: one and two.
         const int per_round[2][2] = {{2, 0}, {1, 2}};
         int k = 0;
@@ -70,9 +69,9 @@ int main(int argc, char** argv) {
             std::vector<ConsumedRecord> used;
             for (const SampleRecord& s : rows) used.push_back({s.id, step, 0.5f, 1.0f});
             f.append_consumed(used);
-            f.append_timeline({{rank, SpanKind::kRollout, 2.0 * step, 2.0 * step + 1, step},
-                               {rank, rank ? SpanKind::kIdle : SpanKind::kTrain, 2.0 * step + 1,
-                                2.0 * step + 1.5, step}});
+            f.append_timeline(
+                {{rank, SpanKind::kRollout, 2.0 * step, 2.0 * step + 1, step},
+                 {rank, rank ? SpanKind::kIdle : SpanKind::kTrain, 2.0 * step + 1, 2.0 * step + 1.5, step}});
             if (rank == 0) {
                 StepRecord st;
                 st.step = step;
@@ -91,8 +90,7 @@ int main(int argc, char** argv) {
             }
             f.flush();
         }
-        f.append_resumes(rank == 0 ? std::vector<ResumeRecord>{{1, 5.0, 0}}
-                                   : std::vector<ResumeRecord>{});
+        f.append_resumes(rank == 0 ? std::vector<ResumeRecord>{{1, 5.0, 0}} : std::vector<ResumeRecord>{});
         f.close();
     } catch (const std::exception& e) {
         fprintf(stderr, "[rank %d] fatal: %s\n", rank, e.what());

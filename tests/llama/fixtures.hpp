@@ -11,8 +11,8 @@ namespace tagflow::model::fixtures {
 
 /// A two-layer config of the given shape (FFN 2x hidden); the named fixtures below and the
 /// task-sized models of other tests start from it and set what they need on top.
-inline HfConfig shape(const std::string& model_type, int64_t hidden, int64_t heads, int64_t kv_heads,
-                      int64_t head_dim, int64_t vocab, int64_t positions) {
+inline HfConfig shape(const std::string& model_type, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                      int64_t vocab, int64_t positions) {
     HfConfig c;
     c.model_type = model_type;
     c.hidden_size = hidden;

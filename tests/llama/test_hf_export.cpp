@@ -98,9 +98,12 @@ TEST(HfExport, Bf16IsTorchRoundingBitForBit) {
     // even: 0x3F80), 1 + 3*2^-8 halfway between 1 + 2^-7 and 1 + 2^-6 (to even: 0x3F82), just above
     // a tie rounds up (0x3F81), -0 stays -0 (0x8000), a subnormal, the largest float (overflows to
     // +inf, as torch does: 0x7F80); the rest are random.
-    const std::vector<float> hard = {1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8),
-                                     1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20), -0.0f,
-                                     std::ldexp(1.0f, -130), 3.4028235e38f};
+    const std::vector<float> hard = {1.0f + std::ldexp(1.0f, -8),
+                                     1.0f + 3 * std::ldexp(1.0f, -8),
+                                     1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20),
+                                     -0.0f,
+                                     std::ldexp(1.0f, -130),
+                                     3.4028235e38f};
     const std::vector<uint16_t> want = {0x3F80, 0x3F82, 0x3F81, 0x8000, 0x0008, 0x7F80};
     {
         torch::NoGradGuard ng;
@@ -175,7 +178,8 @@ TEST(HfExport, TokenizerPaths) {
     fs::create_directories(d);
     EXPECT_NE(error_of([&] { resolve_tokenizer_json(d.string()); }).find("no tokenizer.json in this directory"),
               std::string::npos);
-    EXPECT_NE(error_of([&] { resolve_tokenizer_json((d / "x.json").string()); }).find("--tokenizer"), std::string::npos);
+    EXPECT_NE(error_of([&] { resolve_tokenizer_json((d / "x.json").string()); }).find("--tokenizer"),
+              std::string::npos);
     std::ofstream(d / "tokenizer.json") << "{}";
     EXPECT_EQ(resolve_tokenizer_json(d.string()), (d / "tokenizer.json").string());
     EXPECT_EQ(export_tokenizer("", d.string()), (d / "tokenizer.json").string());

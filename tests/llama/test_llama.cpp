@@ -143,8 +143,7 @@ TEST(Safetensors, RejectsMalformedHeaders) {
     expect_reject("notobject", "[1, 2, 3]", 0, {"must be a JSON object"});
     expect_reject("unknown_dtype", R"({"w":{"dtype":"Q4","shape":[2],"data_offsets":[0,2]}})", 2,
                   {"'w'", "unknown or unsupported dtype 'Q4'"});
-    expect_reject("i64_dtype", R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8,
-                  {"'w'", "'I64'"});
+    expect_reject("i64_dtype", R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8, {"'w'", "'I64'"});
     expect_reject("mismatch", R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20,
                   {"'w'", "shape/offset mismatch"});
     expect_reject("out_of_range", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
@@ -154,8 +153,7 @@ TEST(Safetensors, RejectsMalformedHeaders) {
                       "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                   12, {"'b'", "overlap"});
     expect_reject("gap", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, {"'a'", "gap"});
-    expect_reject("trailing", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12,
-                  {"trailing bytes"});
+    expect_reject("trailing", R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 12, {"trailing bytes"});
     expect_reject("reversed", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})", 4,
                   {"'a'", "end 0 < begin 4"});
     expect_reject("negative_shape", R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4,
@@ -211,11 +209,14 @@ TEST(HfConfig, DefaultsForLlama) {
 TEST(HfConfig, Errors) {
     auto with = [](const std::string& key, const nlohmann::json& v) {
         nlohmann::json j = nlohmann::json::parse(kQwenJson);
-        if (v.is_discarded()) j.erase(key); else j[key] = v;
+        if (v.is_discarded()) j.erase(key);
+        else j[key] = v;
         return j.dump();
     };
     const nlohmann::json erase = nlohmann::json(nlohmann::json::value_t::discarded);
-    struct Case { std::string text, needle; };
+    struct Case {
+        std::string text, needle;
+    };
     const std::vector<Case> cases = {
         {"{not json", "not valid JSON"},
         {"[1]", "JSON object"},
@@ -307,9 +308,9 @@ TEST(HfConfig, ParsesQwen3) {
     // No head_dim: Qwen3Config's default 128, not hidden_size / heads.
     EXPECT_EQ(parse_hf_config(edit(kQwen3Json, "head_dim", nullptr)).head_dim, 128);
     // Defaults: tie_word_embeddings false, no biases.
-    const HfConfig d = parse_hf_config(edit(edit(kQwen3Json, "tie_word_embeddings", nlohmann::json(
-                                                    nlohmann::json::value_t::discarded)).c_str(),
-                                            "attention_bias", nlohmann::json(nlohmann::json::value_t::discarded)));
+    const HfConfig d = parse_hf_config(
+        edit(edit(kQwen3Json, "tie_word_embeddings", nlohmann::json(nlohmann::json::value_t::discarded)).c_str(),
+             "attention_bias", nlohmann::json(nlohmann::json::value_t::discarded)));
     EXPECT_FALSE(d.tie_word_embeddings);
     EXPECT_FALSE(d.qkv_bias);
     // Round trip through the config.json tagflow writes.
@@ -348,7 +349,8 @@ TEST(HfConfig, ParsesLlama3RopeScaling) {
     nlohmann::json v5 = rs;
     v5["rope_theta"] = 250000.0;
     const HfConfig a = parse_hf_config(edit(kLlama32Json, "rope_scaling", old));
-    const HfConfig b = parse_hf_config(edit(edit(kLlama32Json, "rope_scaling", nullptr).c_str(), "rope_parameters", v5));
+    const HfConfig b =
+        parse_hf_config(edit(edit(kLlama32Json, "rope_scaling", nullptr).c_str(), "rope_parameters", v5));
     EXPECT_EQ(a.rope_type, "llama3");
     EXPECT_DOUBLE_EQ(a.rope_factor, 32.0);
     EXPECT_EQ(b.rope_type, "llama3");
@@ -400,7 +402,8 @@ TEST(HfConfig, RefusesUnsupportedInOneLine) {
     expect_config_error(rope("original_max_position_embeddings", 8192.5), "must be an integer");
     expect_config_error(rope("factor", "8"), "'factor' must be a number");
     expect_config_error(rope("factor", -8.0), "'factor' must be positive");
-    expect_config_error(rope("high_freq_factor", 1.0), "high_freq_factor (1.000000) must be greater than low_freq_factor");
+    expect_config_error(rope("high_freq_factor", 1.0),
+                        "high_freq_factor (1.000000) must be greater than low_freq_factor");
     expect_config_error(rope("rope_type", erase), "'rope_scaling' has no 'rope_type'");
     expect_config_error(rope("rope_type", 3), "rope_type must be a string");
     expect_config_error(edit(kLlama32Json, "rope_scaling", "llama3"), "'rope_scaling' must be an object or null");
@@ -640,7 +643,8 @@ TEST(Llama, SlotDecoderMatchesFullForward) {
         LlamaModel m(c, 0);
         m->reset_parameters(13, 0.1);
         const int64_t T = c.max_position_embeddings;
-        const torch::Tensor tok = torch::arange(0, 2 * T, torch::kLong).mul(29).add(5).remainder(c.vocab_size).view({2, T});
+        const torch::Tensor tok =
+            torch::arange(0, 2 * T, torch::kLong).mul(29).add(5).remainder(c.vocab_size).view({2, T});
         torch::Tensor full;
         {
             torch::NoGradGuard ng;

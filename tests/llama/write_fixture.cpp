@@ -99,9 +99,10 @@ int main(int argc, char** argv) {
         torch::NoGradGuard no_grad;
         torch::Tensor tokens;
         if (T == 12) {
-            tokens = torch::tensor({3, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31, 90, 1, 2, 55, 40, 13, 72, 6, 19, 88, 34, 50},
-                                   torch::kLong)
-                         .view({2, 12});
+            tokens =
+                torch::tensor({3, 17, 42, 5, 96, 0, 11, 64, 23, 8, 77, 31, 90, 1, 2, 55, 40, 13, 72, 6, 19, 88, 34, 50},
+                              torch::kLong)
+                    .view({2, 12});
         } else {
             tokens = (torch::arange(0, 2 * T, torch::kLong) * 37 + 11).remainder(c.vocab_size).view({2, T});
             tokens[1] = tokens[1].flip(0);

@@ -59,9 +59,9 @@ TEST(Task, RewardEdgeCases) {
     EXPECT_FLOAT_EQ(task->reward(p, {}), 0.0f);
     EXPECT_FLOAT_EQ(task->reward(p, tok("$")), 0.0f);
     EXPECT_FLOAT_EQ(task->reward(p, tok("54321$")), 1.0f);
-    EXPECT_FLOAT_EQ(task->reward(p, tok("54321")), 1.0f);         // EOS budget ran out
-    EXPECT_FLOAT_EQ(task->reward(p, tok("54321$999")), 1.0f);     // after EOS is ignored
-    EXPECT_FLOAT_EQ(task->reward(p, tok("543$")), 3.0f / 5.0f);    // too short
+    EXPECT_FLOAT_EQ(task->reward(p, tok("54321")), 1.0f);            // EOS budget ran out
+    EXPECT_FLOAT_EQ(task->reward(p, tok("54321$999")), 1.0f);        // after EOS is ignored
+    EXPECT_FLOAT_EQ(task->reward(p, tok("543$")), 3.0f / 5.0f);      // too short
     EXPECT_FLOAT_EQ(task->reward(p, tok("5432199$")), 5.0f / 7.0f);  // too long
     EXPECT_FLOAT_EQ(task->reward(p, tok("12345$")), 1.0f / 5.0f);
     EXPECT_FLOAT_EQ(task->reward(p, tok("5^3=1$")), 3.0f / 5.0f);  // non-digits never match
@@ -168,10 +168,10 @@ TEST(Task, RegistryAcceptsUserTasksAndRejectsDuplicates) {
         return rollout::make_task("reverse", seed, p);
     });
     EXPECT_EQ(rollout::make_task("my-reverse", 3)->name(), "reverse");
-    EXPECT_THROW(rollout::register_task("sort", "again", [](uint64_t, const rollout::TaskParams&) {
-                     return std::unique_ptr<rollout::Task>();
-                 }),
-                 tagflow::Error);
+    EXPECT_THROW(
+        rollout::register_task("sort", "again",
+                               [](uint64_t, const rollout::TaskParams&) { return std::unique_ptr<rollout::Task>(); }),
+        tagflow::Error);
     try {
         rollout::make_task("nope", 1);
         FAIL();

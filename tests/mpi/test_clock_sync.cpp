@@ -51,7 +51,8 @@ TEST(ClockSync, SkewSpec) {
 
 TEST(ClockSync, MeasuresInjectedSkewWithin1ms) {
     std::string spec;
-    for (int r = 0; r < world_size(); ++r) spec += (r ? "," : "") + std::to_string(r) + ":" + std::to_string(skew_of(r));
+    for (int r = 0; r < world_size(); ++r)
+        spec += (r ? "," : "") + std::to_string(r) + ":" + std::to_string(skew_of(r));
     setenv("TAGFLOW_TEST_CLOCK_SKEW_S", spec.c_str(), 1);
     const double mine = profile::init_test_clock_skew(world_rank());
     EXPECT_NEAR(mine, skew_of(world_rank()), 1e-6);

@@ -115,8 +115,7 @@ TEST(WeightSync, AllreduceSums) {
     std::vector<at::Tensor> ts = {at::full({7}, 1.0f), at::arange(300, at::kFloat)};
     train::allreduce_sum(ts, MPI_COMM_WORLD, 100);
     int n = world_size();
-    bool ok = ts[0].eq(static_cast<float>(n)).all().item<bool>() &&
-              ts[1].allclose(at::arange(300, at::kFloat) * n);
+    bool ok = ts[0].eq(static_cast<float>(n)).all().item<bool>() && ts[1].allclose(at::arange(300, at::kFloat) * n);
     EXPECT_TRUE(all_ranks(ok));
 }
 
@@ -162,7 +161,7 @@ TEST(Exchange, AllgatherRowsFillsEveryRow) {
     std::vector<size_t> lengths(rows_n);
     for (size_t i = 0; i < rows_n; ++i) {
         owner[i] = static_cast<int>((i * 7) % static_cast<size_t>(n));  // not in row order
-        lengths[i] = i % 4;                                                 // includes empty rows
+        lengths[i] = i % 4;                                             // includes empty rows
         if (owner[i] == me)
             for (size_t j = 0; j < lengths[i]; ++j) rows[i].push_back(static_cast<float>(i * 100 + j));
     }

@@ -184,7 +184,7 @@ TEST(Reward, SubmitAndPollNeverWaitForTheWorkers) {
     auto s = make_scorer(pool("hostile_reward.py", 2, 60.0));
     std::vector<Request> reqs;
     for (int i = 0; i < 8; ++i) reqs.push_back(req(i, "hang"));
-    s->submit(reqs);   // every worker is now stuck for an hour
+    s->submit(reqs);  // every worker is now stuck for an hour
     std::vector<Result> out;
     EXPECT_EQ(s->poll(out), 0u);
     EXPECT_EQ(s->pending(), 8u);
@@ -212,8 +212,8 @@ TEST(Reward, StartupChecksNameTheFileAndTheProblem) {
         {"bad_import.py",
          {"bad_import.py: does not import", "ModuleNotFoundError", "tagflow_no_such_module", "line 3"}},
         {"bad_syntax.py", {"bad_syntax.py: does not import", "SyntaxError", "line 3"}},
-        {"wrong_signature.py", {"wrong_signature.py: compute_score(solution_str, ground_truth) cannot be called as",
-                                "data_source"}},
+        {"wrong_signature.py",
+         {"wrong_signature.py: compute_score(solution_str, ground_truth) cannot be called as", "data_source"}},
         {"wrong_signature.py:not_a_function", {"'not_a_function' is a int, not a function"}},
         {"wrong_signature.py:needs_more", {"needs_more(", "judge"}},
         {"gsm8k_reward.py:nothing_here", {"gsm8k_reward.py: defines no 'nothing_here'"}},

@@ -207,7 +207,8 @@ TEST(AgentLoop, EachTurnIsTheRequestOnTheSessionSoFar) {
             fresh.submit(rq);
             const auto g = fresh.run();
             ASSERT_EQ(g.size(), 1u);
-            EXPECT_EQ(g[0].response, Tokens(r.tokens.begin() + static_cast<long>(t), r.tokens.begin() + static_cast<long>(end)));
+            EXPECT_EQ(g[0].response,
+                      Tokens(r.tokens.begin() + static_cast<long>(t), r.tokens.begin() + static_cast<long>(end)));
             for (size_t u = 0; u < g[0].logprobs.size() && t + u < end; ++u)
                 EXPECT_NEAR(g[0].logprobs[u], r.logprobs[t + u], 1e-4);
             ++checked;
@@ -467,16 +468,18 @@ TEST(CalcTask, SessionsOnTheEngineFollowTheToolProtocol) {
             // environment segment after a turn that ended on </calc>
             ASSERT_EQ(r.tokens[t - 1], calc::kEnd);
             size_t open = t - 1;
-            while (open > static_cast<size_t>(r.prompt_len) && r.loss_mask[open - 1] && r.tokens[open - 1] != calc::kCall)
+            while (open > static_cast<size_t>(r.prompt_len) && r.loss_mask[open - 1] &&
+                   r.tokens[open - 1] != calc::kCall)
                 --open;
             Tokens expected;
             if (open > static_cast<size_t>(r.prompt_len) && r.tokens[open - 1] == calc::kCall)
-                expected = calc::tool_output(Tokens(r.tokens.begin() + static_cast<long>(open), r.tokens.begin() + static_cast<long>(t) - 1));
-            else
-                expected = {calc::kRes, calc::kErr, calc::kTerm};
+                expected = calc::tool_output(
+                    Tokens(r.tokens.begin() + static_cast<long>(open), r.tokens.begin() + static_cast<long>(t) - 1));
+            else expected = {calc::kRes, calc::kErr, calc::kTerm};
             size_t e = t;
             while (e < r.tokens.size() && !r.loss_mask[e]) ++e;
-            EXPECT_EQ(Tokens(r.tokens.begin() + static_cast<long>(t), r.tokens.begin() + static_cast<long>(e)), expected);
+            EXPECT_EQ(Tokens(r.tokens.begin() + static_cast<long>(t), r.tokens.begin() + static_cast<long>(e)),
+                      expected);
             ++calls;
             t = e;
         }

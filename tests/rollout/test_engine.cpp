@@ -40,8 +40,9 @@ std::vector<std::vector<int32_t>> prompts_for(int64_t vocab, const std::vector<i
     for (std::size_t i = 0; i < lengths.size(); ++i) {
         std::vector<int32_t> p;
         for (int t = 0; t < lengths[i]; ++t)
-            p.push_back(static_cast<int32_t>((7 * i + 13 * static_cast<std::size_t>(t) + 3 + static_cast<std::size_t>(salt)) %
-                                             static_cast<std::size_t>(vocab)));
+            p.push_back(
+                static_cast<int32_t>((7 * i + 13 * static_cast<std::size_t>(t) + 3 + static_cast<std::size_t>(salt)) %
+                                     static_cast<std::size_t>(vocab)));
         out.push_back(p);
     }
     return out;
@@ -135,7 +136,8 @@ TEST(Sampling, TemperatureShapesTheFrequencies) {
     const int64_t n = 20000;
     for (double T : {0.5, 1.0, 2.0}) {
         std::vector<RowSampling> rows;
-        for (int64_t i = 0; i < n; ++i) rows.push_back(RowSampling{T, 1.0, 0, stream_uniform(7, static_cast<uint64_t>(i))});
+        for (int64_t i = 0; i < n; ++i)
+            rows.push_back(RowSampling{T, 1.0, 0, stream_uniform(7, static_cast<uint64_t>(i))});
         torch::Tensor lp;
         const torch::Tensor tok = sample_rows(row.view({1, 4}).expand({n, 4}), rows, lp);
         const torch::Tensor want = torch::softmax(row / T, -1);
@@ -154,7 +156,8 @@ TEST(Sampling, MixedRowsInOneBatch) {
     const torch::Tensor tok = sample_rows(logits, rows, lp);
     for (int64_t i = 0; i < 3; ++i) {  // each row as if alone
         torch::Tensor lp1;
-        const int64_t t1 = sample_rows(logits.narrow(0, i, 1), {rows[static_cast<std::size_t>(i)]}, lp1).item<int64_t>();
+        const int64_t t1 =
+            sample_rows(logits.narrow(0, i, 1), {rows[static_cast<std::size_t>(i)]}, lp1).item<int64_t>();
         EXPECT_EQ(tok[i].item<int64_t>(), t1);
         EXPECT_FLOAT_EQ(lp[i].item<float>(), lp1.item<float>());
     }
@@ -198,8 +201,8 @@ TEST(Engine, SampledLogprobsEqualFullForward) {
     const HfConfig c = model::fixtures::qwen2_config();
     LlamaModel m = make_model(c, 5);
     const auto prompts = prompts_for(c.vocab_size, {4, 11, 2, 7, 5, 8}, 1);
-    for (const GenParams& base : {GenParams{0.7, 0.9, 0, 10, {}, 3}, GenParams{1.3, 1.0, 8, 10, {}, 4},
-                                  GenParams{1.0, 1.0, 0, 10, {}, 5}}) {
+    for (const GenParams& base :
+         {GenParams{0.7, 0.9, 0, 10, {}, 3}, GenParams{1.3, 1.0, 8, 10, {}, 4}, GenParams{1.0, 1.0, 0, 10, {}, 5}}) {
         InferenceConfig ec;
         ec.max_batch = 4;
         const auto res = generate(m, prompts, base, ec);
@@ -288,8 +291,8 @@ TEST(Engine, TopK1IsGreedyAndFiltersNeverLeak) {
 
     int checked = 0;
     std::set<int32_t> seen;
-    for (const GenParams& p : {GenParams{1.5, 1.0, 3, 12, {}, 2}, GenParams{1.5, 0.6, 0, 12, {}, 3},
-                               GenParams{2.0, 0.7, 2, 12, {}, 4}}) {
+    for (const GenParams& p :
+         {GenParams{1.5, 1.0, 3, 12, {}, 2}, GenParams{1.5, 0.6, 0, 12, {}, 3}, GenParams{2.0, 0.7, 2, 12, {}, 4}}) {
         for (int rep = 0; rep < 4; ++rep) {
             GenParams q = p;
             q.seed += static_cast<uint64_t>(rep) * 1000;
@@ -340,7 +343,8 @@ TEST(Engine, SlotsAreRefilledWhileOthersDecode) {
     const InferenceStats& st = engine.stats();
     // Static batches of 4 in submission order would each take 29 decode steps: 4 * 29 = 116.
     int64_t static_steps = 0;
-    for (int b = 0; b < n; b += 4) static_steps += *std::max_element(max_tokens.begin() + b, max_tokens.begin() + b + 4) - 1;
+    for (int b = 0; b < n; b += 4)
+        static_steps += *std::max_element(max_tokens.begin() + b, max_tokens.begin() + b + 4) - 1;
     EXPECT_LT(st.decode_steps, static_steps);
     EXPECT_LT(st.decode_steps, per_request_steps);
     EXPECT_EQ(st.decode_rows, per_request_steps);  // no idle rows are ever decoded
@@ -356,7 +360,8 @@ TEST(Engine, SlotsAreRefilledWhileOthersDecode) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < n; ++i) prompts.push_back(prompts_for(c.vocab_size, {2 + i % 5}, i).at(0));
     for (int i = 0; i < n; ++i) {
-        const auto one = generate(m, {prompts[static_cast<std::size_t>(i)]}, greedy(max_tokens[static_cast<std::size_t>(i)]));
+        const auto one =
+            generate(m, {prompts[static_cast<std::size_t>(i)]}, greedy(max_tokens[static_cast<std::size_t>(i)]));
         EXPECT_EQ(res[static_cast<std::size_t>(i)].response, one.at(0).response) << "request " << i;
     }
 }
@@ -409,7 +414,8 @@ TEST(Engine, NoticesWeightChanges) {
     InferenceEngine engine(m, InferenceConfig{4, false});
     const auto prompts = prompts_for(c.vocab_size, {4, 6}, 6);
     auto submit_all = [&]() {
-        for (std::size_t i = 0; i < prompts.size(); ++i) engine.submit(GenRequest{static_cast<int64_t>(i), prompts[i], greedy(8)});
+        for (std::size_t i = 0; i < prompts.size(); ++i)
+            engine.submit(GenRequest{static_cast<int64_t>(i), prompts[i], greedy(8)});
     };
     submit_all();
     const auto before = engine.run();
@@ -465,7 +471,8 @@ TEST(Engine, EvaluateOnATask) {
     p.stop_ids = {task->eos_token()};
     const auto res = generate(m, prompts, p);
     double sum = 0;
-    for (int i = 0; i < 10; ++i) sum += task->reward(prompts[static_cast<std::size_t>(i)], res[static_cast<std::size_t>(i)].response);
+    for (int i = 0; i < 10; ++i)
+        sum += task->reward(prompts[static_cast<std::size_t>(i)], res[static_cast<std::size_t>(i)].response);
     EXPECT_NEAR(a, sum / 10, 1e-12);
     EXPECT_GE(a, 0.0);
     EXPECT_LE(a, 1.0);

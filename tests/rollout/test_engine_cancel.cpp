@@ -141,8 +141,7 @@ TEST(EngineCancel, FromTheTokenCallbackAndLastRow) {
             if (e.cancel(t.id)) cancelled.push_back(t.id);
         }
     };
-    while (e.step({}, on_token)) {
-    }
+    while (e.step({}, on_token)) {}
     // Both reach 3 tokens in the same step; events come in row order: 1 (row 1, the last row
     // moves into it), then 2 (now the last row).
     EXPECT_EQ(cancelled, (std::vector<int64_t>{1, 2}));

@@ -41,7 +41,8 @@ std::vector<std::vector<int32_t>> prompts_for(int64_t vocab, const std::vector<i
     for (std::size_t i = 0; i < lengths.size(); ++i) {
         std::vector<int32_t> p;
         for (int t = 0; t < lengths[i]; ++t)
-            p.push_back(static_cast<int32_t>((11 * i + 5 * static_cast<std::size_t>(t) + 2) % static_cast<std::size_t>(vocab)));
+            p.push_back(
+                static_cast<int32_t>((11 * i + 5 * static_cast<std::size_t>(t) + 2) % static_cast<std::size_t>(vocab)));
         out.push_back(p);
     }
     return out;
@@ -85,7 +86,8 @@ double max_logprob_diff(LlamaModel& m, const std::vector<int32_t>& prompt, const
     torch::NoGradGuard ng;
     std::vector<int64_t> seq(prompt.begin(), prompt.end());
     seq.insert(seq.end(), r.response.begin(), r.response.end());
-    const torch::Tensor lp = torch::log_softmax(m->forward(torch::tensor(seq, torch::kLong).view({1, -1})).squeeze(0), -1);
+    const torch::Tensor lp =
+        torch::log_softmax(m->forward(torch::tensor(seq, torch::kLong).view({1, -1})).squeeze(0), -1);
     double worst = 0;
     for (std::size_t i = from; i < r.response.size(); ++i)
         worst = std::max(worst, std::abs(lp[static_cast<int64_t>(prompt.size() + i) - 1][r.response[i]].item<double>() -
@@ -101,10 +103,12 @@ TEST(PartialRollout, InterruptedGenerationsFinishWithTwoVersions) {
         LlamaModel m = make_model(c, 3);
         const auto prompts = prompts_for(c.vocab_size, {4, 7, 2, 5, 3});
         std::vector<GenRequest> reqs;
-        for (std::size_t i = 0; i < prompts.size(); ++i) reqs.push_back(request(static_cast<int64_t>(i), prompts[i], 1.0, 10));
+        for (std::size_t i = 0; i < prompts.size(); ++i)
+            reqs.push_back(request(static_cast<int64_t>(i), prompts[i], 1.0, 10));
         InferenceStats st;
         // max_batch 3: requests 3 and 4 are still waiting at the update.
-        const auto res = run(m, 3, reqs, 4, mode, 0, [&] { m->reset_parameters(4, 0.1); }, &st);
+        const auto res = run(
+            m, 3, reqs, 4, mode, 0, [&] { m->reset_parameters(4, 0.1); }, &st);
         ASSERT_EQ(res.size(), prompts.size());  // nothing dropped
         for (std::size_t i = 0; i < res.size(); ++i) {
             EXPECT_EQ(res[i].id, static_cast<int64_t>(i));
@@ -167,10 +171,12 @@ TEST(PartialRollout, RecomputeContinuesLikeAFreshPrefillUnderTheNewWeights) {
     const HfConfig c = model::fixtures::qwen2_config();
     const auto prompts = prompts_for(c.vocab_size, {3, 8, 5, 6});
     std::vector<GenRequest> reqs;
-    for (std::size_t i = 0; i < prompts.size(); ++i) reqs.push_back(request(static_cast<int64_t>(i), prompts[i], 0.0, 12));
+    for (std::size_t i = 0; i < prompts.size(); ++i)
+        reqs.push_back(request(static_cast<int64_t>(i), prompts[i], 0.0, 12));
     std::vector<std::vector<GenResult>> by_mode;
-    for (auto [mode, window] : {std::pair{ResumeMode::kRecompute, int64_t{0}}, std::pair{ResumeMode::kRecompute, int64_t{1000}},
-                                std::pair{ResumeMode::kKeep, int64_t{0}}}) {
+    for (auto [mode, window] :
+         {std::pair{ResumeMode::kRecompute, int64_t{0}}, std::pair{ResumeMode::kRecompute, int64_t{1000}},
+          std::pair{ResumeMode::kKeep, int64_t{0}}}) {
         LlamaModel m = make_model(c, 3);
         auto res = run(m, 4, reqs, 5, mode, window, [&] { m->reset_parameters(9, 0.1); });
         double keep_worst = 0;
@@ -228,7 +234,8 @@ TEST(SlotDecoder, ExtendOnACachedPrefixEqualsPrefill) {
     LlamaModel m = make_model(c, 2);
     const auto seqs = prompts_for(c.vocab_size, {12, 9});
     auto slice = [](const std::vector<int32_t>& v, std::size_t a, std::size_t b) {
-        return std::vector<int32_t>(v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(b));
+        return std::vector<int32_t>(v.begin() + static_cast<std::ptrdiff_t>(a),
+                                    v.begin() + static_cast<std::ptrdiff_t>(b));
     };
     model::LlamaSlotDecoder whole(m, 3, 32), parts(m, 3, 32);
     const torch::Tensor want = whole.prefill({0, 2}, seqs);
@@ -236,7 +243,7 @@ TEST(SlotDecoder, ExtendOnACachedPrefixEqualsPrefill) {
     const torch::Tensor got = parts.extend({1, 2}, {slice(seqs[0], 5, 12), slice(seqs[1], 3, 9)}, {5, 3});
     EXPECT_LT((got - want).abs().max().item<double>(), 1e-5);
     EXPECT_THROW(parts.extend({1, 1}, {{1}, {2}}, {0, 0}), c10::Error);  // a slot twice
-    EXPECT_THROW(parts.extend({1}, {{1, 2}}, {31}), c10::Error);        // past the capacity
+    EXPECT_THROW(parts.extend({1}, {{1, 2}}, {31}), c10::Error);         // past the capacity
 
     // Windowed recompute: cache [0, 12) under the old weights, then the new weights over the
     // last 4 positions, equals old weights over [0, 8) plus new weights over [8, 12).
@@ -274,6 +281,7 @@ TEST(SlotDecoder, ScalarAttentionKernelMatchesTheFullForward) {
         seq.insert(seq.end(), res[i].response.begin(), res[i].response.end());
         const torch::Tensor logits = m->forward(torch::tensor(seq, torch::kLong).view({1, -1})).squeeze(0);
         for (std::size_t t = 0; t < 8; ++t)
-            EXPECT_EQ(logits[static_cast<int64_t>(prompts[i].size() + t) - 1].argmax().item<int64_t>(), res[i].response[t]);
+            EXPECT_EQ(logits[static_cast<int64_t>(prompts[i].size() + t) - 1].argmax().item<int64_t>(),
+                      res[i].response[t]);
     }
 }

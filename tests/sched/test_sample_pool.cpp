@@ -151,7 +151,7 @@ TEST(SamplePool, RestoreGivesTheSameBatches) {
     EXPECT_EQ(ids(x), ids(y));
     EXPECT_EQ(x.groups, (std::vector<int64_t>{3}));
     EXPECT_EQ(y.groups, (std::vector<int64_t>{3}));
-    EXPECT_EQ(y.weighted, 4);  // age 2: weight 2/3
+    EXPECT_EQ(y.weighted, 4);                                       // age 2: weight 2/3
     EXPECT_THROW(b.restore(saved, ready), tagflow::InternalError);  // only into an empty pool
     SamplePool c(o);
     EXPECT_THROW(c.restore({}, {8}), tagflow::InternalError);  // a ready group with no sample

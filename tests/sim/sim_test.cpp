@@ -37,8 +37,9 @@ SimConfig small(const std::string& mode, int nodes = 8, uint64_t seed = 1) {
 }
 
 std::string fingerprint(const ModeResult& r) {
-    std::string s = r.mode + std::to_string(r.wall) + "/" + std::to_string(r.trained) + "/" + std::to_string(r.dropped) +
-                    "/" + std::to_string(r.generated) + "/" + std::to_string(r.tokens_trained);
+    std::string s = r.mode + std::to_string(r.wall) + "/" + std::to_string(r.trained) + "/" +
+                    std::to_string(r.dropped) + "/" + std::to_string(r.generated) + "/" +
+                    std::to_string(r.tokens_trained);
     for (const auto& n : r.node)
         for (const auto& sp : n.spans) s += kind_name(sp.kind) + std::to_string(sp.t0) + ":" + std::to_string(sp.t1);
     return s;
@@ -170,8 +171,7 @@ TEST(Sim, MakesTheSchedulersChoices) {
     o.min_rollout_frac = 0.75;
     const std::vector<int> want = sched::sched_policy::train_group(o, tags);
     ASSERT_EQ(want, (std::vector<int>{0, 1}));
-    for (size_t i = 0; i < r.node.size(); ++i)
-        EXPECT_EQ(r.node[i].in_train_group, i < 2) << "node " << i;
+    for (size_t i = 0; i < r.node.size(); ++i) EXPECT_EQ(r.node[i].in_train_group, i < 2) << "node " << i;
     // The modes' tag checks are the real ones (same messages).
     SimConfig d = small("disaggregated", 4);
     d.hw = parse_hw("h100:rollout,train:1");
@@ -232,9 +232,9 @@ TEST(Sim, TrainPriorityChoosesWhoStaysInRollout) {
     o.train_priority = "6=1";
     EXPECT_THROW(sched::sched_policy::check_roles(o, tags), ConfigError);  // rank 6 is not tagged train
     // Syntax: one-line errors naming the option.
-    for (const char* bad : {"rollout,train", "=3", "rollout,train=", "rollout,train=x", "rollout,train=1001",
-                            "rollout,train=-1", "rollout=2", "rollout,bogus=1", "1=1;1=2", "train,rollout=1;rollout,train=2",
-                            ";;", "99999999999=1"}) {
+    for (const char* bad :
+         {"rollout,train", "=3", "rollout,train=", "rollout,train=x", "rollout,train=1001", "rollout,train=-1",
+          "rollout=2", "rollout,bogus=1", "1=1;1=2", "train,rollout=1;rollout,train=2", ";;", "99999999999=1"}) {
         try {
             sched::sched_policy::parse_train_priority(bad);
             ADD_FAILURE() << "no error for --train-priority '" << bad << "'";
@@ -407,7 +407,8 @@ TEST(Sim, CostModel) {
     EXPECT_EQ(m.allreduce_s(1), 0.0);
     EXPECT_GT(m.broadcast_s(8), m.broadcast_s(1));
     merge_cost_json(m, R"({"model_bytes": 1000, "link": {"bandwidth_Bps": 1e6},
-        "hw": {"x": {"decode_batch": [1, 8], "decode_s": [0.01, 0.02], "train_s_per_token": 0.001}}})", "test");
+        "hw": {"x": {"decode_batch": [1, 8], "decode_s": [0.01, 0.02], "train_s_per_token": 0.001}}})",
+                    "test");
     EXPECT_EQ(m.model_bytes, 1000);
     EXPECT_DOUBLE_EQ(m.at("x").decode(8), 0.02);
     // Round trip.
@@ -466,7 +467,8 @@ TEST(Sim, AttentionCostFollowsTheContext) {
     CostModel cost;
     cost.model_bytes = 1;
     merge_cost_json(cost, R"({"hw": {"x": {"decode_batch": [1, 256], "decode_s": [1e-6, 1e-6],
-        "prefill_s_per_token": 0, "train_s_per_token": 1e-9}}})", "t");
+        "prefill_s_per_token": 0, "train_s_per_token": 1e-9}}})",
+                    "t");
     SimConfig c;
     c.mode = "sync";
     c.nodes = 1;
@@ -508,13 +510,24 @@ TEST(Sim, AttentionCostFollowsTheContext) {
 
 TEST(Sim, BadOptionsGiveOneLineErrors) {
     EXPECT_EQ(parse_error({"--nodes", "8,32", "--modes", "sync", "--median", "16"}), "");
-    const std::vector<std::vector<std::string>> bad = {
-        {"--nodes", "8,x"},          {"--nodes", "0"},         {"--modes", "sync,fast"},
-        {"--hw", "h100:rollout"},     {"--hw", "h100:rollout,flying:1"}, {"--hw", "h100:train:0.5"},
-        {"--hw", "a:train:0.7;b:rollout:0.7"}, {"--median", "-3"},   {"--p99-ratio", "abc"},
-        {"--steps", "0"},            {"--stale", "maybe"},     {"--lengths", "uniform"},
-        {"--min-rollout-frac", "1"}, {"--bogus", "1"},         {"--seed"},
-        {"stray"},                   {"--group-size", "1.5"},  {"--batch-per-node", "-1"}};
+    const std::vector<std::vector<std::string>> bad = {{"--nodes", "8,x"},
+                                                       {"--nodes", "0"},
+                                                       {"--modes", "sync,fast"},
+                                                       {"--hw", "h100:rollout"},
+                                                       {"--hw", "h100:rollout,flying:1"},
+                                                       {"--hw", "h100:train:0.5"},
+                                                       {"--hw", "a:train:0.7;b:rollout:0.7"},
+                                                       {"--median", "-3"},
+                                                       {"--p99-ratio", "abc"},
+                                                       {"--steps", "0"},
+                                                       {"--stale", "maybe"},
+                                                       {"--lengths", "uniform"},
+                                                       {"--min-rollout-frac", "1"},
+                                                       {"--bogus", "1"},
+                                                       {"--seed"},
+                                                       {"stray"},
+                                                       {"--group-size", "1.5"},
+                                                       {"--batch-per-node", "-1"}};
     for (const auto& b : bad) {
         const std::string e = parse_error(b);
         EXPECT_FALSE(e.empty()) << "accepted " << b[0];

@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    printf("rank %d/%d node %s tags %s source %s allreduce %s\n", rank, size, node ? node : "-",
-           tags ? tags : "-", src ? src : "-", sum == size * (size - 1) / 2 ? "ok" : "WRONG");
+    printf("rank %d/%d node %s tags %s source %s allreduce %s\n", rank, size, node ? node : "-", tags ? tags : "-",
+           src ? src : "-", sum == size * (size - 1) / 2 ? "ok" : "WRONG");
     fflush(stdout);
     MPI_Finalize();
     return sum == size * (size - 1) / 2 ? 0 : 1;

@@ -29,8 +29,7 @@ spank_err_t spank_setenv(spank_t sp, const char* var, const char* val, int overw
     if (!overwrite) return ESPANK_BAD_ARG; /* the plugin must always overwrite */
     fake.setenv_calls++;
     if (strcmp(var, "TAGFLOW_TAGS") == 0) snprintf(fake.env_tags, sizeof(fake.env_tags), "%s", val);
-    if (strcmp(var, "TAGFLOW_TAG_SOURCE") == 0)
-        snprintf(fake.env_source, sizeof(fake.env_source), "%s", val);
+    if (strcmp(var, "TAGFLOW_TAG_SOURCE") == 0) snprintf(fake.env_source, sizeof(fake.env_source), "%s", val);
     return ESPANK_SUCCESS;
 }
 

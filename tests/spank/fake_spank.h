@@ -13,13 +13,13 @@
 
 struct fake_spank {
     spank_context_t ctx;
-    struct spank_option* opt;      /* last registered option */
-    int describe_calls;            /* "RPCs" made */
-    const char* node_features;     /* scripted node */
+    struct spank_option* opt;  /* last registered option */
+    int describe_calls;        /* "RPCs" made */
+    const char* node_features; /* scripted node */
     const char* node_gres;
     const char* node_name;
     int describe_fails;
-    char env_tags[64];             /* last spank_setenv values ("" = never set) */
+    char env_tags[64]; /* last spank_setenv values ("" = never set) */
     char env_source[64];
     int setenv_calls;
     char last_error[4096];

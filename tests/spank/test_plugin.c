@@ -114,8 +114,7 @@ static void test_client_bad_map(void) {
 }
 
 /* remote context: the full step sequence for one node */
-static int run_step(char** av, int ac, const char* opt, const char* feats, const char* gres,
-                    int* task_rc) {
+static int run_step(char** av, int ac, const char* opt, const char* feats, const char* gres, int* task_rc) {
     int rc = run_init(S_CTX_REMOTE, ac, av);
     fake.node_features = feats;
     fake.node_gres = gres;
@@ -213,7 +212,8 @@ static void test_remote_failures(void) {
         close(fd);
         char* nd[] = {map_arg(tmpl)};
         CHECK(run_step(nd, 1, "auto", "cpu_only", NULL, &trc) == 0 && trc == -1);
-        CHECK_HAS(fake.last_error, "node node1 (features=cpu_only gres=(none)): no tag-map rule matches and there is no default");
+        CHECK_HAS(fake.last_error,
+                  "node node1 (features=cpu_only gres=(none)): no tag-map rule matches and there is no default");
         unlink(tmpl);
     }
 }

@@ -253,7 +253,8 @@ static void test_map_errors(void) {
     expect_map_error("normalize compute=0 membw=1\n", "positive number");
     expect_map_error("normalize compute=1 compute=1 membw=1\n", "'compute=' given twice");
     expect_map_error("normalize compute=1 membw=1\nnormalize compute=1 membw=1\n", "t.map:2: 'normalize' given twice");
-    expect_map_error("normalize compute=1 membw=1\nrule * -> rollout\n", "'normalize' given but the map has no 'hardware' line");
+    expect_map_error("normalize compute=1 membw=1\nrule * -> rollout\n",
+                     "'normalize' given but the map has no 'hardware' line");
     /* threshold */
     expect_map_error("threshold 0.5\n", "t.map:1: 'threshold' needs exactly a score and a tag list");
     expect_map_error("threshold 0.5 rollout train\n", "needs exactly");
@@ -261,7 +262,8 @@ static void test_map_errors(void) {
     expect_map_error("threshold -0.1 rollout\n", "not a non-negative number");
     expect_map_error("threshold 0.5 bogus\n", "threshold 0.5: unknown tag 'bogus'");
     expect_map_error("threshold 0.5 none\n", "unknown tag 'none'");
-    expect_map_error("threshold 0.5 rollout\nthreshold 0.50 train\n", "t.map:2: threshold 0.50 already given on line 1");
+    expect_map_error("threshold 0.5 rollout\nthreshold 0.50 train\n",
+                     "t.map:2: threshold 0.50 already given on line 1");
     buf[0] = '\0';
     for (int i = 0; i <= TF_MAX_TIERS; i++)
         snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "threshold 0.%d rollout\n", i);
@@ -308,7 +310,8 @@ static void test_map_errors(void) {
     expect_map_error(buf, "GRES type too long");
     snprintf(buf, sizeof(buf), "rule gres=%040d -> rollout\n", 1);
     expect_map_error(buf, "bad GRES name");
-    expect_map_error("hardware h compute=1 membw=1\nrule score>=abc -> rollout\n", "t.map:2: bad score bound in 'score>=abc'");
+    expect_map_error("hardware h compute=1 membw=1\nrule score>=abc -> rollout\n",
+                     "t.map:2: bad score bound in 'score>=abc'");
     expect_map_error("hardware h compute=1 membw=1\nrule score>= -> rollout\n", "bad score bound");
     expect_map_error("hardware h compute=1 membw=1\nrule score<-1 -> rollout\n", "bad score bound");
     expect_map_error("hardware h compute=1 membw=1\nrule score>0.5 -> rollout\n", "unknown condition 'score>0.5'");
@@ -319,8 +322,7 @@ static void test_map_errors(void) {
     expect_map_error("rule hardware=a100 -> rollout\n", "rule uses the hardware score");
     expect_map_error("rule score<0.5 -> rollout\n", "rule uses the hardware score");
     buf[0] = '\0';
-    for (int i = 0; i <= TF_MAX_RULES; i++)
-        snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "rule * -> train\n");
+    for (int i = 0; i <= TF_MAX_RULES; i++) snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "rule * -> train\n");
     expect_map_error(buf, "t.map:257: too many rules (at most 256)");
     /* lines and bytes */
     memset(buf, 'x', 2000);
@@ -457,8 +459,7 @@ static void test_node(void) {
 }
 
 /* ---- evaluation ---- */
-static unsigned eval(const struct tf_args* a, const char* feats, const char* gres, unsigned req,
-                     struct tf_result* r) {
+static unsigned eval(const struct tf_args* a, const char* feats, const char* gres, unsigned req, struct tf_result* r) {
     struct tf_node n;
     char err[TF_ERR_LEN];
 
@@ -505,7 +506,7 @@ static void test_evaluate(void) {
     CHECK(eval(&noargs, "h100", NULL, TF_TAG_ROLLOUT | TF_TAG_TRAIN, &r) == (TF_TAG_ROLLOUT | TF_TAG_TRAIN));
     CHECK(r.source == TF_SRC_OPTION && r.map_tags == TF_TAG_ALL);
     CHECK(eval(&noargs, "t4", NULL, TF_TAG_ROLLOUT | TF_TAG_TRAIN, &r) == TF_TAG_ROLLOUT);
-    CHECK(r.source == TF_SRC_MAP); /* --rl-tags removed nothing the map gave */
+    CHECK(r.source == TF_SRC_MAP);                           /* --rl-tags removed nothing the map gave */
     CHECK(eval(&noargs, "t4", NULL, TF_TAG_TRAIN, &r) == 0); /* empty: the task will fail */
     CHECK(r.map_tags == TF_TAG_ROLLOUT && !r.from_default);
     CHECK(eval(&noargs, "cpu_only", NULL, TF_TAG_TRAIN, &r) == 0);
@@ -563,8 +564,9 @@ static void test_evaluate(void) {
 
 int main(int argc, char** argv) {
     static const struct tf_test_group groups[] = {
-        {"tags", test_tags},           {"args", test_args}, {"map_valid", test_map_valid},
-        {"map_errors", test_map_errors}, {"node", test_node}, {"evaluate", test_evaluate},
+        {"tags", test_tags},           {"args", test_args},
+        {"map_valid", test_map_valid}, {"map_errors", test_map_errors},
+        {"node", test_node},           {"evaluate", test_evaluate},
     };
     return tf_test_main(argc, argv, groups, (int)(sizeof(groups) / sizeof(groups[0])));
 }

@@ -12,41 +12,39 @@
 
 extern int tf_test_passed, tf_test_failed;
 
-#define CHECK(cond)                                                           \
-    do {                                                                      \
-        if (cond) {                                                           \
-            tf_test_passed++;                                                 \
-        } else {                                                              \
-            tf_test_failed++;                                                 \
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (cond) {                                                                  \
+            tf_test_passed++;                                                        \
+        } else {                                                                     \
+            tf_test_failed++;                                                        \
             fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                     \
+        }                                                                            \
     } while (0)
 
 /* haystack contains needle; prints both on failure */
-#define CHECK_HAS(hay, needle)                                                          \
-    do {                                                                                \
-        const char* h_ = (hay);                                                         \
-        const char* n_ = (needle);                                                      \
-        if (h_ != NULL && strstr(h_, n_) != NULL) {                                     \
-            tf_test_passed++;                                                           \
-        } else {                                                                        \
-            tf_test_failed++;                                                           \
-            fprintf(stderr, "%s:%d: expected \"%s\" in \"%s\"\n", __FILE__, __LINE__, n_, \
-                    h_ ? h_ : "(null)");                                                \
-        }                                                                               \
+#define CHECK_HAS(hay, needle)                                                                                 \
+    do {                                                                                                       \
+        const char* h_ = (hay);                                                                                \
+        const char* n_ = (needle);                                                                             \
+        if (h_ != NULL && strstr(h_, n_) != NULL) {                                                            \
+            tf_test_passed++;                                                                                  \
+        } else {                                                                                               \
+            tf_test_failed++;                                                                                  \
+            fprintf(stderr, "%s:%d: expected \"%s\" in \"%s\"\n", __FILE__, __LINE__, n_, h_ ? h_ : "(null)"); \
+        }                                                                                                      \
     } while (0)
 
-#define CHECK_STR(a, b)                                                                     \
-    do {                                                                                    \
-        const char* a_ = (a);                                                               \
-        const char* b_ = (b);                                                               \
-        if (a_ != NULL && b_ != NULL && strcmp(a_, b_) == 0) {                              \
-            tf_test_passed++;                                                               \
-        } else {                                                                            \
-            tf_test_failed++;                                                               \
-            fprintf(stderr, "%s:%d: \"%s\" != \"%s\"\n", __FILE__, __LINE__, a_ ? a_ : "(null)", \
-                    b_ ? b_ : "(null)");                                                    \
-        }                                                                                   \
+#define CHECK_STR(a, b)                                                                                               \
+    do {                                                                                                              \
+        const char* a_ = (a);                                                                                         \
+        const char* b_ = (b);                                                                                         \
+        if (a_ != NULL && b_ != NULL && strcmp(a_, b_) == 0) {                                                        \
+            tf_test_passed++;                                                                                         \
+        } else {                                                                                                      \
+            tf_test_failed++;                                                                                         \
+            fprintf(stderr, "%s:%d: \"%s\" != \"%s\"\n", __FILE__, __LINE__, a_ ? a_ : "(null)", b_ ? b_ : "(null)"); \
+        }                                                                                                             \
     } while (0)
 
 struct tf_test_group {

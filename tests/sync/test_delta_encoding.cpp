@@ -20,8 +20,7 @@ using namespace tagflow::train;
 namespace {
 
 std::vector<at::Tensor> zeros_like_shapes() {
-    return {at::zeros({7, 5}), at::zeros({0}), at::zeros({1}), at::zeros({300}), at::zeros({0}),
-            at::zeros({33, 3})};
+    return {at::zeros({7, 5}), at::zeros({0}), at::zeros({1}), at::zeros({300}), at::zeros({0}), at::zeros({33, 3})};
 }
 
 std::vector<at::Tensor> clone_all(const std::vector<at::Tensor>& ts) {
@@ -76,9 +75,9 @@ size_t sync_once(DeltaTracker& tr, const std::vector<at::Tensor>& root, const st
 TEST(DeltaEncoding, ChoiceAndSizes) {
     EXPECT_EQ(choose_delta_encoding(1024, 0, 0.125), DeltaEncoding::kSkip);
     EXPECT_EQ(choose_delta_encoding(1024, 1, 0.125), DeltaEncoding::kSparse);
-    EXPECT_EQ(choose_delta_encoding(1024, 31, 0.125), DeltaEncoding::kSparse);   // 62 < 32 + 31
-    EXPECT_EQ(choose_delta_encoding(1024, 33, 0.125), DeltaEncoding::kBitmask);  // 66 > 32 + 33
-    EXPECT_EQ(choose_delta_encoding(1024, 864, 0.125), DeltaEncoding::kBitmask); // 896 words = 7/8
+    EXPECT_EQ(choose_delta_encoding(1024, 31, 0.125), DeltaEncoding::kSparse);    // 62 < 32 + 31
+    EXPECT_EQ(choose_delta_encoding(1024, 33, 0.125), DeltaEncoding::kBitmask);   // 66 > 32 + 33
+    EXPECT_EQ(choose_delta_encoding(1024, 864, 0.125), DeltaEncoding::kBitmask);  // 896 words = 7/8
     EXPECT_EQ(choose_delta_encoding(1024, 865, 0.125), DeltaEncoding::kDense);
     EXPECT_EQ(choose_delta_encoding(1024, 900, 0.0), DeltaEncoding::kBitmask);
     EXPECT_EQ(choose_delta_encoding(1024, 1024, 0.0), DeltaEncoding::kDense);
@@ -122,8 +121,8 @@ TEST(DeltaEncoding, BucketsFollowTensorBoundaries) {
     EXPECT_EQ(b25[3], (std::pair<size_t, size_t>{36, 25}));
     EXPECT_EQ(b25.back(), (std::pair<size_t, size_t>{411, 24}));
     // 64 floats: tensors 0 and 2 grouped (36), then 300 = 4 x 64 + 44, then 99 = 64 + 35.
-    EXPECT_EQ(v.plan_buckets(256), (R{{0, 36}, {36, 64}, {100, 64}, {164, 64}, {228, 64}, {292, 44},
-                                      {336, 64}, {400, 35}}));
+    EXPECT_EQ(v.plan_buckets(256),
+              (R{{0, 36}, {36, 64}, {100, 64}, {164, 64}, {228, 64}, {292, 44}, {336, 64}, {400, 35}}));
     EXPECT_EQ(v.plan_buckets(1 << 20), (R{{0, 435}}));
     size_t covered = 0;
     for (auto [first, count] : v.plan_buckets(4)) {
@@ -196,8 +195,8 @@ TEST(DeltaEncoding, RoundTripsAreBitIdentical) {
 TEST(DeltaEncoding, LaggingReceiverGetsEverythingSinceItsVersion) {
     auto root = zeros_like_shapes();
     for (auto& t : root) t.uniform_();
-    auto fresh = clone_all(root);  // holds version 0
-    auto recent = clone_all(root); // follows every version
+    auto fresh = clone_all(root);   // holds version 0
+    auto recent = clone_all(root);  // follows every version
     DeltaTracker tr;
     const size_t per = 32;
     sync_once(tr, root, recent, 0, -1, per);

@@ -31,8 +31,8 @@ namespace {
 
 // Shapes with empty tensors and sizes that put bucket boundaries inside tensors: 435 floats.
 std::vector<at::Tensor> make_tensors(float fill) {
-    std::vector<at::Tensor> ts = {at::zeros({7, 5}), at::zeros({0}), at::zeros({1}), at::zeros({300}),
-                                  at::zeros({0}), at::zeros({33, 3})};
+    std::vector<at::Tensor> ts = {at::zeros({7, 5}), at::zeros({0}), at::zeros({1}),
+                                  at::zeros({300}),  at::zeros({0}), at::zeros({33, 3})};
     for (auto& t : ts) t.fill_(fill);
     return ts;
 }
@@ -121,11 +121,14 @@ TEST(WeightSync, DeltaVersionsStayBitIdentical) {
         const int64_t dense = 435 * 4;
         for (int32_t ver = 0; ver <= 7; ++ver) {
             switch (ver) {
-                case 1: m.change_random(4); break;            // sparse
-                case 2: break;                                // no change at all
-                case 3: m.change_tensor(3); m.change_random(2); break;  // dense fallback for tensor 3
-                case 4: m.change_random(120); break;          // bitmask-sized changes
-                case 5:                                       // bit-level changes
+                case 1: m.change_random(4); break;  // sparse
+                case 2: break;                      // no change at all
+                case 3:
+                    m.change_tensor(3);
+                    m.change_random(2);
+                    break;                            // dense fallback for tensor 3
+                case 4: m.change_random(120); break;  // bitmask-sized changes
+                case 5:                               // bit-level changes
                     m.cell(0) = 0.f;
                     m.cell(1) = -0.f;
                     m.cell(2) = std::numeric_limits<float>::quiet_NaN();
@@ -136,7 +139,9 @@ TEST(WeightSync, DeltaVersionsStayBitIdentical) {
                     std::memcpy(&m.cell(2), &u, sizeof u);
                     break;
                 }
-                case 7: for (auto& t : m.ref) t.mul_(0.5f); break;  // all but 0, -0 and NaN
+                case 7:
+                    for (auto& t : m.ref) t.mul_(0.5f);
+                    break;  // all but 0, -0 and NaN
                 default: break;
             }
             if (is_root) copy_into(ts, m.ref);
@@ -192,8 +197,8 @@ TEST(WeightSync, LaggingReceiverIsServedByTheSameBroadcast) {
     ws.broadcast(ts, 0, MPI_COMM_WORLD, 0);
     const float x0 = m.cell(100);
     for (int32_t ver = 1; ver <= 3; ++ver) {
-        if (ver == 1) m.cell(100) = 42.f;   // changes at 1 ...
-        if (ver == 3) m.cell(100) = x0;     // ... and back to the version-0 value at 3
+        if (ver == 1) m.cell(100) = 42.f;  // changes at 1 ...
+        if (ver == 3) m.cell(100) = x0;    // ... and back to the version-0 value at 3
         m.change_random(3);
         if (world_rank() == 0) copy_into(ts, m.ref);
         if (most != MPI_COMM_NULL) {

@@ -78,15 +78,15 @@ TEST(Tasks, WrongAnswersScoreLess) {
             const Tokens s = task->solution(p);
             const Tokens body(s.begin(), s.end() - 1);
             std::vector<Tokens> wrong;
-            wrong.push_back({eos});                                  // empty answer
-            Tokens flip = body;                                      // one digit changed
+            wrong.push_back({eos});  // empty answer
+            Tokens flip = body;      // one digit changed
             flip[static_cast<size_t>(i) % flip.size()] = (flip[static_cast<size_t>(i) % flip.size()] + 1) % 10;
             wrong.push_back(flip);
             wrong.push_back(Tokens(body.begin(), body.end() - 1));  // one digit short
-            Tokens longer = body;                                    // one digit too many
+            Tokens longer = body;                                   // one digit too many
             longer.push_back(7);
             wrong.push_back(longer);
-            Tokens shifted = body;                                   // answer shifted by one
+            Tokens shifted = body;  // answer shifted by one
             shifted.insert(shifted.begin(), 0);
             shifted.pop_back();
             if (shifted != body) wrong.push_back(shifted);

@@ -23,7 +23,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         tagflow::text::JinjaTemplate t(std::string(reinterpret_cast<const char*>(data), size));
         t.render(vars);
-    } catch (const tagflow::text::TemplateError&) {
-    }
+    } catch (const tagflow::text::TemplateError&) {}
     return 0;
 }

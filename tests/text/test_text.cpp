@@ -36,7 +36,11 @@ TEST(Utf8, ValidAndOffsets) {
 TEST(Utf8, LossyMaximalSubparts) {
     // Unicode's example (table 3-8): 61 F1 80 80 E1 80 C2 62 80 63 80 BF 64 -> a FFFD FFFD FFFD b FFFD c FFFD FFFD d
     const std::string r = utf8_lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64");
-    EXPECT_EQ(r, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD" "c\xEF\xBF\xBD\xEF\xBF\xBD" "d");
+    EXPECT_EQ(r,
+              "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+              "b\xEF\xBF\xBD"
+              "c\xEF\xBF\xBD\xEF\xBF\xBD"
+              "d");
     EXPECT_EQ(utf8_lossy("ok \xC3\xA9"), "ok \xC3\xA9");
 }
 
@@ -112,7 +116,10 @@ TEST(Split, OnigEscapesRewritten) {
     EXPECT_EQ(onig_to_pcre2("[]\\w]"), "[]\\p{L}\\p{M}\\p{Nd}\\p{Pc}]");
     EXPECT_THROW(onig_to_pcre2("[\\S]"), std::runtime_error);
     // NEL (U+0085) is whitespace for Oniguruma's \s
-    EXPECT_EQ(pieces("a\xC2\x85" "b", "\\s", SplitBehavior::Isolated, false), (V{"a", "\xC2\x85", "b"}));
+    EXPECT_EQ(pieces("a\xC2\x85"
+                     "b",
+                     "\\s", SplitBehavior::Isolated, false),
+              (V{"a", "\xC2\x85", "b"}));
 }
 
 TEST(Split, BadRegexNamesPcre2MessageAndPattern) {
@@ -143,11 +150,14 @@ std::string tiny_json(const std::string& pre_tokenizer) {
     vocab += "\"hi\": 256";
     return "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 257, \"content\": \"<s>\", \"single_word\": false, "
            "\"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}], \"normalizer\": null, "
-           "\"pre_tokenizer\": " + pre_tokenizer + ", \"post_processor\": {\"type\": \"TemplateProcessing\", "
-           "\"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}], "
+           "\"pre_tokenizer\": " +
+           pre_tokenizer +
+           ", \"post_processor\": {\"type\": \"TemplateProcessing\", "
+           "\"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", "
+           "\"type_id\": 0}}], "
            "\"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [257], \"tokens\": [\"<s>\"]}}}, "
-           "\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {" + vocab +
-           "}, \"merges\": [[\"h\", \"i\"]]}}";
+           "\"decoder\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", \"vocab\": {" +
+           vocab + "}, \"merges\": [[\"h\", \"i\"]]}}";
 }
 std::string write_tmp(const std::string& name, const std::string& text) {
     const std::string p = ::testing::TempDir() + name;
@@ -157,8 +167,8 @@ std::string write_tmp(const std::string& name, const std::string& text) {
 }  // namespace
 
 TEST(HfTokenizer, TinyFileByHand) {
-    const auto tok = HfTokenizer::load(write_tmp("tiny.json", tiny_json(
-        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}")));
+    const auto tok = HfTokenizer::load(write_tmp(
+        "tiny.json", tiny_json("{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}")));
     EXPECT_EQ(tok.vocab_size(), 258);
     // "hi" | " hi" (GPT-2 regex) | "<s>" (added token) ; ' ' is byte 32 -> id 32
     EXPECT_EQ(tok.encode("hi hi<s>"), (std::vector<int32_t>{256, 32, 256, 257}));
@@ -180,8 +190,8 @@ TEST(HfTokenizer, TinyFileByHand) {
 }
 
 TEST(HfTokenizer, PrefixSpaceWithoutRegex) {
-    const auto tok = HfTokenizer::load(write_tmp("tiny2.json", tiny_json(
-        "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"use_regex\": false}")));
+    const auto tok = HfTokenizer::load(write_tmp(
+        "tiny2.json", tiny_json("{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"use_regex\": false}")));
     // one word " hi hi": ' ' h i ' ' h i -> 32, 256, 32, 256
     EXPECT_EQ(tok.encode("hi hi"), (std::vector<int32_t>{32, 256, 32, 256}));
 }
@@ -189,8 +199,8 @@ TEST(HfTokenizer, PrefixSpaceWithoutRegex) {
 TEST(HfTokenizer, ConcurrentEncodeEqualsSerial) {
     // encode is const and shared by gateway threads: 4 threads over the same strings (sharing the
     // word cache) must give what one thread gives
-    const auto tok = HfTokenizer::load(write_tmp("tiny3.json", tiny_json(
-        "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}")));
+    const auto tok = HfTokenizer::load(write_tmp(
+        "tiny3.json", tiny_json("{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}")));
     std::mt19937 rng(3);
     const char* parts[] = {"hi", " hi", "<s>", " ", "h", "i", "ih", "\xC3\xA9", "\n", "x"};
     std::vector<std::string> texts(400);

@@ -40,10 +40,14 @@ std::string tiny(const std::string& merges = "[\"h i\"]", const std::string& ext
     vocab += "\"hi\": 256" + extra_vocab;
     return "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 257, \"content\": \"<s>\", \"special\": true, "
            "\"normalized\": false}], \"normalizer\": {\"type\": \"NFC\"}, \"pre_tokenizer\": {\"type\": \"Sequence\", "
-           "\"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"" + split_regex + "\"}, \"behavior\": "
-           "\"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": false}]}, "
+           "\"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": \"" +
+           split_regex +
+           "\"}, \"behavior\": "
+           "\"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": "
+           "false}]}, "
            "\"post_processor\": null, \"decoder\": {\"type\": \"ByteLevel\"}, "
-           "\"model\": {\"type\": \"BPE\", \"vocab\": {" + vocab + "}, \"merges\": " + merges + "}}";
+           "\"model\": {\"type\": \"BPE\", \"vocab\": {" +
+           vocab + "}, \"merges\": " + merges + "}}";
 }
 
 std::string write(const std::string& name, const std::string& text) {
@@ -80,12 +84,15 @@ TEST(Hostile, Truncated) {
 }
 
 TEST(Hostile, MergeNamesUnknownToken) {
-    expect_refused(write("badmerge.json", tiny("[\"h i\", \"q zzz\"]")), "merge 1 (\"q zzz\") names a token not in the vocabulary: \"zzz\"");
-    expect_refused(write("badmerge2.json", tiny("[\"h i\", \"a b\"]")), "the merged token \"ab\" is not in the vocabulary");
+    expect_refused(write("badmerge.json", tiny("[\"h i\", \"q zzz\"]")),
+                   "merge 1 (\"q zzz\") names a token not in the vocabulary: \"zzz\"");
+    expect_refused(write("badmerge2.json", tiny("[\"h i\", \"a b\"]")),
+                   "the merged token \"ab\" is not in the vocabulary");
 }
 
 TEST(Hostile, DuplicateVocabularyIds) {
-    expect_refused(write("dupids.json", tiny("[\"h i\"]", ", \"xyz\": 256")), "gives id 256 to both \"hi\" and \"xyz\"");
+    expect_refused(write("dupids.json", tiny("[\"h i\"]", ", \"xyz\": 256")),
+                   "gives id 256 to both \"hi\" and \"xyz\"");
 }
 
 TEST(Hostile, RegexDoesNotCompile) {
@@ -139,6 +146,7 @@ TEST(Hostile, TenMegabyteStringsLinear) {
             secs[k] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             EXPECT_EQ(tok.decode(ids, false), s) << "unit '" << u << "'";
         }
-        EXPECT_LT(secs[1], 40 * secs[0] + 0.5) << "unit '" << u << "': 1 MB " << secs[0] << " s, 10 MB " << secs[1] << " s";
+        EXPECT_LT(secs[1], 40 * secs[0] + 0.5)
+            << "unit '" << u << "': 1 MB " << secs[0] << " s, 10 MB " << secs[1] << " s";
     }
 }

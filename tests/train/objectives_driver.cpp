@@ -153,10 +153,9 @@ void run_ppo(const Case& c, std::ostream& out) {
 
 void run_agg(const Case& c, std::ostream& out) {
     const auto rows = static_cast<int64_t>(c.d("rows")), cols = static_cast<int64_t>(c.d("cols"));
-    const torch::Tensor v =
-        tagflow::train::agg_loss(tensor(c.v("x"), rows, cols), tensor(c.v("mask"), rows, cols),
-                                 tagflow::train::parse_loss_agg(c.w("agg")), BatchCounts{c.d("tokens"), c.d("seqs")},
-                                 c.d("norm_tokens"));
+    const torch::Tensor v = tagflow::train::agg_loss(tensor(c.v("x"), rows, cols), tensor(c.v("mask"), rows, cols),
+                                                     tagflow::train::parse_loss_agg(c.w("agg")),
+                                                     BatchCounts{c.d("tokens"), c.d("seqs")}, c.d("norm_tokens"));
     put(out, "value", {v.item<double>()});
 }
 

@@ -254,7 +254,7 @@ TEST(ComputeAdvantages, GaeMatchesSingleSampleAndWhitens) {
     for (const auto& a : w.advantages)
         for (float v : a) sq += v * v;
     EXPECT_NEAR(sum / 5, 0.0, 1e-6);
-    EXPECT_NEAR(sq / 4, 1.0, 1e-5);  // unbiased variance 1
+    EXPECT_NEAR(sq / 4, 1.0, 1e-5);           // unbiased variance 1
     expect_near(w.returns[0], r.returns[0]);  // returns are not whitened
     s[1].values.pop_back();
     EXPECT_THROW(compute_advantages(cfg, s), Error);
@@ -271,8 +271,8 @@ TEST(Options, ParseNames) {
     for (auto e : {AdvEstimator::kGrpo, AdvEstimator::kRloo, AdvEstimator::kReinforcePP,
                    AdvEstimator::kReinforcePPBaseline, AdvEstimator::kGae})
         EXPECT_EQ(parse_adv_estimator(to_string(e)), e);
-    for (auto a : {LossAgg::kTokenMean, LossAgg::kSeqMeanTokenSum, LossAgg::kSeqMeanTokenMean,
-                   LossAgg::kSeqMeanTokenSumNorm})
+    for (auto a :
+         {LossAgg::kTokenMean, LossAgg::kSeqMeanTokenSum, LossAgg::kSeqMeanTokenMean, LossAgg::kSeqMeanTokenSumNorm})
         EXPECT_EQ(parse_loss_agg(to_string(a)), a);
     EXPECT_THROW(parse_adv_estimator("dpo"), ConfigError);
     EXPECT_THROW(parse_kl_mode("k9"), ConfigError);

@@ -79,7 +79,8 @@ TEST(Pack, SplitBySequencesAndTokenBudget) {
     size_t covered = 0;
     for (auto [bb, e] : split_micro_batches(b, 100, 12)) {
         int64_t longest = 0;
-        for (size_t i = bb; i < e; ++i) longest = std::max<int64_t>(longest, static_cast<int64_t>(b[i].tokens.size()) - 1);
+        for (size_t i = bb; i < e; ++i)
+            longest = std::max<int64_t>(longest, static_cast<int64_t>(b[i].tokens.size()) - 1);
         EXPECT_TRUE(e - bb == 1 || static_cast<int64_t>(e - bb) * longest <= 12);
         EXPECT_EQ(bb, covered);
         covered = e;

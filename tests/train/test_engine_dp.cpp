@@ -80,7 +80,8 @@ TEST(DataParallel, ActorMatchesSingleRank) {
             EXPECT_EQ(a.tokens, b.tokens);
         }
         const double d = max_abs_diff(dp.engine().parameters(), single.engine().parameters());
-        if (comm.rank() == 0) std::printf("np%d %s: max |w_dp - w_single| = %.3g\n", comm.size(), to_string(mode).c_str(), d);
+        if (comm.rank() == 0)
+            std::printf("np%d %s: max |w_dp - w_single| = %.3g\n", comm.size(), to_string(mode).c_str(), d);
         EXPECT_LT(d, 1e-6) << to_string(mode);
     }
 }

@@ -22,9 +22,9 @@ TEST(AggLoss, ModesWithGlobalCounts) {
     auto loss = t2({1, 2, 3, 4, 5, 0}, 2);
     auto mask = t2({1, 1, 0, 1, 0, 0}, 2);
     BatchCounts g{3, 2};
-    EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kTokenMean, g).item<double>(), 7.0 / 3, 1e-6);       // (1+2+4)/3
-    EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kSeqMeanTokenSum, g).item<double>(), 3.5, 1e-6);     // (3+4)/2
-    EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kSeqMeanTokenMean, g).item<double>(), 2.75, 1e-6);   // (1.5+4)/2
+    EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kTokenMean, g).item<double>(), 7.0 / 3, 1e-6);      // (1+2+4)/3
+    EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kSeqMeanTokenSum, g).item<double>(), 3.5, 1e-6);    // (3+4)/2
+    EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kSeqMeanTokenMean, g).item<double>(), 2.75, 1e-6);  // (1.5+4)/2
     // A batch twice as large elsewhere (another rank) halves this share.
     BatchCounts g2{6, 4};
     EXPECT_NEAR(agg_loss(loss, mask, LossAgg::kTokenMean, g2).item<double>(), 7.0 / 6, 1e-6);

@@ -74,9 +74,7 @@ Trajectory expected(const Req& r) {
     return t;
 }
 
-bool same_float(float a, float b) {
-    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
-}
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
 
 void expect_equal(const Trajectory& got, const Trajectory& want, size_t from = 0) {
     ASSERT_EQ(got.tokens.size(), want.tokens.size());
@@ -223,8 +221,7 @@ TEST(TrajectoryManager, TestTimeScalingSiblingsShareThePrompt) {
         ids.push_back(r.traj);
     }
     for (int g = 0; g < 8; ++g)
-        expect_equal(m.rebuild(ids[static_cast<size_t>(g)]),
-                     expected(make(P, seq(1000 * (g + 1), 50), 4)));
+        expect_equal(m.rebuild(ids[static_cast<size_t>(g)]), expected(make(P, seq(1000 * (g + 1), 50), 4)));
     Stats s = m.stats();
     EXPECT_EQ(s.tokens_stored, 100 + 8 * 50);
     EXPECT_EQ(s.tokens_leaves, 8 * 150);
@@ -313,7 +310,7 @@ TEST(TrajectoryManager, LongestMatchLooksBehindEverySameTokenSibling) {
     const std::vector<Token> P = seq(10, 3), O = seq(50, 3);
     InsertResult old = m.insert(make(P, O, 1).view());
     m.insert(make(cat(cat(P, O), {7, 8}), seq(90, 3), 1).view());  // continues the v1 sibling
-    m.insert(make(P, O, 2).view());                                 // the most recent sibling
+    m.insert(make(P, O, 2).view());                                // the most recent sibling
     const std::vector<Token> q = cat(cat(cat(P, O), {7, 8}), seq(90, 2));
     EXPECT_EQ(m.longest_prefix_match(q).length, 10);  // all of q, through the older sibling
     InsertResult r = m.insert(make(q, {}, 0).view());
@@ -354,9 +351,9 @@ TEST(TrajectoryManager, ExportRebuildsEveryRequestAndTracksFileRows) {
     std::vector<InsertResult> rs;
     const std::vector<Token> P = seq(10, 8);
     rs.push_back(m.insert(make(P, seq(50, 4), 1).view()));
-    rs.push_back(m.insert(make(seq(10, 3), seq(70, 2), 1).view()));   // splits P
+    rs.push_back(m.insert(make(seq(10, 3), seq(70, 2), 1).view()));  // splits P
     rs.push_back(m.insert(make(cat(cat(P, seq(50, 4)), {3}), seq(80, 2), 2).view()));
-    rs.push_back(m.insert(make(P, seq(50, 2), 1).view()));             // duplicate prefix
+    rs.push_back(m.insert(make(P, seq(50, 2), 1).view()));  // duplicate prefix
     ASSERT_EQ(m.segments(), 3);
     SegmentExport e = m.export_segments(0);
     EXPECT_EQ(e.parent, (std::vector<int64_t>{-1, 0, 0}));
@@ -364,8 +361,7 @@ TEST(TrajectoryManager, ExportRebuildsEveryRequestAndTracksFileRows) {
     EXPECT_EQ(e.token_start.front(), 0);
     for (size_t i = 0; i + 1 < e.size(); ++i) EXPECT_EQ(e.token_end[i], e.token_start[i + 1]);
     EXPECT_EQ(static_cast<size_t>(e.token_end.back()), e.tokens.size());
-    for (const InsertResult& r : rs)
-        expect_equal(from_export(e, m.segment_of(r.traj), r.length), m.rebuild(r.traj));
+    for (const InsertResult& r : rs) expect_equal(from_export(e, m.segment_of(r.traj), r.length), m.rebuild(r.traj));
     // Incremental export: rows are handed out once, parents may be older rows.
     EXPECT_EQ(m.exported_segments(), 0);
     m.mark_exported(100);
@@ -407,8 +403,7 @@ TEST(TrajectoryManager, MatchesAFlatReferenceOnRandomSessions) {
             const Trajectory& base = flat[rng() % flat.size()];
             const size_t cut = kind == 1 ? base.tokens.size() : rng() % (base.tokens.size() + 1);
             r.in.assign(base.tokens.begin(), base.tokens.begin() + static_cast<long>(cut));
-            for (int k = 0, n = static_cast<int>(rng() % 3); k < n; ++k)
-                r.in.push_back(static_cast<Token>(rng() % 4));
+            for (int k = 0, n = static_cast<int>(rng() % 3); k < n; ++k) r.in.push_back(static_cast<Token>(rng() % 4));
         }
         const int32_t v = static_cast<int32_t>(rng() % 3);
         for (int k = 0, n = static_cast<int>(rng() % 5); k < n; ++k) {

@@ -23,8 +23,8 @@
 
 using namespace tagflow;
 using namespace tagflow::io;
-using tagflow::traj::test::WorkRequest;
 using tagflow::traj::test::Workload;
+using tagflow::traj::test::WorkRequest;
 
 namespace {
 
@@ -47,8 +47,7 @@ bool all_ranks(bool ok) {
 std::string test_file() {
     long pid = static_cast<long>(getpid());
     MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    const auto dir =
-        std::filesystem::temp_directory_path() / ("tagflow-traj-" + std::to_string(pid));
+    const auto dir = std::filesystem::temp_directory_path() / ("tagflow-traj-" + std::to_string(pid));
     if (world_rank() == 0) std::filesystem::create_directories(dir);
     MPI_Barrier(MPI_COMM_WORLD);
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -78,13 +77,11 @@ RunAttributes attrs() {
 
 /// Inserts one round on every rank (the last rank of >= 3 has none in round 0), writes /tree
 /// then /samples; returns this rank's rows.
-std::vector<SampleRecord> write_round(RunFile& f, traj::TrajectoryManager& m, Workload& w,
-                                      int round) {
+std::vector<SampleRecord> write_round(RunFile& f, traj::TrajectoryManager& m, Workload& w, int round) {
     const int r = world_rank(), n = world_size();
     const int count = (n >= 3 && r == n - 1 && round == 0) ? 0 : 12 + 3 * r;
     std::vector<traj::NodeId> ids;
-    for (const WorkRequest& q : w.round(round, count))
-        ids.push_back(m.insert(q.view(r, round)).traj);
+    for (const WorkRequest& q : w.round(round, count)) ids.push_back(m.insert(q.view(r, round)).traj);
     traj::write_tree(f, m);
     std::vector<SampleRecord> rows;
     for (traj::NodeId id : ids) {
@@ -102,9 +99,7 @@ std::vector<SampleRecord> write_round(RunFile& f, traj::TrajectoryManager& m, Wo
     return rows;
 }
 
-bool same_float(float a, float b) {
-    return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0;
-}
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
 
 /// Rebuilds every sample of a closed file from /tree and compares it with its flat columns.
 /// Returns the number of samples checked (EXPECTs on mismatches).
@@ -163,8 +158,7 @@ int64_t expect_samples_rebuild_from_tree(const std::string& path) {
             for (int64_t j = 0; j < own; ++j) {
                 const size_t a = static_cast<size_t>(start[i] + j);
                 const size_t b = static_cast<size_t>(off[k] + depth[i] + j);
-                wrong += ttok[a] != tok[b] || tver[a] != ver[b] || tmask[a] != mask[b] ||
-                         !same_float(tlp[a], lp[b]);
+                wrong += ttok[a] != tok[b] || tver[a] != ver[b] || tmask[a] != mask[b] || !same_float(tlp[a], lp[b]);
             }
             L = depth[i];
         }
@@ -205,8 +199,8 @@ TEST(TreeFile, EverySampleRebuildsFromTree) {
     const double saved = 1.0 - static_cast<double>(tree_tokens) / static_cast<double>(sample_tokens);
     if (world_rank() == 0)
         printf("[ traj ] %lld samples, %lld sample tokens, %lld /tree tokens: %.1f%% saved\n",
-               static_cast<long long>(n), static_cast<long long>(sample_tokens),
-               static_cast<long long>(tree_tokens), 100.0 * saved);
+               static_cast<long long>(n), static_cast<long long>(sample_tokens), static_cast<long long>(tree_tokens),
+               100.0 * saved);
     EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
 }
 

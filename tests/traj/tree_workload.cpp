@@ -49,8 +49,7 @@ std::vector<WorkRequest> Workload::round(int round, int n) {
         if (kind <= 1) {  // a new prompt, sampled 4 times (a GRPO group / test-time scaling)
             std::vector<Token> prompt = fresh(40 + static_cast<int>(rng_() % 20));
             prompt[0] = 1;  // a shared BOS token
-            for (int g = 0; g < 4; ++g)
-                out.push_back(make(prompt, 20 + static_cast<int>(rng_() % 20), round));
+            for (int g = 0; g < 4; ++g) out.push_back(make(prompt, 20 + static_cast<int>(rng_() % 20), round));
         } else if (kind <= 5) {  // next turn: the whole earlier sequence + tool output
             std::vector<Token> in = pick().full();
             std::vector<Token> tool = fresh(5 + static_cast<int>(rng_() % 5));

@@ -22,12 +22,12 @@ struct WorkRequest {
 };
 
 class Workload {
- public:
+public:
     Workload(int rank, uint32_t seed);
     /// The requests of round `round` (policy version = round), about `n` of them.
     std::vector<WorkRequest> round(int round, int n);
 
- private:
+private:
     WorkRequest make(std::vector<Token> in, int n_out, int32_t version);
     std::vector<Token> fresh(int n);
     std::mt19937 rng_;

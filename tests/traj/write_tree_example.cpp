@@ -64,12 +64,12 @@ int main(int argc, char** argv) {
             f.flush();
         }
         const traj::Stats s = m.stats();
-        printf("[rank %d] %lld requests, %lld trajectories, %lld leaves, %lld tokens stored for "
-               "%lld requested (%.1f%% saved; %.1f%% against leaves only)\n",
-               rank, static_cast<long long>(s.requests), static_cast<long long>(s.trajectories),
-               static_cast<long long>(s.leaves), static_cast<long long>(s.tokens_stored),
-               static_cast<long long>(s.tokens_requests), 100 * s.saved_vs_requests(),
-               100 * s.saved_vs_leaves());
+        printf(
+            "[rank %d] %lld requests, %lld trajectories, %lld leaves, %lld tokens stored for "
+            "%lld requested (%.1f%% saved; %.1f%% against leaves only)\n",
+            rank, static_cast<long long>(s.requests), static_cast<long long>(s.trajectories),
+            static_cast<long long>(s.leaves), static_cast<long long>(s.tokens_stored),
+            static_cast<long long>(s.tokens_requests), 100 * s.saved_vs_requests(), 100 * s.saved_vs_leaves());
         f.close();
     } catch (const std::exception& e) {
         fprintf(stderr, "[rank %d] fatal: %s\n", rank, e.what());

@@ -68,8 +68,8 @@ TEST(Options, ModeGivenAnywhereIsKept) {
 TEST(Options, HelpListsEveryOptionWithDefault) {
     auto r = parse({"--help"});
     ASSERT_TRUE(r.help);
-    for (const char* name : {"--out", "--steps", "--seed", "--mode", "--tags", "--rank-tags", "--lr",
-                             "--group-size", "--bucket-mb", "--config", "--bf16", "--eval-every"})
+    for (const char* name : {"--out", "--steps", "--seed", "--mode", "--tags", "--rank-tags", "--lr", "--group-size",
+                             "--bucket-mb", "--config", "--bf16", "--eval-every"})
         EXPECT_NE(r.help_text.find(name), std::string::npos) << name;
     EXPECT_NE(r.help_text.find("(=400)"), std::string::npos) << "defaults are shown";
 }
@@ -77,11 +77,11 @@ TEST(Options, HelpListsEveryOptionWithDefault) {
 TEST(Options, PrecedenceConfigEnvCli) {
     std::string cfg = write_config("steps = 7\nseed = 3\nlr = 0.5\n# comment\n");
     auto r = parse({"--out", "o", "--config", cfg, "--steps", "9"}, Env{{"TAGFLOW_SEED", "5"}});
-    EXPECT_EQ(r.options.steps, 9);    // CLI beats config
-    EXPECT_EQ(r.options.seed, 5);     // env beats config
+    EXPECT_EQ(r.options.steps, 9);        // CLI beats config
+    EXPECT_EQ(r.options.seed, 5);         // env beats config
     EXPECT_DOUBLE_EQ(r.options.lr, 0.5);  // config beats default
     auto r2 = parse({"--out", "o", "--seed", "8"}, Env{{"TAGFLOW_SEED", "5"}});
-    EXPECT_EQ(r2.options.seed, 8);    // CLI beats env
+    EXPECT_EQ(r2.options.seed, 8);  // CLI beats env
     std::remove(cfg.c_str());
 }
 
@@ -113,9 +113,7 @@ TEST(Options, OutOfRangeNamesOptionAndBounds) {
     EXPECT_NE(error_of({"--out", "o", "--group-size", "1"}).find("--group-size"), std::string::npos);
 }
 
-TEST(Options, MissingOutIsAnError) {
-    EXPECT_NE(error_of({}).find("--out"), std::string::npos);
-}
+TEST(Options, MissingOutIsAnError) { EXPECT_NE(error_of({}).find("--out"), std::string::npos); }
 
 TEST(Options, MissingConfigFile) {
     std::string e = error_of({"--out", "o", "--config", "/nonexistent/run.ini"});
@@ -194,9 +192,7 @@ TEST(Options, JsonHasEveryResolvedOption) {
     EXPECT_NE(j.find("\"lr\": "), std::string::npos) << j;
 }
 
-TEST(Options, EnvNames) {
-    EXPECT_EQ(tagflow::config::env_name("prompts-per-step"), "TAGFLOW_PROMPTS_PER_STEP");
-}
+TEST(Options, EnvNames) { EXPECT_EQ(tagflow::config::env_name("prompts-per-step"), "TAGFLOW_PROMPTS_PER_STEP"); }
 
 TEST(Options, ShippedExampleConfigParses) {
     const std::string cfg = std::string(TAGFLOW_SOURCE_DIR) + "/share/examples/reverse.ini";
@@ -206,9 +202,9 @@ TEST(Options, ShippedExampleConfigParses) {
 }
 
 TEST(Options, AlgorithmChoicesAreChecked) {
-    EXPECT_EQ(parse({"--out", "d", "--algo", "ppo", "--kl-in", "reward", "--loss-agg", "seq-mean-token-sum"})
-                  .options.algo,
-              "ppo");
+    EXPECT_EQ(
+        parse({"--out", "d", "--algo", "ppo", "--kl-in", "reward", "--loss-agg", "seq-mean-token-sum"}).options.algo,
+        "ppo");
     EXPECT_NE(error_of({"--out", "d", "--algo", "dpo"}).find("--algo 'dpo': unknown value (choose grpo, ppo, rloo"),
               std::string::npos);
     EXPECT_NE(error_of({"--out", "d", "--kl-in", "both"}).find("--kl-in 'both'"), std::string::npos);
@@ -223,12 +219,35 @@ TEST(Options, ObjectiveOptions) {
     EXPECT_TRUE(d.norm_adv_by_std_in_grpo);
     EXPECT_EQ(d.grpo_std, "unbiased");
     EXPECT_EQ(d.kl_ctrl, "fixed");
-    const tagflow::config::Options o =
-        parse({"--out", "d", "--algo", "reinforce_pp_baseline", "--clip-ratio-low", "0.2", "--clip-ratio-high", "0.28",
-               "--clip-ratio-c", "0", "--norm-adv-by-std-in-grpo", "false", "--loss-agg", "seq-mean-token-sum-norm",
-               "--max-new-tokens", "16", "--grpo-std", "population", "--kl-coef", "0.01", "--kl-in", "reward",
-               "--kl-ctrl", "adaptive", "--kl-penalty", "kl", "--kl-loss-type", "mse"})
-            .options;
+    const tagflow::config::Options o = parse({"--out",
+                                              "d",
+                                              "--algo",
+                                              "reinforce_pp_baseline",
+                                              "--clip-ratio-low",
+                                              "0.2",
+                                              "--clip-ratio-high",
+                                              "0.28",
+                                              "--clip-ratio-c",
+                                              "0",
+                                              "--norm-adv-by-std-in-grpo",
+                                              "false",
+                                              "--loss-agg",
+                                              "seq-mean-token-sum-norm",
+                                              "--max-new-tokens",
+                                              "16",
+                                              "--grpo-std",
+                                              "population",
+                                              "--kl-coef",
+                                              "0.01",
+                                              "--kl-in",
+                                              "reward",
+                                              "--kl-ctrl",
+                                              "adaptive",
+                                              "--kl-penalty",
+                                              "kl",
+                                              "--kl-loss-type",
+                                              "mse"})
+                                           .options;
     EXPECT_EQ(o.clip_ratio_high, 0.28);
     EXPECT_FALSE(o.norm_adv_by_std_in_grpo);
     EXPECT_EQ(o.kl_penalty, "kl");
