@@ -35,7 +35,8 @@ if [ "$with_tests" = 1 ]; then
            jupyter-nbconvert python3-ipykernel python3-nbformat
            python3-torch   # the independent reference forward of tests/llama
            nodejs          # the official OpenAI Node.js client against the gateway (tests/gateway)
-           python3-jinja2) # the reference renderer of chat templates (tests/text)
+           python3-jinja2  # the reference renderer of chat templates (tests/text)
+           clang-format)   # Serial.docs.format: the tree is formatted as .clang-format says
 fi
 
 missing=()
