@@ -2,7 +2,8 @@
 // jinja_builtins: the filters and tests a chat template may use, and attribute/item access
 // with the methods of str, list and dict that Jinja's ImmutableSandboxedEnvironment lets a
 // template call (mutating methods such as list.append or dict.update are refused, as the
-// sandbox refuses them). Semantics follow Jinja 3.1's filters.py/tests.py and Python's str.
+// sandbox refuses them), and the globals a template starts with (template_globals). Semantics
+// follow Jinja 3.1's filters.py/tests.py and Python's str.
 // Does NOT implement HTML escaping, i18n, random, urlize, xmlattr, groupby, batch,
 // format strings (%/str.format) or Unicode case mapping beyond ASCII (upper/lower/title
 // change ASCII letters only).
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <set>
 
 #include "text/jinja_internal.hpp"
@@ -455,6 +457,75 @@ Value call_value(const Value& callee, CallArgs& args) {
     if (callee.is_undefined())
         fail(args.line, args.col, callee.s.empty() ? "undefined value is not callable" : callee.s);
     fail(args.line, args.col, "'" + type_name(callee) + "' object is not callable");
+}
+
+namespace {
+
+constexpr std::int64_t kMaxRange = 100000;  // range() items, as the sandbox allows
+
+std::string one_line(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+        if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else out += c;
+    }
+    return out;
+}
+
+}  // namespace
+
+// The globals transformers gives a chat template: range (at most 100000 items, like the
+// sandbox), dict, namespace, raise_exception, strftime_now.
+std::unordered_map<std::string, Value> template_globals() {
+    std::unordered_map<std::string, Value> g;
+    g["range"] = Value::function("range", [](CallArgs& a) {
+        if (a.pos.empty() || a.pos.size() > 3 || !a.kw.empty()) arg_fail(a, "range expects 1 to 3 integer arguments");
+        std::int64_t v[3] = {0, 0, 1};
+        for (std::size_t k = 0; k < a.pos.size(); ++k) {
+            if (a.pos[k].kind != Value::Int && a.pos[k].kind != Value::Bool)
+                arg_fail(a, "range: arguments must be integers");
+            v[k] = a.pos[k].kind == Value::Bool ? a.pos[k].b : a.pos[k].i;
+        }
+        std::int64_t start = a.pos.size() == 1 ? 0 : v[0], stop = a.pos.size() == 1 ? v[0] : v[1],
+                     step = a.pos.size() == 3 ? v[2] : 1;
+        if (step == 0) arg_fail(a, "range() arg 3 must not be zero");
+        ValueList out;
+        for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+            if (static_cast<std::int64_t>(out.size()) >= kMaxRange)
+                arg_fail(a, "range too big: the sandbox blocks ranges larger than 100000");
+            out.push_back(Value::integer(k));
+        }
+        return Value::new_list(std::move(out));
+    });
+    auto make_dict = [](CallArgs& a, bool ns) {
+        Value d = Value::new_dict();
+        d.is_namespace = ns;
+        if (a.pos.size() > 1) arg_fail(a, "expected at most 1 positional argument");
+        if (!a.pos.empty()) {
+            if (a.pos[0].kind != Value::DictK) arg_fail(a, "expected a mapping, got " + type_name(a.pos[0]));
+            for (const auto& kv : a.pos[0].dict->items) d.dict->set(kv.first, kv.second);
+        }
+        for (const auto& kv : a.kw) d.dict->set(kv.first, kv.second);
+        return d;
+    };
+    g["namespace"] = Value::function("namespace", [make_dict](CallArgs& a) { return make_dict(a, true); });
+    g["dict"] = Value::function("dict", [make_dict](CallArgs& a) { return make_dict(a, false); });
+    g["raise_exception"] = Value::function("raise_exception", [](CallArgs& a) -> Value {
+        const Value* m = a.get(0, "message");
+        arg_fail(a, "raise_exception: " + one_line(m ? to_str(*m) : std::string()));
+    });
+    g["strftime_now"] = Value::function("strftime_now", [](CallArgs& a) {
+        const Value* f = a.get(0, "format");
+        if (!f || f->kind != Value::Str) arg_fail(a, "strftime_now expects a format string");
+        std::time_t now = std::time(nullptr);
+        std::tm tm{};
+        localtime_r(&now, &tm);
+        char buf[512];
+        std::size_t n = std::strftime(buf, sizeof buf, f->s.c_str(), &tm);
+        return Value::str(std::string(buf, n));
+    });
+    return g;
 }
 
 }  // namespace tagflow::text::jinja

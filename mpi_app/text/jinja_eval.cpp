@@ -2,14 +2,13 @@
 // jinja_eval: runs a parsed template. Scoping is Jinja's: `set` writes the innermost frame;
 // each for-loop iteration and each macro call get a fresh frame (a macro sees the template's
 // top level, not its caller's locals); `if` has no scope; namespace() objects are shared, so
-// `set ns.x` inside a loop is seen after it. Globals are transformers': range (at most 100000
-// items, like the sandbox), dict, namespace, raise_exception, strftime_now.
+// `set ns.x` inside a loop is seen after it. The globals (transformers': range, dict, namespace,
+// raise_exception, strftime_now) are jinja_builtins.cpp's template_globals().
 // Does NOT support recursive loops, call blocks, loop.changed, or macros with *args/**kwargs;
 // expression evaluation stops at 1000 nested levels, macro calls at 100, strings and output at
 // 256 MiB, a render at 5 million steps (one-line errors).
 #include <algorithm>
 #include <cmath>
-#include <ctime>
 #include <unordered_map>
 
 #include "text/jinja_internal.hpp"
@@ -41,7 +40,6 @@ constexpr int kMaxMacroDepth = 100;
 // ChatML renders, Hostile.chat.messages); a loop nest or a quadratic string build that would run
 // for hours (also in Jinja2) stops after a few seconds (Hostile.chat.nesting).
 constexpr std::uint64_t kMaxSteps = 5'000'000;
-constexpr std::int64_t kMaxRange = 100000;
 constexpr std::size_t kMaxString = std::size_t{256} << 20;  // 256 MiB: no prompt is near it
 
 Value from_json(const nlohmann::ordered_json& j, int depth) {
@@ -70,16 +68,6 @@ Value from_json(const nlohmann::ordered_json& j, int depth) {
         }
         default: throw TemplateError("chat template: unsupported JSON value (binary)");
     }
-}
-
-std::string one_line(const std::string& s) {
-    std::string out;
-    for (char c : s) {
-        if (c == '\n') out += "\\n";
-        else if (c == '\r') out += "\\r";
-        else out += c;
-    }
-    return out;
 }
 
 }  // namespace
@@ -560,60 +548,6 @@ public:
     }
 };
 
-namespace {
-
-Interp::Frame globals() {
-    Interp::Frame g;
-    g["range"] = Value::function("range", [](CallArgs& a) {
-        if (a.pos.empty() || a.pos.size() > 3 || !a.kw.empty()) arg_fail(a, "range expects 1 to 3 integer arguments");
-        std::int64_t v[3] = {0, 0, 1};
-        for (std::size_t k = 0; k < a.pos.size(); ++k) {
-            if (a.pos[k].kind != Value::Int && a.pos[k].kind != Value::Bool)
-                arg_fail(a, "range: arguments must be integers");
-            v[k] = a.pos[k].kind == Value::Bool ? a.pos[k].b : a.pos[k].i;
-        }
-        std::int64_t start = a.pos.size() == 1 ? 0 : v[0], stop = a.pos.size() == 1 ? v[0] : v[1],
-                     step = a.pos.size() == 3 ? v[2] : 1;
-        if (step == 0) arg_fail(a, "range() arg 3 must not be zero");
-        ValueList out;
-        for (std::int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
-            if (static_cast<std::int64_t>(out.size()) >= kMaxRange)
-                arg_fail(a, "range too big: the sandbox blocks ranges larger than 100000");
-            out.push_back(Value::integer(k));
-        }
-        return Value::new_list(std::move(out));
-    });
-    auto make_dict = [](CallArgs& a, bool ns) {
-        Value d = Value::new_dict();
-        d.is_namespace = ns;
-        if (a.pos.size() > 1) arg_fail(a, "expected at most 1 positional argument");
-        if (!a.pos.empty()) {
-            if (a.pos[0].kind != Value::DictK) arg_fail(a, "expected a mapping, got " + type_name(a.pos[0]));
-            for (const auto& kv : a.pos[0].dict->items) d.dict->set(kv.first, kv.second);
-        }
-        for (const auto& kv : a.kw) d.dict->set(kv.first, kv.second);
-        return d;
-    };
-    g["namespace"] = Value::function("namespace", [make_dict](CallArgs& a) { return make_dict(a, true); });
-    g["dict"] = Value::function("dict", [make_dict](CallArgs& a) { return make_dict(a, false); });
-    g["raise_exception"] = Value::function("raise_exception", [](CallArgs& a) -> Value {
-        const Value* m = a.get(0, "message");
-        arg_fail(a, "raise_exception: " + one_line(m ? to_str(*m) : std::string()));
-    });
-    g["strftime_now"] = Value::function("strftime_now", [](CallArgs& a) {
-        const Value* f = a.get(0, "format");
-        if (!f || f->kind != Value::Str) arg_fail(a, "strftime_now expects a format string");
-        std::time_t now = std::time(nullptr);
-        std::tm tm{};
-        localtime_r(&now, &tm);
-        char buf[512];
-        std::size_t n = std::strftime(buf, sizeof buf, f->s.c_str(), &tm);
-        return Value::str(std::string(buf, n));
-    });
-    return g;
-}
-
-}  // namespace
 }  // namespace tagflow::text::jinja
 
 namespace tagflow::text {
@@ -630,7 +564,7 @@ JinjaTemplate::JinjaTemplate(const std::string& source) {
 
 std::string JinjaTemplate::render(const nlohmann::ordered_json& vars) const {
     jinja::Interp in;
-    in.frames.push_back(jinja::globals());
+    in.frames.push_back(jinja::template_globals());
     if (!vars.is_object()) throw TemplateError("chat template: variables must be a JSON object");
     for (auto it = vars.begin(); it != vars.end(); ++it) in.frames[0][it.key()] = jinja::from_json(it.value(), 0);
     in.exec(impl_->body);

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -250,6 +251,8 @@ Value get_attr(const Value& obj, const std::string& name, int line, int col);
 /// obj[key] (with the attribute fallback Jinja applies for string keys).
 Value get_item(const Value& obj, const Value& key, int line, int col);
 Value call_value(const Value& callee, CallArgs& args);
+/// The globals a template starts with (transformers': range, dict, namespace, raise_exception, strftime_now).
+std::unordered_map<std::string, Value> template_globals();
 [[noreturn]] void arg_fail(const CallArgs& a, const std::string& what);
 std::string ascii_upper(std::string s);
 std::string ascii_lower(std::string s);
