@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// server: the poll() loop, connection state, authentication, routing of the endpoints and the
-// hand-off to the Backend (see server.hpp). Backend results come back through a mutex-guarded
-// queue plus a wake-up pipe; only the I/O thread touches sockets and connection state.
+// server: the poll() loop, connection state, reading and writing, and the Backend's results (see
+// server.hpp); authentication and the endpoints are server_routes.cpp's. Backend results come back
+// through a mutex-guarded queue plus a wake-up pipe; only the I/O thread touches sockets and
+// connection state.
 #include "gateway/server.hpp"
+#include "gateway/server_impl.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -35,8 +37,6 @@
 
 namespace tagflow::gateway {
 
-using Clock = std::chrono::steady_clock;
-
 // ---- helpers ----------------------------------------------------------------------------------
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -46,7 +46,6 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
     return diff == 0;
 }
 
-namespace {
 std::string random_hex(std::size_t bytes) {
     std::string raw(bytes, '\0');
     std::size_t got = 0;
@@ -66,7 +65,6 @@ std::string random_hex(std::size_t bytes) {
     }
     return out;
 }
-}  // namespace
 
 std::string generate_token() { return "tf-" + random_hex(32); }
 
@@ -101,120 +99,6 @@ std::pair<std::string, int> parse_host_port(const std::string& s) {
         throw ConfigError("gateway address '" + s + "': port must be a number in [0, 65535]");
     return {host, static_cast<int>(p)};
 }
-
-// ---- the event queue the backend's sinks write into --------------------------------------------
-
-namespace {
-
-struct Event {
-    uint64_t conn = 0, serial = 0;
-    std::vector<GeneratedToken> tokens;
-    bool finished = false;
-    Finish finish;
-};
-
-struct Shared {
-    std::mutex mu;
-    std::deque<Event> q;
-    int wake_w = -1;
-    bool closed = false;
-    void push(Event e) {
-        std::lock_guard<std::mutex> lk(mu);
-        if (closed) return;
-        const bool was_empty = q.empty();
-        q.push_back(std::move(e));
-        if (was_empty) {
-            const char x = 1;
-            [[maybe_unused]] ssize_t n = ::write(wake_w, &x, 1);  // EAGAIN: a wake-up is already pending
-        }
-    }
-};
-
-class ConnSink final : public TokenSink {
-public:
-    ConnSink(std::shared_ptr<Shared> s, uint64_t conn, uint64_t serial)
-        : s_(std::move(s)), conn_(conn), serial_(serial) {}
-    void tokens(const std::vector<GeneratedToken>& t) override {
-        if (t.empty()) return;
-        Event e;
-        e.conn = conn_;
-        e.serial = serial_;
-        e.tokens = t;
-        s_->push(std::move(e));
-    }
-    void finish(const Finish& f) override {
-        Event e;
-        e.conn = conn_;
-        e.serial = serial_;
-        e.finished = true;
-        e.finish = f;
-        s_->push(std::move(e));
-    }
-
-private:
-    std::shared_ptr<Shared> s_;
-    uint64_t conn_, serial_;
-};
-
-struct Conn {
-    int fd = -1;
-    uint64_t id = 0;
-    std::string in, out;
-    std::size_t in_off = 0;       // bytes of `in` already parsed (erased in bulk, so parsing stays linear)
-    bool more = false;            // complete requests may wait in `in` (the per-round cap or backpressure)
-    bool headers_done = false;    // the current partial request has all its headers
-    Clock::time_point req_start;  // first byte of the current partial request
-    bool busy = false;            // a generation is in flight
-    bool close_after = false;     // close once `out` is written
-    bool draining = false;        // write side shut down; discarding input until EOF or deadline
-    bool dead = false;
-    bool keep_alive = true;
-    bool sent_continue = false;
-    bool stream = false, chunked = false;
-    uint64_t serial = 0, request_id = 0;
-    std::unique_ptr<ResponseBuilder> rb;
-    Clock::time_point last = Clock::now();
-};
-
-}  // namespace
-
-struct Server::Impl {
-    ServerConfig cfg;
-    std::shared_ptr<Backend> backend;
-    std::shared_ptr<const text::Tokenizer> tok;
-    std::shared_ptr<Shared> shared = std::make_shared<Shared>();
-    int listen_fd = -1, wake_r = -1;
-    std::atomic<bool> running{false};
-    std::thread thread;
-    std::map<uint64_t, Conn> conns;
-    uint64_t next_conn = 1, next_serial = 1;
-    int conn_limit = 0;                 // min(max_connections, RLIMIT_NOFILE - fd_reserve), set by start()
-    Clock::time_point accept_paused{};  // EMFILE/ENFILE: do not accept before this
-    std::string id_base = random_hex(6);
-    uint64_t seed_base = 0;
-    mutable std::mutex stats_mu;
-    ServerStats st;
-
-    void loop();
-    void accept_all();
-    void read_conn(Conn& c);
-    void flush(Conn& c);
-    void process_input(Conn& c);
-    void handle(Conn& c, const HttpRequest& r);
-    void handle_completion(Conn& c, const HttpRequest& r, Endpoint ep);
-    void handle_reward(Conn& c, const HttpRequest& r);
-    void on_event(Event& e);
-    void respond(Conn& c, int status, const std::string& body, const std::string& extra_headers = "");
-    void respond_error(Conn& c, const ApiError& e, const std::string& extra_headers = "");
-    void close_conn(Conn& c);
-    std::size_t pending(const Conn& c) const { return c.in.size() - c.in_off; }
-    bool can_serve(const Conn& c) const { return c.out.size() < cfg.max_unread_bytes; }
-    bool evict_one();
-    void count(uint64_t ServerStats::*field) {
-        std::lock_guard<std::mutex> lk(stats_mu);
-        ++(st.*field);
-    }
-};
 
 // ---- Server ------------------------------------------------------------------------------------
 
@@ -563,181 +447,6 @@ void Server::Impl::process_input(Conn& c) {
         }
     }
     flush(c);
-}
-
-void Server::Impl::handle(Conn& c, const HttpRequest& r) {
-    // ---- authentication: "Authorization: Bearer <token>" on every request ----
-    const std::string* auth = r.header("authorization");
-    std::string_view given;
-    if (auth && auth->size() > 7 && (auth->compare(0, 7, "Bearer ") == 0 || auth->compare(0, 7, "bearer ") == 0))
-        given = std::string_view(*auth).substr(7);
-    if (!constant_time_equal(given, cfg.token)) {
-        count(&ServerStats::unauthorized);
-        ApiError e;
-        e.status = 401;
-        if (!auth) {
-            e.message =
-                "You didn't provide an API key. You need to provide your API key in an Authorization header "
-                "using Bearer auth (i.e. Authorization: Bearer YOUR_KEY). The tagflow gateway's key is in "
-                "<out>/gateway.token.";
-        } else {
-            e.message = "Incorrect API key provided. The tagflow gateway's key is in <out>/gateway.token.";
-            e.code = "invalid_api_key";
-        }
-        respond_error(c, e, "WWW-Authenticate: Bearer\r\n");
-        return;
-    }
-    // ---- routing ----
-    const std::string& p = r.path;
-    auto need = [&](const char* method) {
-        if (r.method == method) return true;
-        ApiError e;
-        e.status = 405;
-        e.message = "Method " + r.method + " not allowed for " + p + " (use " + method + ")";
-        respond_error(c, e, std::string("Allow: ") + method + "\r\n");
-        return false;
-    };
-    if (p == "/health" || p == "/v1/health") {
-        if (!need("GET")) return;
-        const BackendInfo info = backend->info();
-        nlohmann::json h{{"status", "ok"},
-                         {"pending", info.pending},
-                         {"policy_version", info.policy_version},
-                         {"cancelled", info.cancelled}};
-        if (info.sessions >= 0) h["sessions"] = info.sessions;
-        respond(c, 200, h.dump());
-    } else if (p == "/v1/models") {
-        if (!need("GET")) return;
-        respond(c, 200, models_body(backend->info()));
-    } else if (p.rfind("/v1/models/", 0) == 0) {
-        if (!need("GET")) return;
-        const std::string id = p.substr(11);
-        for (const ModelInfo& m : backend->info().models)
-            if (m.id == id) return respond(c, 200, model_body(m));
-        ApiError e;
-        e.status = 404;
-        e.message = "The model '" + id + "' does not exist";
-        e.param = "model";
-        e.code = "model_not_found";
-        respond_error(c, e);
-    } else if (p == "/v1/status" && !cfg.status_file.empty()) {
-        // The job's live status record (health/status.hpp), as `tagflow status --json` reads it.
-        if (!need("GET")) return;
-        std::string body;
-        int fd = ::open(cfg.status_file.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        struct stat st {};
-        if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 && st.st_size <= (1 << 22)) {
-            body.resize(static_cast<size_t>(st.st_size));
-            if (::pread(fd, &body[0], body.size(), 0) != static_cast<ssize_t>(body.size())) body.clear();
-        }
-        if (fd >= 0) ::close(fd);
-        if (body.empty()) {
-            ApiError e;
-            e.status = 503;
-            e.message = "No live status record yet (" + cfg.status_file + ")";
-            respond_error(c, e);
-        } else {
-            respond(c, 200, body);
-        }
-    } else if (p == "/v1/completions") {
-        if (need("POST")) handle_completion(c, r, Endpoint::kCompletions);
-    } else if (p == "/v1/chat/completions") {
-        if (need("POST")) handle_completion(c, r, Endpoint::kChat);
-    } else if (p == "/v1/rewards" || p == "/v1/tagflow/reward") {
-        if (need("POST")) handle_reward(c, r);
-    } else {
-        ApiError e;
-        e.status = 404;
-        e.message = "Invalid URL (" + r.method + " " + p + ")";
-        respond_error(c, e);
-    }
-}
-
-void Server::Impl::handle_completion(Conn& c, const HttpRequest& r, Endpoint ep) {
-    const std::string* sh = r.header("x-tagflow-session");
-    ParsedRequest pr;
-    ApiError err;
-    const uint64_t serial = next_serial++;
-    if (!parse_completion_request(ep, r.body, backend->info(), *tok, sh ? *sh : "", seed_base + serial, &pr, &err)) {
-        respond_error(c, err);
-        return;
-    }
-    pr.req.request_id = serial;
-    pr.req.completion_id = (ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + id_base + std::to_string(serial);
-    if (pr.req.session.empty()) pr.req.session = pr.req.completion_id;
-    c.rb = std::make_unique<ResponseBuilder>(pr, pr.req.completion_id, static_cast<int64_t>(std::time(nullptr)), *tok);
-    c.busy = true;
-    c.serial = serial;
-    c.request_id = serial;
-    c.stream = pr.req.stream;
-    c.chunked = c.stream && r.version_minor == 1;
-    if (c.stream) {
-        if (!c.chunked) c.close_after = true;  // HTTP/1.0: the end of the body is the end of the connection
-        c.out += std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n") +
-                 (c.chunked ? "Transfer-Encoding: chunked\r\n" : "") +
-                 "Connection: " + (c.keep_alive && c.chunked ? "keep-alive" : "close") + "\r\n\r\n";
-    }
-    count(&ServerStats::completions);
-    backend->submit(std::move(pr.req), std::make_shared<ConnSink>(shared, c.id, serial));
-}
-
-void Server::Impl::handle_reward(Conn& c, const HttpRequest& r) {
-    using nlohmann::json;
-    const json j = json::parse(r.body, nullptr, false);
-    ApiError e;
-    if (r.body.size() > 65536 || j.is_discarded() || !j.is_object()) {
-        e.message = "We could not parse the JSON body of your request (expected {\"session\": ..., \"reward\": ...}).";
-        return respond_error(c, e);
-    }
-    RewardReport rep;
-    if (j.contains("session") && j.at("session").is_string()) rep.session = j.at("session").get<std::string>();
-    for (const char* k : {"id", "completion_id"})
-        if (j.contains(k) && j.at(k).is_string()) rep.completion_id = j.at(k).get<std::string>();
-    if (rep.session.empty() && rep.completion_id.empty()) {
-        e.message = "a reward needs 'session' (the session's id) or 'id' (a completion id)";
-        e.param = "session";
-        return respond_error(c, e);
-    }
-    if (!j.contains("reward") || !j.at("reward").is_number() || !std::isfinite(j.at("reward").get<double>())) {
-        e.message = "'reward' must be a finite number";
-        e.param = "reward";
-        return respond_error(c, e);
-    }
-    // Rewards train in float32: 1e39 is finite as a double but inf there, and one inf makes every
-    // parameter NaN at the next step (and in the checkpoint written after it).
-    if (const double v = j.at("reward").get<double>(); std::fabs(v) > std::numeric_limits<float>::max()) {
-        e.message = "'reward' " + j.at("reward").dump() +
-                    " is out of range: rewards must be finite in float32 "
-                    "(|reward| <= 3.4028235e38)";
-        e.param = "reward";
-        return respond_error(c, e);
-    }
-    rep.reward = j.at("reward").get<double>();
-    if (j.contains("group") && !j.at("group").is_null()) {
-        const json& g = j.at("group");
-        if (g.is_string()) rep.group = g.get<std::string>();
-        else if (g.is_number_integer()) rep.group = std::to_string(g.get<int64_t>());
-        if (rep.group.empty() || rep.group.size() > 256) {
-            e.message = "'group' must be a non-empty string (at most 256 bytes) or an integer";
-            e.param = "group";
-            return respond_error(c, e);
-        }
-    }
-    if (backend->report_reward(rep) == RewardStatus::kUnknown) {
-        e.status = 404;
-        e.message = "no completion was served for " +
-                    (rep.session.empty() ? "id '" + rep.completion_id + "'" : "session '" + rep.session + "'");
-        e.code = "session_not_found";
-        return respond_error(c, e);
-    }
-    respond(c, 200,
-            json{{"object", "reward"},
-                 {"session", rep.session},
-                 {"id", rep.completion_id},
-                 {"reward", rep.reward},
-                 {"group", rep.group},
-                 {"accepted", true}}
-                .dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 void Server::Impl::on_event(Event& e) {
