@@ -185,7 +185,10 @@ void make_dirs(const std::string& path) {
 
 void prepare_staging(const std::string& dir) {
     remove_tree(dir);
-    make_dirs(dir);
+    const std::size_t slash = dir.find_last_of('/');
+    if (slash != std::string::npos && slash > 0) make_dirs(dir.substr(0, slash));
+    if (::mkdir(dir.c_str(), 0750) != 0)  // EEXIST: something re-created it since remove_tree
+        throw Error("checkpoint: cannot create the staging directory " + dir + ": " + errno_text());
 }
 
 StagingCleanup::StagingCleanup(std::string dir) : dir_(std::move(dir)), exceptions_(std::uncaught_exceptions()) {}

@@ -71,7 +71,10 @@ void remove_tree(const std::string& path);
 /// mkdir -p with mode 0750.
 void make_dirs(const std::string& path);
 
-/// Removes a stale staging dir and creates `dir` empty.
+/// Removes a stale staging dir (without following links) and creates `dir` afresh: the mkdir of
+/// `dir` itself must create it (EEXIST is an error), so everything written into it afterwards
+/// (policy, engine and trainer states, manifest) lands in a directory only this job can write to,
+/// never through a link planted beforehand.
 void prepare_staging(const std::string& dir);
 
 /// Removes the staging dir `dir` when the scope is left by an exception (a full disk in the

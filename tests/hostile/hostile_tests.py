@@ -25,7 +25,8 @@ byte-identical afterwards. Cases:
              so others cannot reach the files inside (which follow the umask); an existing --out
              keeps its mode
   links      links planted in a real run directory (tagflow.h5 with --overwrite, membership.json,
-             gateway.token, gateway.url; sft's sft.json) leave their targets byte-identical; an
+             gateway.token, gateway.url, checkpoint.tmp-N staging dirs; sft's sft.json) leave their
+             targets byte-identical; an
              --out writable by others or owned by another user is refused (train, sft) unless
              --allow-shared-dir; a sticky 1777 --out is accepted
 Does not test the gateway (tests/gateway: Gateway.http, Serial.gateway_unit.*), the SPANK plugin
@@ -542,6 +543,16 @@ def case_links(a):
     for name, v in victims.items():
         os.symlink(v, os.path.join(run_dir, name))
     before = {n: digest(v) for n, v in victims.items()}
+    # Checkpoint staging directories planted beforehand: a link to a directory of the user's at the
+    # step the final checkpoint stages into, and a stale one holding a link to it.
+    vdir = os.path.join(d, "victim-dir")
+    os.makedirs(vdir)
+    with open(os.path.join(vdir, "keep"), "wb") as fh:
+        fh.write(b"precious dir\n")
+    os.symlink(vdir, os.path.join(run_dir, "checkpoint.tmp-2"))
+    os.makedirs(os.path.join(run_dir, "checkpoint.tmp-7"))
+    os.symlink(vdir, os.path.join(run_dir, "checkpoint.tmp-7", "policy"))
+    os.symlink(os.path.join(vdir, "keep"), os.path.join(run_dir, "checkpoint.tmp-7", "manifest"))
     # A 2-rank async run with the gateway: it writes the run file (--overwrite: a link is there),
     # membership.json, gateway.token and gateway.url, each where a link to a victim was planted.
     p = tagflow(a, ["train", "--out", run_dir, "--overwrite", "--mode", "disaggregated", "--rank-tags",
@@ -556,6 +567,11 @@ def case_links(a):
         path = os.path.join(run_dir, name)
         if os.path.lexists(path):
             check(not os.path.islink(path), f"{name} is now tagflow's own file, not the planted link")
+    check(sorted(os.listdir(vdir)) == ["keep"] and open(os.path.join(vdir, "keep"), "rb").read() == b"precious dir\n",
+          "the directory behind the planted checkpoint.tmp-* links is untouched")
+    check(os.path.isdir(os.path.join(run_dir, "checkpoint")) and not os.path.islink(os.path.join(run_dir, "checkpoint"))
+          and not [n for n in os.listdir(run_dir) if n.startswith("checkpoint.tmp-")],
+          "the checkpoint was staged in a fresh directory of tagflow's own; the planted staging dirs are gone")
     check(stat.S_IMODE(os.stat(os.path.join(run_dir, "gateway.token")).st_mode) == 0o600
           if os.path.exists(os.path.join(run_dir, "gateway.token")) else True, "gateway.token is 0600")
     short = ["--steps", "1", "--prompts-per-step", "2", "--group-size", "2", "--eval-prompts", "2",
