@@ -61,8 +61,8 @@ int dispatch(int argc, char** argv) {
         tagflow::print0("tagflow %s (cuda %d, nccl %d)\n", TAGFLOW_VERSION, TAGFLOW_HAVE_CUDA, TAGFLOW_HAVE_NCCL);
         return 0;
     }
-    if (cmd == "train") return tagflow::sched::train_command(argc - 1, argv + 1);
-    if (cmd == "sft") return tagflow::sched::sft_command(argc - 1, argv + 1);
+    if (cmd == "train") return tagflow::cmd::train_command(argc - 1, argv + 1);
+    if (cmd == "sft") return tagflow::cmd::sft_command(argc - 1, argv + 1);
     if (cmd == "generate") return tagflow::rollout::generate_command(argc - 1, argv + 1);
     if (cmd == "trace") return tagflow::profile::trace_command(argc - 1, argv + 1);
     if (cmd == "status") return tagflow::health::status_command(argc - 1, argv + 1);
@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
     // (blocked, pending) across the OpenBLAS re-exec, whose new image starts with default actions.
     const bool train = argc > 1 && std::strcmp(argv[1], "train") == 0;
     if (train) tagflow::ckpt::hold_requeue_signals();
-    tagflow::sched::maybe_reexec_for_openblas(argv);
+    tagflow::cmd::maybe_reexec_for_openblas(argv);
     if (train) tagflow::ckpt::install_requeue_signals();
     int rank = 0, size = 1;
     // Any other error aborts the whole job at once (a single process just exits 1 after its one

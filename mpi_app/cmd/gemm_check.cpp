@@ -8,7 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 
-namespace tagflow::sched {
+namespace tagflow::cmd {
 
 double measure_gemm_gflops(double seconds) {
     const int64_t n = 512;
@@ -40,4 +40,4 @@ void maybe_reexec_for_openblas(char** argv) {
     // exec failed: go on with whatever kernels OpenBLAS picked; the GEMM check will warn.
 }
 
-}  // namespace tagflow::sched
+}  // namespace tagflow::cmd

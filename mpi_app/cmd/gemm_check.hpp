@@ -3,7 +3,7 @@
 // reference BLAS or generic OpenBLAS kernels is caught at start, not after hours.
 #pragma once
 
-namespace tagflow::sched {
+namespace tagflow::cmd {
 
 /// Best fp32 GFLOP/s of repeated 512x512 matmuls over about `seconds` seconds.
 double measure_gemm_gflops(double seconds = 0.3);
@@ -14,4 +14,4 @@ double measure_gemm_gflops(double seconds = 0.3);
 /// only if no re-exec happened.
 void maybe_reexec_for_openblas(char** argv);
 
-}  // namespace tagflow::sched
+}  // namespace tagflow::cmd

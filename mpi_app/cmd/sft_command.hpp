@@ -17,7 +17,7 @@ namespace tagflow::rollout {
 class Task;
 }
 
-namespace tagflow::sched {
+namespace tagflow::cmd {
 
 /// Runs `tagflow sft` (argv[0] = "sft"). Returns the exit code (0; `--help` also 0). Bad
 /// usage throws ConfigError on every rank before anything is written; later errors throw
@@ -33,6 +33,7 @@ std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
 
 /// Greedy held-out scores on eval prompts `indices` (local, not collective): how many
 /// responses equal the task's solution up to EOS, and the sum of their rewards.
-GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task, const std::vector<int64_t>& indices);
+sched::GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task,
+                                const std::vector<int64_t>& indices);
 
-}  // namespace tagflow::sched
+}  // namespace tagflow::cmd

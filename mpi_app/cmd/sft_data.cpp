@@ -14,7 +14,7 @@
 #include "data/scorers.hpp"
 #include "model/hf_export.hpp"
 
-namespace tagflow::sched {
+namespace tagflow::cmd {
 namespace {
 
 // Same verdict on every rank: nothing, or the lowest failing rank's message as a ConfigError.
@@ -203,4 +203,4 @@ std::vector<SftSeq> SftData::next_batch(int64_t batch, int rank, int size, int64
     return mine;
 }
 
-}  // namespace tagflow::sched
+}  // namespace tagflow::cmd

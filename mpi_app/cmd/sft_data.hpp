@@ -18,7 +18,7 @@
 #include "reward/scorer.hpp"
 #include "text/tokenizer.hpp"
 
-namespace tagflow::sched {
+namespace tagflow::cmd {
 
 struct SftDataOptions {
     std::string data, val_data;
@@ -95,4 +95,4 @@ private:
 /// A training row as a sequence (prompt_ids + encode(response) + the row's first stop id).
 SftSeq sft_sequence(const data::Row& row, const text::Tokenizer& tok);
 
-}  // namespace tagflow::sched
+}  // namespace tagflow::cmd

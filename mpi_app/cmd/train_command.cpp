@@ -41,11 +41,19 @@
 #include "sched/sync_scheduler.hpp"
 #include "tagflow/config.hpp"
 
-namespace tagflow::sched {
+namespace tagflow::cmd {
 namespace {
 
-// Threads for this rank: SLURM_CPUS_PER_TASK if set, else the cores this rank may run on
-// divided among the ranks of this node that share them.
+// What OPENBLAS_CORETYPE suits this CPU (OpenBLAS 0.3.21 misdetects recent ones).
+const char* openblas_hint() {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return "AVX-512: SkylakeX";
+    if (__builtin_cpu_supports("avx2")) return "AVX2: Haswell";
+    return "no AVX2: expect slow maths";
+}
+
+}  // namespace
+
 int choose_threads(int requested) {
     if (requested > 0) return requested;
     if (const char* c = std::getenv("SLURM_CPUS_PER_TASK")) {
@@ -62,16 +70,6 @@ int choose_threads(int requested) {
     int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     return std::max(1, std::min(affinity, hw / local));
 }
-
-// What OPENBLAS_CORETYPE suits this CPU (OpenBLAS 0.3.21 misdetects recent ones).
-const char* openblas_hint() {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return "AVX-512: SkylakeX";
-    if (__builtin_cpu_supports("avx2")) return "AVX2: Haswell";
-    return "no AVX2: expect slow maths";
-}
-
-}  // namespace
 
 model::HfConfig check_pretrained_on_every_rank(const std::string& dir, const std::string& option) {
     std::string error;
@@ -181,7 +179,7 @@ int train_command(int argc, char** argv) {
         // checkpoint's mode against it (one line naming the checkpoint).
         if (!config::is_mode_name(ckpt_mode)) ckpt_mode.clear();
         std::string why;
-        pr.options.mode = sched_policy::default_mode(ckpt_mode, why);
+        pr.options.mode = sched::sched_policy::default_mode(ckpt_mode, why);
         if (!opt.data.empty() && ckpt_mode.empty()) {  // the async modes do not take --data yet
             pr.options.mode = config::Mode::kSync;
             why = "--data trains in sync mode";
@@ -194,7 +192,7 @@ int train_command(int argc, char** argv) {
         throw ConfigError("--data: --mode " + std::string(opt.mode.name()) +
                           " does not take a data set yet; use --mode sync (the default with --data)");
     // Same verdict on every rank (it depends only on the options and every rank's tags).
-    check_async_roles(opt, roles);
+    sched::check_async_roles(opt, roles);
     const bool async = opt.mode.is_async();
     // --gateway runs resume too: rewarded gateway samples are in the checkpoint, sessions are not
     // (share/doc/checkpoints.md).
@@ -214,9 +212,9 @@ int train_command(int argc, char** argv) {
     if (!opt.data.empty()) {
         // --data: rank 0 indexes the file (every row checked: FILE:LINE), the others get the index;
         // the rollout ranks start their reward scorers (a --reward-fn that does not import stops here).
-        load_run_tokenizer_on_every_rank(opt);
-        std::unique_ptr<DataTask> dt = open_data_task_on_every_rank(opt, roles.is_rollout());
-        const int64_t steps = data_steps(opt, dt->dataset().size());
+        sched::load_run_tokenizer_on_every_rank(opt);
+        std::unique_ptr<sched::DataTask> dt = sched::open_data_task_on_every_rank(opt, roles.is_rollout());
+        const int64_t steps = sched::data_steps(opt, dt->dataset().size());
         if (steps != opt.steps) {
             pr.options.steps = steps;
             for (auto& [name, value] : pr.resolved)
@@ -251,7 +249,7 @@ int train_command(int argc, char** argv) {
 
     // --export-dtype and --tokenizer (model/hf_export.hpp), on every rank: the tokenizer loads and
     // its ids are ids of the model.
-    (void)policy_export(opt, *task, 0);
+    (void)sched::policy_export(opt, *task, 0);
     if (!opt.tokenizer.empty()) {
         const std::string tj = model::resolve_tokenizer_json(opt.tokenizer);
         model::HfConfig c;
@@ -259,7 +257,7 @@ int train_command(int argc, char** argv) {
         else model::check_tokenizer_fits(tj, model::load_hf_config(opt.model + "/config.json").vocab_size, opt.model);
     }
     // And the run's tokenizer (--model's tokenizer.json, --chat-template): loaded on every rank.
-    load_run_tokenizer_on_every_rank(opt);
+    sched::load_run_tokenizer_on_every_rank(opt);
 
     // The checkpoint to resume from: read and verified by rank 0 (manifest, every file's size and
     // CRC-32, the run's identity, the policy's tensor shapes), the same verdict on every rank.
@@ -282,9 +280,9 @@ int train_command(int argc, char** argv) {
             same("seed", std::to_string(opt.seed), "--seed");
             same("prompts_per_step", std::to_string(opt.prompts_per_step), "--prompts-per-step");
             same("group_size", std::to_string(opt.group_size), "--group-size");
-            if (const DataTask* dt = as_data_task(*task))
+            if (const sched::DataTask* dt = sched::as_data_task(*task))
                 same("data_rows", std::to_string(dt->dataset().size()), "a --data file of rows");
-            if (async) check_async_resume(opt, roles, m);  // same split of the ranks (async_scheduler.hpp)
+            if (async) sched::check_async_resume(opt, roles, m);  // same split of the ranks (async_scheduler.hpp)
             if (m.get_int("step") > opt.steps)
                 throw ConfigError("checkpoint " + m.path + ": at step " + m.get("step") + ", past --steps " +
                                   std::to_string(opt.steps));
@@ -296,7 +294,7 @@ int train_command(int argc, char** argv) {
                     throw ConfigError("checkpoint " + m.path + ": lists no " + n + " (other --kl-coef or --algo?)");
             const int64_t positions =
                 task->max_prompt_tokens() + (opt.max_new_tokens > 0 ? opt.max_new_tokens : task->max_response_tokens());
-            model::LlamaModel fresh = make_policy(opt, *task, positions);
+            model::LlamaModel fresh = sched::make_policy(opt, *task, positions);
             std::map<std::string, std::vector<int64_t>> shapes;
             for (const auto& [name, t] : fresh->hf_state_dict()) shapes[name] = t.sizes().vec();
             ckpt::verify_shapes(plan.dir, "policy/model.safetensors", shapes);
@@ -364,7 +362,7 @@ int train_command(int argc, char** argv) {
     // sync: every rank writes through the io communicator. The async modes: the coordinator is
     // the only writer (a communicator of just that rank), so no rollout rank ever joins an HDF5
     // collective while it generates.
-    const int writer = async ? async_coordinator(roles) : 0;
+    const int writer = async ? sched::async_coordinator(roles) : 0;
     std::unique_ptr<io::RunFile> run;
     double clock0 = t0;  // the schedulers' t = 0: the run file's t0_unix (the first start's)
     if (resume) {
@@ -455,13 +453,13 @@ int train_command(int argc, char** argv) {
         sc.steps = opt.steps;
         health::start_status_writer(std::move(sc));
     }
-    std::unique_ptr<Scheduler> scheduler =
-        async ? make_async_scheduler(opt, roles, run.get(), clock0, std::move(task), &plan)
-              : make_sync_scheduler(opt, roles, *run, clock0, std::move(task), &plan);
+    std::unique_ptr<sched::Scheduler> scheduler =
+        async ? sched::make_async_scheduler(opt, roles, run.get(), clock0, std::move(task), &plan)
+              : sched::make_sync_scheduler(opt, roles, *run, clock0, std::move(task), &plan);
     // SIGTERM/SIGUSR1: checkpoint at the next step boundary, exit 75, every mode. (main.cpp
     // installed the handlers before MPI_Init already; again here for other callers. Idempotent.)
     ckpt::install_requeue_signals();
-    RunSummary s = scheduler->run();
+    sched::RunSummary s = scheduler->run();
     if (run) run->close();
     health::mark_done();
     health::status_done();
@@ -474,4 +472,4 @@ int train_command(int argc, char** argv) {
     return s.exit_code;  // ckpt::kExitRequeue after a checkpoint forced by a signal
 }
 
-}  // namespace tagflow::sched
+}  // namespace tagflow::cmd

@@ -113,7 +113,7 @@ void setup(BenchState& s) {
     const double ctx_sum = Pf * (Pf + 1) / 2 + (Nf - 1) * (Pf + 1 + (Nf - 2) / 2);  // keys seen, summed over tokens
     d.flops_per_request = 2.0 * Lf * per_layer * (Pf + Nf - 1) + 2.0 * dm * static_cast<double>(c.vocab_size) * Nf +
                           Lf * 4.0 * H * D * ctx_sum;
-    d.gemm = sched::measure_gemm_gflops(0.2);
+    d.gemm = cmd::measure_gemm_gflops(0.2);
 
     if (a.opt_int("py", 1) != 0) {
         const std::string script = a.opt("py_script", std::string(TAGFLOW_BENCH_SOURCE_DIR) + "/generate_ref.py");

@@ -64,7 +64,7 @@ void setup(BenchState& s) {
         throw ConfigError("-O entropy=" + ent + ": expected a number >= 0");
     d.actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(d.policy), ec), ac);
     d.comm = std::make_unique<train::MpiCollectives>(MPI_COMM_WORLD, size_t{32} << 20);
-    d.gemm_gflops = sched::measure_gemm_gflops(0.2);
+    d.gemm_gflops = cmd::measure_gemm_gflops(0.2);
 }
 
 void init(BenchState& s, int rep) {

