@@ -137,7 +137,7 @@ bool new_request(State& s, ProfileRequest& out) {
     s.seen_file = true;
     s.dev = st.st_dev, s.ino = st.st_ino, s.mtime_ns = mt, s.size = st.st_size;
     try {
-        if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file (a link or something else; ignored)");
+        if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file (a link or something else)");
         if (static_cast<size_t>(st.st_size) > kMaxRequestBytes)
             throw Error(path + ": " + std::to_string(st.st_size) + " bytes, not a profile request");
         const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
