@@ -17,6 +17,7 @@
 #include "common/mpi_env.hpp"
 #include "data/data_command.hpp"
 #include "health/status.hpp"
+#include "profile/on_demand.hpp"
 #include "profile/trace_command.hpp"
 #include "reward/reward_command.hpp"
 #include "rollout/generate_command.hpp"
@@ -38,6 +39,8 @@ const char kUsage[] =
     "  generate  generate token ids from a checkpoint directory (see `tagflow generate --help`)\n"
     "  trace     write a run file's timeline as Chrome trace JSON (see `tagflow trace --help`)\n"
     "  status    the live status of a running train job: roles, load, staleness (see `tagflow status --help`)\n"
+    "  profile   record N steps of chosen ranks of a running train job with LibTorch's profiler (see `tagflow\n"
+    "            profile --help`)\n"
     "  sim       simulate the scheduling modes at scale in virtual time (see `tagflow sim --help`)\n"
     "  tokenize  JSON Lines of text <-> token ids with a tokenizer.json (see `tagflow tokenize --help`)\n"
     "  data      check a JSON Lines data set, score answers with a built-in rule (see `tagflow data --help`)\n"
@@ -66,6 +69,7 @@ int dispatch(int argc, char** argv) {
     if (cmd == "generate") return tagflow::rollout::generate_command(argc - 1, argv + 1);
     if (cmd == "trace") return tagflow::profile::trace_command(argc - 1, argv + 1);
     if (cmd == "status") return tagflow::health::status_command(argc - 1, argv + 1);
+    if (cmd == "profile") return tagflow::profile::profile_command(argc - 1, argv + 1);
     if (cmd == "tokenize") {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);

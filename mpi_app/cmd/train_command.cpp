@@ -29,6 +29,7 @@
 #include "model/hf_config.hpp"
 #include "model/pretrained_check.hpp"
 #include "profile/clock_sync.hpp"
+#include "profile/on_demand.hpp"
 #include "profile/timeline.hpp"
 #include "rollout/agent_loop.hpp"
 #include "rollout/task.hpp"
@@ -453,6 +454,8 @@ int train_command(int argc, char** argv) {
         sc.steps = opt.steps;
         health::start_status_writer(std::move(sc));
     }
+    // On-demand profiling: `tagflow profile` asks, this rank looks once per step (profile/on_demand.hpp).
+    profile::init_on_demand_profiling({opt.out, rank, clock0});
     std::unique_ptr<sched::Scheduler> scheduler =
         async ? sched::make_async_scheduler(opt, roles, run.get(), clock0, std::move(task), &plan)
               : sched::make_sync_scheduler(opt, roles, *run, clock0, std::move(task), &plan);
@@ -460,6 +463,7 @@ int train_command(int argc, char** argv) {
     // installed the handlers before MPI_Init already; again here for other callers. Idempotent.)
     ckpt::install_requeue_signals();
     sched::RunSummary s = scheduler->run();
+    profile::finish_on_demand_profiling();  // a profile still recording is written with the steps it has
     if (run) run->close();
     health::mark_done();
     health::status_done();

@@ -91,6 +91,10 @@ constexpr int kStatusVersion = 1;
 nlohmann::json rank_record(const StatusConfig& c, int64_t seq, double unix_now, bool done, const StatusSnapshot& s,
                            double tokens_per_s);
 
+/// Reads and checks RUN_DIR/status.json (no link followed, a few MiB at most, the fields the
+/// printout uses present): one ConfigError line naming the path for anything else.
+nlohmann::json load_status_record(const std::string& dir);
+
 /// `tagflow status RUN_DIR [--json] [--watch [--interval S]]` (argv[0] is "status"). Bad usage or
 /// a bad run directory / status file: one line, exit 2.
 int status_command(int argc, char** argv);

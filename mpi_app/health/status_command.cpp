@@ -46,8 +46,9 @@ double wall_now() {
     return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// The record, checked: one ConfigError line naming the path for anything else.
-nlohmann::json load(const std::string& dir) {
+}  // namespace
+
+nlohmann::json load_status_record(const std::string& dir) {
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0)
         throw ConfigError(dir + ": " + (errno == ENOENT ? "no such run directory" : std::string(std::strerror(errno))));
@@ -114,6 +115,10 @@ nlohmann::json load(const std::string& dir) {
     }
     return j;
 }
+
+namespace {
+
+nlohmann::json load(const std::string& dir) { return load_status_record(dir); }
 
 std::string num(const nlohmann::json& o, const char* key, const char* fmt = "%.0f") {
     if (!o.contains(key) || !o[key].is_number()) return "-";

@@ -14,8 +14,9 @@
 // unix_now() on the named ranks by that many seconds, as if their clocks were wrong; only
 // init_test_clock_skew() reads it.
 //
-// Does not: set or slew any system clock, correct drift during a run (measured at start only),
-// or write anything (train_command puts the figures into /ranks).
+// Does not: set or slew any system clock, correct drift between two measurements (at start, and
+// in sync mode again at each checkpoint: SyncScheduler::remeasure_clocks), or write anything
+// (train_command and the sync scheduler put the figures into /ranks).
 #pragma once
 #include <mpi.h>
 

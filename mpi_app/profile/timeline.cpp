@@ -14,6 +14,7 @@ std::atomic<double> g_skew{0.0};
 }  // namespace
 
 void set_clock_skew(double seconds) { g_skew.store(seconds, std::memory_order_relaxed); }
+double clock_skew() { return g_skew.load(std::memory_order_relaxed); }
 
 double unix_now() {
     timespec ts{};

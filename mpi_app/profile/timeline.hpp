@@ -8,6 +8,7 @@
 
 #include "health/status.hpp"
 #include "io/run_file.hpp"
+#include "profile/on_demand.hpp"
 
 namespace tagflow::profile {
 
@@ -42,10 +43,13 @@ private:
     std::vector<io::SpanRecord> spans_;
 };
 
-/// Records one span from construction to destruction (or to end()).
+/// Records one span from construction to destruction (or to end()). The first span of a new
+/// step is where on-demand profiling looks for a request and starts or stops (note_step, before
+/// the span's start is read: a profile being written lands between spans, not in one).
 class Span {
 public:
-    Span(Timeline& tl, io::SpanKind kind, int32_t step) : tl_(tl), kind_(kind), step_(step), t0_(tl.clock().now()) {
+    Span(Timeline& tl, io::SpanKind kind, int32_t step)
+        : tl_(tl), kind_(kind), step_(step), t0_((note_step(step), tl.clock().now())) {
         health::status_board().set_role(static_cast<int>(kind), step);  // live status
     }
     ~Span() { end(); }

@@ -19,6 +19,12 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/safe_file.hpp"
@@ -348,6 +354,112 @@ void write_file(const std::string& path, const std::string& text) {
     }
 }
 
+// ------------------------------------------------------------------ on-demand profiles
+
+/// The bytes of a regular file (no link followed), at most `cap`; throws Error naming the problem.
+std::string read_small_file(const std::string& path, size_t cap) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) throw Error(errno == ELOOP ? "a symbolic link" : std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw Error("not a regular file");
+    }
+    if (static_cast<size_t>(st.st_size) > cap) {
+        ::close(fd);
+        throw Error(std::to_string(st.st_size) + " bytes, over the " + std::to_string(cap >> 20) + " MiB limit");
+    }
+    std::string text(static_cast<size_t>(st.st_size), '\0');
+    size_t got = 0;
+    while (got < text.size()) {
+        const ssize_t n = ::pread(fd, &text[got], text.size() - got, static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    text.resize(got);
+    return text;
+}
+
+/// Merges RUN_DIR/profiles/rank.R.step.S-T.json (on_demand.hpp) into the trace: every event on
+/// the rank's process, on a thread of its own per profile (and profiler thread), with the rank's
+/// clock_offset added like the spans'. A file that is not such a profile of this run is skipped
+/// with one note; it never fails the trace.
+void merge_profiles(const std::string& run_h5, const RunData& r, TraceWriter& w, int& next_tid, TraceSummary& sum,
+                    std::vector<std::string>& notes) {
+    const fs::path dir = fs::path(run_h5).parent_path() / "profiles";
+    std::error_code ec;
+    const fs::file_status ls = fs::symlink_status(dir, ec);
+    if (ec || !fs::exists(ls)) return;
+    if (!fs::is_directory(ls)) {
+        notes.push_back(dir.string() + ": not a directory (a link or a file); no profiles merged");
+        return;
+    }
+    std::vector<std::string> names;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string n = it->path().filename().string();
+        if (n.rfind("rank.", 0) == 0 && n.find(".step.") != std::string::npos && n.size() > 5 &&
+            n.compare(n.size() - 5, 5, ".json") == 0)
+            names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+        const std::string path = (dir / name).string();
+        try {
+            const nlohmann::json j = nlohmann::json::parse(read_small_file(path, size_t{1} << 30), nullptr, false);
+            if (j.is_discarded() || !j.is_object()) throw Error("not JSON");
+            const auto other = j.find("otherData");
+            if (other == j.end() || !other->is_object() || other->value("generator", "") != "tagflow profile")
+                throw Error("not a tagflow profile (no otherData.generator \"tagflow profile\")");
+            const auto ev = j.find("traceEvents");
+            if (ev == j.end() || !ev->is_array()) throw Error("no traceEvents list");
+            const nlohmann::json& o = *other;
+            if (!o.contains("rank") || !o["rank"].is_number_integer() || !o.contains("t0_unix") ||
+                !o["t0_unix"].is_number())
+                throw Error("otherData lacks rank or t0_unix");
+            const int64_t rank = o["rank"].get<int64_t>();
+            if (std::fabs(o["t0_unix"].get<double>() - r.t0_unix) > 1e-3)
+                throw Error("recorded by another run (t0_unix differs from the run file's)");
+            const auto ri = r.ranks.find(static_cast<int32_t>(rank));
+            if (rank < 0 || ri == r.ranks.end()) throw Error("rank " + std::to_string(rank) + " is not in the run");
+            const double off_us = ri->second.clock_offset * 1e6;
+            const int pid = static_cast<int>(rank) + 1;
+            const std::string steps = std::to_string(o.value("first_step", int64_t{-1})) + "-" +
+                                      std::to_string(o.value("last_step", int64_t{-1}));
+            std::map<int64_t, int> tids;  // profiler thread -> trace thread
+            int64_t n = 0;
+            for (const nlohmann::json& e : *ev) {
+                if (!e.is_object() || !e.contains("ts") || !e["ts"].is_number() || !e.contains("ph") ||
+                    !e["ph"].is_string())
+                    continue;
+                const double ts = e["ts"].get<double>();
+                if (!std::isfinite(ts)) continue;
+                const int64_t t = e.contains("tid") && e["tid"].is_number_integer() ? e["tid"].get<int64_t>() : 0;
+                auto [it, fresh] = tids.emplace(t, 0);
+                if (fresh) {
+                    it->second = next_tid++;
+                    std::string tname = "torch ops, steps " + steps;
+                    if (tids.size() > 1) tname += " (thread " + std::to_string(t) + ")";
+                    w.meta("thread_name", pid, it->second, "\"name\":" + jstr(tname));
+                    w.meta("thread_sort_index", pid, it->second, "\"sort_index\":" + std::to_string(100 + it->second));
+                }
+                nlohmann::json c = e;
+                c["ts"] = std::round((ts + off_us) * 1e3) / 1e3;
+                c["pid"] = pid;
+                c["tid"] = it->second;
+                std::string body = c.dump();
+                w.event(body.substr(1, body.size() - 2));
+                ++n;
+            }
+            sum.profile_events += n;
+            ++sum.profiles;
+        } catch (const std::exception& e) {
+            notes.push_back("skipped " + path + ": " + first_line(e.what()));
+        }
+    }
+}
+
 }  // namespace
 
 TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& out_json) {
@@ -423,6 +535,9 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
         ++sum.spans;
     }
 
+    // LibTorch profiles that `tagflow profile` had the ranks record, on the same clock.
+    merge_profiles(run_h5, r, w, next_tid, sum, sum.notes);
+
     // The run process: steps (X), step metrics (C), weight syncs (i).
     w.meta("process_name", run_pid, run_pid, "\"name\":\"run: steps, metrics, weight syncs\"");
     w.meta("process_sort_index", run_pid, run_pid, "\"sort_index\":0");
@@ -495,7 +610,7 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
     doc += "\n],\n\"otherData\":{\"generator\":\"tagflow trace\",\"run_file\":" + jstr(run_h5) +
            ",\"tagflow_version\":" + jstr(r.tagflow_version) + ",\"world_size\":" + std::to_string(r.world_size) +
            ",\"t0_unix\":" + seconds_str(r.t0_unix) + ",\"slurm_job_id\":" + jstr(r.slurm_job_id) +
-           ",\"time\":\"ts and dur in microseconds since t0_unix, clock_offset applied\"}}\n";
+           ",\"time\":\"ts and dur in microseconds since t0_unix, clock_offset applied (spans and profiles)\"}}\n";
     write_file(out_json, doc);
     return sum;
 }
@@ -557,6 +672,9 @@ int trace_command(int argc, char** argv) {
     print0("trace: %" PRId64 " spans on %d ranks, %" PRId64 " steps, %" PRId64 " weight syncs -> %s\n", s.spans,
            s.ranks, s.steps, s.syncs, out.c_str());
     if (!cov.empty()) print0("span coverage per rank (first to last span): %s\n", cov.c_str());
+    if (s.profiles > 0)
+        print0("profiles: %" PRId64 " LibTorch profile(s), %" PRId64 " events merged\n", s.profiles, s.profile_events);
+    for (const std::string& note : s.notes) print0("note: %s\n", note.c_str());
     if (s.overlap_threads > 0)
         print0("note: %d extra thread(s) hold spans that overlap others on the same rank\n", s.overlap_threads);
     return 0;

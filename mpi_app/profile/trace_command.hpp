@@ -11,7 +11,11 @@
 // /ranks clock_offset added. Spans of one rank that overlap go to extra threads of that process,
 // so that events on one (pid, tid) never overlap. A "run" process (pid = ranks + 1) carries one
 // "X" event per /steps row (cat "step"), one counter ("C") per step metric, and one instant
-// event ("i", cat "sync") per /syncs row at the sync's start.
+// event ("i", cat "sync") per /syncs row at the sync's start. The LibTorch profiles that
+// `tagflow profile` had ranks record (profiles/rank.R.step.S-T.json beside the run file,
+// on_demand.hpp) join their rank's process on threads of their own ("torch ops, steps S-T"),
+// clock_offset added like the spans'; /ranks may hold several rows per rank (the offsets are
+// measured again at each sync-mode checkpoint): the last one counts.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,6 +31,8 @@ struct TraceSummary {
     /// Per rank (index = rank): the share of the window from the first span's start to the
     /// last span's end (any rank) covered by that rank's spans.
     std::vector<double> coverage;
+    int64_t profiles = 0, profile_events = 0;  // RUN_DIR/profiles/rank.R.step.S-T.json merged, their events
+    std::vector<std::string> notes;            // profile files skipped, one line each
 };
 
 /// Reads `run_h5` (a tagflow run file, schema v1) and writes the trace to `out_json`

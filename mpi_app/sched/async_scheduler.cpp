@@ -242,6 +242,7 @@ void AsyncScheduler::say(const char* fmt, ...) {
 }
 
 void AsyncScheduler::enter(SpanKind k, int32_t step) {
+    profile::note_step(step);  // on-demand profiling looks at step boundaries (profile/on_demand.hpp)
     const double now = clock_.now();
     if (open_ && (k != kind_ || step != span_step_)) {
         if (now > span_t0_) tl_.add(kind_, span_t0_, now, span_step_);

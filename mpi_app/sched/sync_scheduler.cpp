@@ -17,12 +17,14 @@
 #include "ckpt/policy_dir.hpp"
 #include "ckpt/signals.hpp"
 #include "cluster/roles.hpp"
+#include "cluster/tags.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/options.hpp"
 #include "health/status.hpp"
 #include "io/run_file.hpp"
 #include "model/llama.hpp"
+#include "profile/clock_sync.hpp"
 #include "profile/timeline.hpp"
 #include "rollout/agent_loop.hpp"
 #include "rollout/engine.hpp"
@@ -261,6 +263,27 @@ private:
         return step;
     }
 
+    // COLLECTIVE over MPI_COMM_WORLD (and the run file's communicator): new /ranks rows with the
+    // clock offsets measured now (profile/clock_sync.hpp).
+    void remeasure_clocks() {
+        const std::vector<profile::ClockOffset> clocks = profile::measure_clock_offsets(MPI_COMM_WORLD, 0);
+        std::vector<io::RankRecord> rows;
+        if (roles_.world_rank == 0)
+            for (int r = 0; r < roles_.world_size; ++r) {
+                const auto k = static_cast<size_t>(r);
+                io::RankRecord rr;
+                rr.rank = r;
+                rr.host = roles_.hosts[k];
+                rr.tags = cluster::tags_to_string(roles_.all_tags[k]);
+                rr.tag_source = roles_.sources[k];
+                rr.gpus = 0;
+                rr.clock_offset = clocks[k].offset_s;
+                rr.clock_error = clocks[k].error_s;
+                rows.push_back(rr);
+            }
+        run_.append_ranks(rows);
+    }
+
     // COLLECTIVE over MPI_COMM_WORLD, after a flush of the run file: `done` steps trained. The
     // train root writes the policy (Hugging Face dir) and the trainer states, the first critic
     // rank the critic; rank 0 writes the manifest and swaps the directory in atomically.
@@ -271,6 +294,10 @@ private:
         if (root) ckpt::prepare_staging(tmp);
         TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
         ckpt::StagingCleanup cleanup(tmp);  // a rank whose write fails (a full disk) removes the partial dir
+        // Clocks drift: every rank measures its offset to rank 0 again here (all ranks are in the
+        // checkpoint) and rank 0 appends the rows to /ranks before the manifest takes the sizes;
+        // `tagflow trace` applies each rank's latest row. Not at a fresh run's step 0 (just measured).
+        if (done > 0 || ckpt_.resume) remeasure_clocks();
         std::vector<ckpt::FileEntry> files;
         if (roles_.is_train_root()) {
             files = ckpt::write_policy(tmp, *policy_, policy_export(opt_, *task_, max_new_));

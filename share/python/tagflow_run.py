@@ -344,9 +344,12 @@ def check_invariants(f):
     cons = f["consumed"]["id"][()]
     if len(cons) and not np.all(np.isin(cons, ids)):
         bad.append("/consumed names a sample id missing from /samples")
+    # One row per rank at start, and in sync mode one more per rank at each checkpoint (fresh clock
+    # offsets): whole blocks of world_size rows that cover every rank.
     ranks = f["ranks"]["rank"][()]
-    if sorted(ranks.tolist()) != list(range(int(f.attrs["world_size"]))):
-        bad.append(f"/ranks rows {sorted(ranks.tolist())} do not cover world_size {int(f.attrs['world_size'])}")
+    world = int(f.attrs["world_size"])
+    if sorted(set(ranks.tolist())) != list(range(world)) or len(ranks) % max(world, 1) != 0:
+        bad.append(f"/ranks rows {sorted(ranks.tolist())} do not cover world_size {world} in whole blocks")
     return bad
 
 

@@ -1,0 +1,377 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""End-to-end tests of on-demand profiling (issue 23 points 2 and 4) and of the clock offsets
+measured again at checkpoints (point 3).
+
+    profile_tests.py CASE --tagflow BIN --workdir DIR
+CASE `midrun`: a long 2-rank sync run (clocks skewed on purpose: rank 1 +0.3 s, TAGFLOW_TEST_CLOCK_SKEW_S,
+checkpoints every 4 steps, ended by SIGUSR1 after the profile); once it has done 2 steps `tagflow profile RUN --ranks 1 --steps 3` asks
+rank 1 only. The command exits 0 and reports rank 1's trace; profiles/ holds rank 1's Chrome trace and
+result record and nothing of rank 0; the trace is valid Trace Event JSON with LibTorch operator events
+(aten::..., input shapes); the job goes on (exit 75 after SIGUSR1, a checkpoint). /ranks holds a row per rank per
+checkpoint, each rank's offsets all the injected skew within 1 ms. `tagflow trace` merges the profile:
+on rank 1's process, with the offset applied, every operator event lies inside the profiled steps'
+/timeline spans of rank 1 (from the first span of step S to the first span after step T), and none is
+on rank 0; a garbage file and another run's profile in profiles/ are skipped with a note each.
+CASE `deliver`: a long 2-rank sync job. Garbage, foreign, newer, malformed and linked request files
+planted as RUN/profile.request: every rank logs one line each and goes on (steps advance), nothing is
+profiled; a request for ranks the job lacks is ignored silently. A rank whose trace cannot be written
+(a directory in the way) answers "failed" while the other delivers: `tagflow profile --ranks 0,1` exits
+1 naming rank 1 FAILED with the cause, the job goes on. Rank 1 stopped (SIGSTOP): `--timeout 5` names
+it NOT DELIVERED (exit 1); after SIGCONT it answers. Ranks out of the job's range: exit 2, one line.
+CASE `hostile`: bad usage and bad run directories for the command (missing, a file, no status.json,
+garbage/foreign status records, a finished run, profiles/ a link, a directory the user cannot write):
+exit 2, one line naming the problem, no request file written.
+Each case prints what it measured and exits non-zero on failure.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+
+from app_tests import ENV, Failure, check
+from trace_tests import rank_pid
+
+SKEW = {1: 0.30}
+
+
+def fresh(a, name):
+    d = os.path.join(a.workdir, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    return d
+
+
+def tagflow(a, args, timeout=120, **kw):
+    t0 = time.time()
+    p = subprocess.run([a.tagflow] + args, env=ENV, capture_output=True, text=True, timeout=timeout, **kw)
+    p.wall = time.time() - t0
+    return p
+
+
+def start_job(a, out, steps, extra=(), env=None):
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "sync", "--steps", str(steps),
+           "--seed", "5", "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "0", "--gemm-check",
+           "false", "--heartbeat-timeout", "120"] + list(extra)
+    log_path = os.path.join(a.workdir, os.path.basename(out) + ".log")
+    log = open(log_path, "w")
+    return subprocess.Popen(cmd, env=dict(ENV, **(env or {})), stdout=log, stderr=subprocess.STDOUT), log, log_path
+
+
+def run_step(out):
+    try:
+        with open(os.path.join(out, "status.json")) as fh:
+            return json.load(fh)["run"]["step"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def wait_step(out, n, job, timeout=90):
+    t_end = time.time() + timeout
+    while time.time() < t_end:
+        if job.poll() is not None:
+            raise Failure(f"the job ended (exit {job.returncode}) before step {n}")
+        if run_step(out) >= n:
+            return
+        time.sleep(0.2)
+    raise Failure(f"timed out waiting for step {n}")
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def valid_chrome_trace(path):
+    with open(path, encoding="utf-8") as fh:
+        j = json.load(fh)
+    ev = j["traceEvents"]
+    check(isinstance(ev, list) and ev, f"{os.path.basename(path)}: a traceEvents list")
+    xs = [e for e in ev if e.get("ph") == "X"]
+    check(all(isinstance(e.get("name"), str) and isinstance(e.get("ts"), (int, float)) and
+              isinstance(e.get("dur"), (int, float)) and e["dur"] >= 0 and isinstance(e.get("pid"), int) and
+              isinstance(e.get("tid"), int) for e in xs), "every X event has name, ts, dur >= 0, pid, tid")
+    keys = list(j)
+    check(keys.index("traceEvents") < keys.index("otherData"), "traceEvents before otherData (Perfetto)")
+    return j
+
+
+# ---------------------------------------------------------------- case: a profile requested mid-run
+def case_midrun(a):
+    out = fresh(a, "midrun")
+    spec = ",".join(f"{r}:{s}" for r, s in SKEW.items())
+    job, log, log_path = start_job(a, out, 2000, ["--ckpt-every", "4"], env={"TAGFLOW_TEST_CLOCK_SKEW_S": spec})
+    try:
+        wait_step(out, 2, job)
+        p = tagflow(a, ["profile", out, "--ranks", "1", "--steps", "3", "--timeout", "60"])
+        sys.stdout.write(p.stdout + p.stderr)
+        check(p.returncode == 0, f"tagflow profile --ranks 1 --steps 3 exits 0 ({p.wall:.1f} s)")
+        check(job.poll() is None, "the job still runs after the profile")
+        job.send_signal(signal.SIGUSR1)  # checkpoint at the next step, exit 75
+        rc = job.wait(timeout=120)
+    finally:
+        stop(job)
+        log.close()
+    check(rc == 75, f"the profiled job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
+    prof = os.path.join(out, "profiles")
+    files = sorted(os.listdir(prof))
+    print("profiles/:", files)
+    traces = [f for f in files if f.startswith("rank.")]
+    check(len(traces) == 1 and traces[0].startswith("rank.1.step."), "one trace, rank 1's only")
+    records = [f for f in files if not f.startswith("rank.")]
+    check(len(records) == 1 and records[0].endswith(".rank.1.json"), "one result record, rank 1's")
+    rec = json.load(open(os.path.join(prof, records[0])))
+    check(rec["status"] == "done" and rec["trace"] == traces[0] and rec["last_step"] - rec["first_step"] == 2,
+          f"the record says done, steps {rec['first_step']}-{rec['last_step']} (3 steps)")
+    S, T = rec["first_step"], rec["last_step"]
+    check(f"rank 1: steps {S}-{T}" in p.stdout, "the command reports rank 1's steps")
+    j = valid_chrome_trace(os.path.join(prof, traces[0]))
+    ops = [e for e in j["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    names = {e["name"] for e in ops}
+    print(f"rank 1 profile: {len(ops)} operator events, {len(names)} operators, e.g. {sorted(names)[:6]}")
+    check(len(ops) >= 50 and any(n.startswith("aten::") for n in names), "LibTorch operator events (aten::...)")
+    check(any(e["args"].get("Input Dims") for e in ops), "input shapes recorded")
+    check(j["otherData"]["rank"] == 1 and j["otherData"]["first_step"] == S, "otherData names rank and steps")
+
+    h5 = os.path.join(out, "tagflow.h5")
+    with h5py.File(h5, "r") as f:
+        g = f["ranks"]
+        rows = [(int(r), float(o), float(e)) for r, o, e in zip(g["rank"][()], g["clock_offset"][()],
+                                                               g["clock_error"][()])]
+        nsteps = len(f["steps"]["step"])
+    check(nsteps > T, f"/steps has every step up to the profiled ones ({nsteps} rows)")
+    per = {r: [o for rr, o, _ in rows if rr == r] for r in (0, 1)}
+    truth = -SKEW[1]
+    print(f"/ranks: {len(rows)} rows; rank 1 offsets {[round(o, 6) for o in per[1]]}")
+    # start + every 4th step + the SIGUSR1 checkpoint
+    check(len(per[0]) == len(per[1]) >= 2 + (nsteps - 1) // 4,
+          f"the offsets were measured again at each checkpoint (a row per rank each: {len(per[1])})")
+    check(all(abs(o - truth) < 1e-3 for o in per[1]) and all(o == 0 for o in per[0]),
+          "every measurement of rank 1 is the injected -0.3 s within 1 ms; rank 0 is the reference")
+
+    # Files in profiles/ that are not this run's profiles are skipped with a note each.
+    open(os.path.join(prof, "rank.0.step.0-0.json"), "wb").write(b"\x00garbage")
+    other = dict(j, otherData=dict(j["otherData"], t0_unix=j["otherData"]["t0_unix"] + 100))
+    json.dump(other, open(os.path.join(prof, "rank.1.step.900-901.json"), "w"))
+    trace = os.path.join(a.workdir, "midrun.trace.json")
+    p = tagflow(a, ["trace", h5, "-o", trace])
+    sys.stdout.write(p.stdout)
+    check(p.returncode == 0 and "1 LibTorch profile(s)" in p.stdout, f"tagflow trace merges the profile ({p.stderr})")
+    notes = [l for l in p.stdout.splitlines() if l.startswith("note: skipped")]
+    check(len(notes) == 2 and "not JSON" in notes[0] and "another run" in notes[1],
+          f"a garbage file and another run's profile are skipped, one note each ({notes})")
+    tr = valid_chrome_trace(trace)
+    ev = tr["traceEvents"]
+    spans = [e for e in ev if e.get("cat") == "timeline" and e["pid"] == 2]
+    merged = [e for e in ev if e.get("cat") == "cpu_op"]
+    check(len(merged) == len(ops) and all(e["pid"] == 2 for e in merged), "all operator events on rank 1's process")
+    lo = min(e["ts"] for e in spans if e["args"]["step"] == S)
+    after = [e["ts"] for e in spans if e["args"]["step"] > T]
+    hi = min(after) if after else max(e["ts"] + e["dur"] for e in spans)
+    first = min(e["ts"] for e in merged)
+    last = max(e["ts"] + e["dur"] for e in merged)
+    print(f"steps {S}-{T} on rank 1: spans {lo / 1e3:.3f}..{hi / 1e3:.3f} ms; operators {first / 1e3:.3f}.."
+          f"{last / 1e3:.3f} ms (merged, offset {1e3 * truth:+.1f} ms applied)")
+    tol = 1000.0  # µs: the profiler's clock is read in whole µs
+    check(first >= lo - tol and last <= hi + tol,
+          "every operator event lies inside the profiled steps' /timeline spans of rank 1")
+    # The LibTorch work of a step is its update (rollout runs tagflow's own decode kernels): each
+    # profiled step's train span holds operators, on the merged clock.
+    for k in range(S, T + 1):
+        tr_k = [(e["ts"], e["ts"] + e["dur"]) for e in spans if e["args"]["step"] == k and e["name"] == "train"]
+        inside = sum(1 for e in merged if any(t0 <= e["ts"] + 0.5 * e["dur"] <= t1 for t0, t1 in tr_k))
+        check(tr_k and inside >= 10, f"step {k}: {inside} operator events inside its train span(s)")
+
+
+# ---------------------------------------------------------------- case: bad requests, a rank that does not deliver
+def case_deliver(a):
+    out = fresh(a, "deliver")
+    job, log, log_path = start_job(a, out, 3000)
+    req = os.path.join(out, "profile.request")
+    try:
+        wait_step(out, 1, job)
+        good = {"format": "tagflow-profile-request", "version": 1, "id": "x1", "ranks": [0, 1], "steps": 1}
+        planted = [("garbage", b"\x00\xff{not json"),
+                   ("foreign", json.dumps({"format": "something-else", "version": 1}).encode()),
+                   ("newer", json.dumps(dict(good, version=7, id="x2")).encode()),
+                   ("badsteps", json.dumps(dict(good, steps=0, id="x3")).encode()),
+                   ("badid", json.dumps(dict(good, id="../../etc")).encode()),
+                   ("range", json.dumps(dict(good, ranks=[5], id="x4")).encode())]
+        for name, data in planted:
+            s0 = run_step(out)
+            tmp = req + ".tmp"
+            open(tmp, "wb").write(data)
+            os.replace(tmp, req)
+            wait_step(out, s0 + 2, job)
+        target = os.path.join(a.workdir, "victim.json")
+        open(target, "w").write(json.dumps(dict(good, id="viaLink")))
+        os.remove(req)
+        os.symlink(target, req)
+        s0 = run_step(out)
+        wait_step(out, s0 + 2, job)
+        os.remove(req)
+        logtxt = open(log_path, errors="replace").read()
+        bad_lines = [l for l in logtxt.splitlines() if "profile:" in l and "ignored" in l]
+        for l in bad_lines:
+            print("  log:", l.strip())
+        check(job.poll() is None, "the job goes on after every planted request")
+        check(not os.path.exists(os.path.join(out, "profiles")), "nothing profiled for them")
+        # garbage, foreign, newer, badsteps, badid, link: one line on each rank; range: not for us, silent
+        check(len(bad_lines) == 2 * 6, f"one log line per bad file and rank ({len(bad_lines)} lines)")
+        check(not any("x4" in l for l in bad_lines), "a request for other ranks is not an error")
+
+        # A rank whose trace cannot be written (a directory where its file goes: a disk error of a
+        # kind root cannot bypass) answers "failed"; the other rank delivers; training goes on.
+        prof = os.path.join(out, "profiles")
+        os.makedirs(prof)
+        s0 = run_step(out)
+        for k in range(max(0, s0 - 2), s0 + 400):
+            os.makedirs(os.path.join(prof, f"rank.1.step.{k}-{k}.json"), exist_ok=True)
+        p = tagflow(a, ["profile", out, "--ranks", "0,1", "--steps", "1", "--timeout", "60"])
+        sys.stdout.write(p.stdout + p.stderr)
+        lines = p.stdout.splitlines()
+        check(p.returncode == 1, f"a rank failed: exit 1 ({p.returncode})")
+        check(any(l.startswith("rank 0: steps ") for l in lines), "rank 0 delivered its trace")
+        check(any(l.startswith("rank 1: FAILED: ") and "Is a directory" in l for l in lines),
+              "rank 1 is named FAILED, with the cause")
+        check(job.poll() is None, "the job goes on after the failed profile")
+        # Rank 1 stopped (and so, in sync mode, rank 0 waiting for it): the command names the
+        # ranks that did not answer within --timeout.
+        pid1 = rank_pid(out, 1)
+        check(pid1 is not None, "found rank 1's process")
+        os.kill(pid1, signal.SIGSTOP)
+        try:
+            p = tagflow(a, ["profile", out, "--ranks", "1", "--steps", "1", "--timeout", "5"])
+        finally:
+            os.kill(pid1, signal.SIGCONT)
+        sys.stdout.write(p.stdout + p.stderr)
+        lines = p.stdout.splitlines()
+        check(p.returncode == 1 and any(l.startswith("rank 1: NOT DELIVERED") for l in lines),
+              f"rank 1 stopped: named NOT DELIVERED, exit 1 ({p.returncode})")
+        rid = p.stdout.split("(request ")[1].split(")")[0]
+        t_end = time.time() + 60
+        while time.time() < t_end and not os.path.exists(os.path.join(prof, f"{rid}.rank.1.json")):
+            time.sleep(0.2)
+        check(os.path.exists(os.path.join(prof, f"{rid}.rank.1.json")), "after SIGCONT rank 1 answers the request")
+        check(job.poll() is None, "the job runs on")
+        for rng, needle in [("2", "rank 2 is out of range"), ("0-7", "rank 7 is out of range")]:
+            p = tagflow(a, ["profile", out, "--ranks", rng, "--steps", "1"])
+            lines = p.stderr.strip().splitlines()
+            check(p.returncode == 2 and len(lines) == 1 and needle in lines[0],
+                  f"--ranks {rng} on a 2-rank job: exit 2, one line ({lines})")
+    finally:
+        stop(job)
+        log.close()
+
+
+# ---------------------------------------------------------------- case: hostile input for the command
+def one_line_error(p, needle, what):
+    lines = p.stderr.strip().splitlines()
+    check(p.returncode == 2 and len(lines) == 1 and needle in lines[0] and not p.stdout.strip(),
+          f"{what}: exit 2, one line naming it ({lines})")
+
+
+def as_nobody():
+    if os.geteuid() == 0:
+        os.setgid(65534)
+        os.setgroups([])
+        os.setuid(65534)
+
+
+def case_hostile(a):
+    d = fresh(a, "hostile")
+    os.chmod(a.workdir, 0o755)
+    os.chmod(d, 0o755)
+    running = {"format": "tagflow-status", "version": 1, "mode": "sync", "updated_unix": time.time(), "refresh_s": 1,
+               "stale_after_s": 5, "coordinator": 0, "world_size": 2,
+               "run": {"step": 1, "steps": 20, "samples_per_s": 1, "staleness_mean": 0, "stale_dropped": 0,
+                       "eta_s": 5, "done": False},
+               "ranks": [{"rank": r, "host": "h", "tags": "train", "role": "train", "age_s": 0, "stale": False}
+                         for r in (0, 1)]}
+
+    def run_dir(name, record):
+        rd = os.path.join(d, name)
+        os.makedirs(rd)
+        if record is not None:
+            data = record if isinstance(record, bytes) else json.dumps(record).encode()
+            open(os.path.join(rd, "status.json"), "wb").write(data)
+        return rd
+
+    ok = run_dir("ok", running)
+    for args, needle in [([], "missing RUN_DIR"), ([ok], "missing --ranks"), ([ok, "--ranks", "0"], "missing --steps"),
+                         ([ok, "--bogus"], "--bogus"), ([ok, ok, "--ranks", "0", "--steps", "1"], "one run directory"),
+                         ([ok, "--ranks", "0", "--steps", "0"], "--steps 0"),
+                         ([ok, "--ranks", "0", "--steps", "1001"], "--steps 1001"),
+                         ([ok, "--ranks", "0", "--steps", "x"], "--steps"),
+                         ([ok, "--ranks", "", "--steps", "1"], "--ranks is empty"),
+                         ([ok, "--ranks", "a", "--steps", "1"], "--ranks a"),
+                         ([ok, "--ranks", "1-0", "--steps", "1"], "is empty"),
+                         ([ok, "--ranks", "-1", "--steps", "1"], "--ranks -1"),
+                         ([ok, "--ranks", "2", "--steps", "1"], "rank 2 is out of range"),
+                         ([ok, "--ranks", "99999999999", "--steps", "1"], "not a non-negative integer"),
+                         ([ok, "--ranks", "0", "--steps", "1", "--timeout", "-3"], "--timeout -3")]:
+        one_line_error(tagflow(a, ["profile"] + args), needle, f"profile {' '.join(args)}")
+    check(not os.path.exists(os.path.join(ok, "profile.request")), "no request written for bad usage")
+    one_line_error(tagflow(a, ["profile", d + "/nope", "--ranks", "0", "--steps", "1"]), "no such run directory",
+                   "a missing run directory")
+    f = os.path.join(d, "file")
+    open(f, "w").close()
+    one_line_error(tagflow(a, ["profile", f, "--ranks", "0", "--steps", "1"]), "not a directory",
+                   "a file as run directory")
+    for name, rec, needle in [("empty", None, "no status record"),
+                              ("garbage", b"\x00\xffnope", "not a tagflow status record"),
+                              ("foreign", {"format": "other", "version": 1}, "not a tagflow status record"),
+                              ("noworld", {k: v for k, v in running.items() if k != "world_size"}, "world_size"),
+                              ("done", dict(running, run=dict(running["run"], done=True)), "the run has finished")]:
+        rd = run_dir(name, rec)
+        one_line_error(tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1"]), needle, f"status.json {name}")
+        check(not os.path.exists(os.path.join(rd, "profile.request")), f"{name}: no request written")
+    rd = run_dir("linkprof", running)
+    os.symlink("/tmp", os.path.join(rd, "profiles"))
+    one_line_error(tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1"]), "not a directory",
+                   "profiles/ a symbolic link")
+    rd = run_dir("noperm", running)
+    os.chmod(rd, 0o555)
+    p = tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1", "--no-wait"], preexec_fn=as_nobody)
+    one_line_error(p, "cannot write the request", "a run directory the user cannot write")
+    check(sorted(os.listdir(rd)) == ["status.json"], "nothing written there")
+    # control: the same directory writable, --no-wait writes the request and exits 0
+    p = tagflow(a, ["profile", ok, "--ranks", "all", "--steps", "2", "--no-wait"])
+    req = json.load(open(os.path.join(ok, "profile.request")))
+    check(p.returncode == 0 and req["ranks"] == [0, 1] and req["steps"] == 2 and
+          req["format"] == "tagflow-profile-request", f"control: a good request is written (exit {p.returncode})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case")
+    ap.add_argument("--tagflow", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    a.workdir = os.path.join(a.workdir, "profile_" + a.case)
+    os.makedirs(a.workdir, exist_ok=True)
+    case = {"midrun": case_midrun, "deliver": case_deliver, "hostile": case_hostile}[a.case]
+    t0 = time.time()
+    try:
+        case(a)
+    except Failure as e:
+        print(f"FAIL ({a.case}):", e)
+        return 1
+    print(f"PASS profile {a.case} ({time.time() - t0:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
