@@ -132,19 +132,22 @@ def check_once(d, what):
     at = [int(g) % STRIDE for g in d["group"]]
     check(all(int(d["prompt_index"][k]) == at[k] % ROWS for k in range(n)),
           f"{what}: prompt_index is the row of group = attempt x 2^32 + epoch x rows + row")
-    trained, dropped = {}, 0
+    trained, dropped, part_trained, part_dropped = {}, 0, [], []
     for g, ks in groups.items():
         ws = [weight.get(int(d["id"][k])) for k in ks]
         if any(w is not None and w > 0 for w in ws):
-            if not check(len(ks) == G and all(w is not None and w > 0 for w in ws),
-                         f"{what}: trained group {g} has all {G} samples consumed with weight > 0 ({ws})"):
+            if not (len(ks) == G and all(w is not None and w > 0 for w in ws)):
+                part_trained.append((g, ws))
                 continue
             ticket = ((g % STRIDE) // ROWS, (g % STRIDE) % ROWS)
             trained.setdefault(ticket, []).append(g)
         elif any(w is not None for w in ws):
             dropped += 1
-            check(all(w == 0 for w in ws) and len(ks) == G,
-                  f"{what}: dropped group {g} was dropped whole: every sample weight 0 ({ws})")
+            if not (all(w == 0 for w in ws) and len(ks) == G):
+                part_dropped.append((g, ws))
+    check(not part_trained, f"{what}: every trained group has all {G} samples consumed with weight > 0 "
+          f"{part_trained[:3]}")
+    check(not part_dropped, f"{what}: every dropped group was dropped whole (every sample weight 0) {part_dropped[:3]}")
     drops = int(np.sum(d["cons_w"] == 0))
     check(drops > 0 and dropped > 0, f"{what}: stale drops happened ({drops} samples, {dropped} groups dropped)")
     want = {(e, r) for e in range(EPOCHS) for r in range(ROWS)}
