@@ -95,6 +95,17 @@ int64_t read_text_end(RunFile::Impl& im, int64_t i) {
     return std::max<int64_t>(v, 0);
 }
 
+// The end of the reward extras of /samples row i in /samples/reward_extras (collectively): its
+// extras_end; 0 for i < 0 or a row written before the extras columns existed (-1).
+int64_t read_extras_end(RunFile::Impl& im, int64_t i) {
+    if (i < 0) return 0;
+    int64_t v = 0;
+    const size_t c = schema::column_index(schema::kSamples, "extras_end");
+    read_slab(im.tables[schema::kSamples].cols[c].get(), im.dxpl.get(), H5T_NATIVE_INT64, static_cast<hsize_t>(i), 1,
+              &v);
+    return std::max<int64_t>(v, 0);
+}
+
 }  // namespace
 
 // ---- Impl ----
@@ -354,6 +365,13 @@ RunFile RunFile::open_append_once(MPI_Comm io_comm, const std::string& path) {
                 why = "/samples/text_end points past /samples/text; truncate() to a checkpoint";
             else x.rows = static_cast<hsize_t>(end);
         }
+        if (why.empty()) {  // and /samples/reward_extras at extras_end of the last row
+            Impl::Table& x = im->tables[schema::kExtras];
+            int64_t end = read_extras_end(*im, static_cast<int64_t>(im->tables[schema::kSamples].rows) - 1);
+            if (static_cast<hsize_t>(end) > x.rows)
+                why = "/samples/extras_end points past /samples/reward_extras; truncate() to a checkpoint";
+            else x.rows = static_cast<hsize_t>(end);
+        }
         if (why.empty()) {
             // Columns of one table can differ in length after a crash between flushes: cut
             // the longer ones now (and flush: see truncate()) so later appends line up.
@@ -473,7 +491,7 @@ int64_t RunFile::truncate(const TableSizes& to) {
         auto cut = [&](schema::TableId id, int64_t n) {
             hsize_t h = static_cast<hsize_t>(n);
             for (Dataset& d : im.tables[id].cols) TAGFLOW_H5_CHECK(H5Dset_extent(d.get(), &h));
-            if (id != schema::kTokens && id != schema::kTreeTokens && id != schema::kText)
+            if (id != schema::kTokens && id != schema::kTreeTokens && id != schema::kText && id != schema::kExtras)
                 discarded += static_cast<int64_t>(im.tables[id].rows) - n;
             im.tables[id].rows = h;
         };
@@ -488,6 +506,7 @@ int64_t RunFile::truncate(const TableSizes& to) {
         cut(schema::kTree, to.tree);
         cut(schema::kTreeTokens, tree_tok);
         cut(schema::kText, read_text_end(im, to.samples - 1));
+        cut(schema::kExtras, read_extras_end(im, to.samples - 1));
         hsize_t noff = static_cast<hsize_t>(to.samples) + 1;
         TAGFLOW_H5_CHECK(H5Dset_extent(im.token_offsets.get(), &noff));
         // Shrinking fills the cut part of edge chunks through the chunk cache; flush it now, or

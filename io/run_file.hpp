@@ -55,6 +55,9 @@ struct SampleRecord {
     // /samples/text with per-row offsets (text_start, response_text_start, text_end).
     std::string prompt_text;
     std::string response_text;
+    // The reward's extras (the keys other than `score` of a returned dict) as JSON object text;
+    // empty when there are none. Stored as bytes in /samples/reward_extras (extras_start/_end).
+    std::string reward_extras;
 };
 
 /// One /tree row: a run of tokens a trajectory prefix tree stores once for every sample whose

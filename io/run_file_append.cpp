@@ -103,10 +103,11 @@ static void append_table(RunFile::Impl& im, const char* what, TableId t, const s
 void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
     Impl& im = *impl_;
     im.collective("append_samples", [&] {
-        int64_t ntok = 0, ntext = 0;
+        int64_t ntok = 0, ntext = 0, nextras = 0;
         std::string bad;
         for (const SampleRecord& r : rows) {
             ntext += static_cast<int64_t>(r.prompt_text.size() + r.response_text.size());
+            nextras += static_cast<int64_t>(r.reward_extras.size());
             size_t n = r.tokens.size();
             if (bad.empty() && (r.logprobs.size() != n || r.versions.size() != n || r.loss_mask.size() != n))
                 bad = "sample id " + std::to_string(r.id) + " has tokens/logprobs/versions/" + "loss_mask of lengths " +
@@ -114,10 +115,11 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
                       std::to_string(r.versions.size()) + "/" + std::to_string(r.loss_mask.size());
             ntok += static_cast<int64_t>(n);
         }
-        std::vector<int64_t> c = im.allgather({static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1, ntext});
+        std::vector<int64_t> c =
+            im.allgather({static_cast<int64_t>(rows.size()), ntok, bad.empty() ? 0 : 1, ntext, nextras});
         std::string bad_ranks;
         for (int r = 0; r < im.nranks; ++r)
-            if (c[static_cast<size_t>(r) * 4 + 2]) bad_ranks += " " + std::to_string(r);
+            if (c[static_cast<size_t>(r) * 5 + 2]) bad_ranks += " " + std::to_string(r);
         if (!bad_ranks.empty())  // thrown on every rank, before anything is written
             throw Error("RunFile::append_samples: invalid samples on rank(s)" + bad_ranks +
                         (bad.empty() ? "" : ": " + bad));
@@ -125,9 +127,11 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         Impl::Table& st = im.tables[schema::kSamples];
         Impl::Table& tt = im.tables[schema::kTokens];
         Impl::Table& xt = im.tables[schema::kText];
-        Slot s = im.slot(st.rows, c, 4, 0);
-        Slot ts = im.slot(tt.rows, c, 4, 1);
-        Slot xs = im.slot(xt.rows, c, 4, 3);
+        Impl::Table& et = im.tables[schema::kExtras];
+        Slot s = im.slot(st.rows, c, 5, 0);
+        Slot ts = im.slot(tt.rows, c, 5, 1);
+        Slot xs = im.slot(xt.rows, c, 5, 3);
+        Slot es = im.slot(et.rows, c, 5, 4);
         if (s.total == 0) return;
 
         std::vector<bool> w(schema::tables()[schema::kSamples].columns.size(), false);
@@ -162,9 +166,23 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         im.put(S, "text_start", text_start, s, w);
         im.put(S, "response_text_start", response_start, s, w);
         im.put(S, "text_end", text_end, s, w);
+        // Reward extras: per row two offsets into the flat /samples/reward_extras, likewise.
+        std::vector<int64_t> extras_start, extras_end;
+        std::vector<uint8_t> extras;
+        extras.reserve(es.count);
+        at = static_cast<int64_t>(es.start);
+        for (const SampleRecord& r : rows) {
+            extras_start.push_back(at);
+            extras_end.push_back(at += static_cast<int64_t>(r.reward_extras.size()));
+            extras.insert(extras.end(), r.reward_extras.begin(), r.reward_extras.end());
+        }
+        im.put(S, "extras_start", extras_start, s, w);
+        im.put(S, "extras_end", extras_end, s, w);
         check_all_written(w, S);
         std::vector<bool> wx(1, false);
         im.put(schema::kText, "text", text, xs, wx);
+        std::vector<bool> we(1, false);
+        im.put(schema::kExtras, "reward_extras", extras, es, we);
 
         // token_offsets[k+1] = end of sample k, global over ranks and appends.
         std::vector<int64_t> ends;
@@ -197,6 +215,7 @@ void RunFile::append_samples(const std::vector<SampleRecord>& rows) {
         st.rows = s.new_size;
         tt.rows = ts.new_size;
         xt.rows = xs.new_size;
+        et.rows = es.new_size;
     });
 }
 

@@ -42,7 +42,12 @@ std::vector<Table> make_tables() {
                   // response text [response_text_start, text_end); -1 in rows written before them.
                   {"text_start", C::kI64, 0, "B", "", true},
                   {"response_text_start", C::kI64, 0, "B", "", true},
-                  {"text_end", C::kI64, 0, "B", "", true}}});
+                  {"text_end", C::kI64, 0, "B", "", true},
+                  // Byte offsets into /samples/reward_extras: the keys other than `score` of the dict
+                  // the sample's reward returned, as JSON object text; empty when it returned a number
+                  // (or none); -1 in rows written before them.
+                  {"extras_start", C::kI64, 0, "B", "", true},
+                  {"extras_end", C::kI64, 0, "B", "", true}}});
     t.push_back(
         {kTokens,
          "/samples",
@@ -132,6 +137,7 @@ std::vector<Table> make_tables() {
          kTokenChunk,
          {{"tokens", C::kI32}, {"logprobs", C::kF32, 0, "nats"}, {"versions", C::kI32}, {"loss_mask", C::kU8}}});
     t.push_back({kText, "/samples", kTokenChunk, {{"text", C::kU8, 0, "UTF-8", "", true}}});
+    t.push_back({kExtras, "/samples", kTokenChunk, {{"reward_extras", C::kU8, 0, "UTF-8", "", true}}});
     return t;
 }
 

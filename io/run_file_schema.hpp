@@ -42,6 +42,7 @@ enum TableId {
     kTree,
     kTreeTokens,  // /tree: one row per stored token segment, and its flat token arrays
     kText,        // /samples/text: the UTF-8 bytes of every sample's prompt and response text
+    kExtras,      // /samples/reward_extras: every sample's reward extras (JSON object text, UTF-8)
     kNumTables
 };
 

@@ -181,17 +181,10 @@ int train_command(int argc, char** argv) {
         if (!config::is_mode_name(ckpt_mode)) ckpt_mode.clear();
         std::string why;
         pr.options.mode = sched::sched_policy::default_mode(ckpt_mode, why);
-        if (!opt.data.empty() && ckpt_mode.empty()) {  // the async modes do not take --data yet
-            pr.options.mode = config::Mode::kSync;
-            why = "--data trains in sync mode";
-        }
         for (auto& [name, value] : pr.resolved)
             if (name == "mode") value = std::string("\"") + opt.mode.name() + "\"";
         if (!why.empty()) print0("tagflow: no --mode given: %s\n", why.c_str());
     }
-    if (!opt.data.empty() && opt.mode.is_async())
-        throw ConfigError("--data: --mode " + std::string(opt.mode.name()) +
-                          " does not take a data set yet; use --mode sync (the default with --data)");
     // Same verdict on every rank (it depends only on the options and every rank's tags).
     sched::check_async_roles(opt, roles);
     const bool async = opt.mode.is_async();
@@ -215,7 +208,15 @@ int train_command(int argc, char** argv) {
         // the rollout ranks start their reward scorers (a --reward-fn that does not import stops here).
         sched::load_run_tokenizer_on_every_rank(opt);
         std::unique_ptr<sched::DataTask> dt = sched::open_data_task_on_every_rank(opt, roles.is_rollout());
-        const int64_t steps = sched::data_steps(opt, dt->dataset().size());
+        // Sync mode trains --prompts-per-step rows a step; an asynchronous one may take more steps
+        // (a group dropped as stale is trained again later) and ends when the last epoch is trained.
+        const int64_t steps = opt.mode.is_async() ? opt.steps : sched::data_steps(opt, dt->dataset().size());
+        if (opt.mode.is_async() && opt.epochs > 0)
+            print0(
+                "tagflow: --data %s: %llu rows x %lld epochs; the run ends when every row is trained (or at "
+                "--steps %lld)\n",
+                opt.data.c_str(), static_cast<unsigned long long>(dt->dataset().size()),
+                static_cast<long long>(opt.epochs), static_cast<long long>(opt.steps));
         if (steps != opt.steps) {
             pr.options.steps = steps;
             for (auto& [name, value] : pr.resolved)

@@ -117,7 +117,8 @@ po::options_description describe(Options& o) {
                                "data_source, reward_model.ground_truth, extra_info) instead of --task's; needs a text "
                                "tokenizer (--model DIR with tokenizer.json, or --tokenizer)")
         ("epochs", val(&o.epochs), "passes over --data, each in a seeded shuffle, every row trained once per epoch "
-                                   "(0 = until --steps); the run ends after the last epoch or at --steps")
+                                   "(0 = until --steps); the run ends after the last epoch or at --steps; in the "
+                                   "async modes a group dropped as stale is requeued, so every row still trains once")
         ("max-prompt-tokens", val(&o.max_prompt_tokens), "--data rows whose rendered prompt is longer are skipped "
                                                          "and counted (0 = no limit)")
         ("reward", val(&o.reward), "builtin:NAME (exact, gsm8k, math) for every --data row; default: each row's "
@@ -437,6 +438,8 @@ void validate(const Options& o) {
             throw ConfigError("--reward-token-file: needs --reward-url");
         if (!o.data.empty() && o.gateway_only)
             throw ConfigError("--data and --gateway-only: choose one source of prompts");
+        if (!o.data.empty() && !o.gateway.empty())
+            throw ConfigError("--data and --gateway: choose one source of prompts");
     }
     if (o.export_dtype != "auto" && o.export_dtype != "bf16" && o.export_dtype != "fp32")
         throw ConfigError("--export-dtype " + o.export_dtype + ": expected bf16, fp32 or auto");

@@ -2,6 +2,7 @@
 // epoch: the seeded shuffle and the exactly-once cursor (see epoch.hpp).
 #include "data/epoch.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "common/error.hpp"
@@ -76,6 +77,22 @@ void EpochSampler::requeue(const Ticket& t) {
         throw InternalError("data: requeue() for row " + std::to_string(t.row) + " of epoch " +
                             std::to_string(t.epoch) + ", which is not handed out");
     requeued_[t.epoch].push_back(t.row);
+}
+
+void EpochSampler::claim(const Ticket& t) {
+    auto it = requeued_.find(t.epoch);
+    auto at = it == requeued_.end() ? std::deque<uint64_t>::iterator{}
+                                    : std::find(it->second.begin(), it->second.end(), t.row);
+    if (it == requeued_.end() || at == it->second.end())
+        throw InternalError("data: claim() for row " + std::to_string(t.row) + " of epoch " + std::to_string(t.epoch) +
+                            ", which is not requeued");
+    it->second.erase(at);
+    if (it->second.empty()) requeued_.erase(it);
+    outstanding_.insert(t);
+}
+
+bool EpochSampler::exhausted() const {
+    return requeued_.empty() && epochs_ != 0 && epoch_ + 1 >= epochs_ && pos_ == rows_;
 }
 
 bool EpochSampler::finished() const {

@@ -49,6 +49,13 @@ public:
     void done(const Ticket& t);
     /// The row's samples were dropped: it is handed out again, in the same epoch.
     void requeue(const Ticket& t);
+    /// A requeued ticket handed out again without take() (a resume whose checkpoint holds the
+    /// ticket's samples, untrained: the row is outstanding again, not handed out twice).
+    /// InternalError if `t` is not requeued.
+    void claim(const Ticket& t);
+
+    /// take() would return nullopt: nothing requeued and the last epoch all handed out.
+    bool exhausted() const;
 
     bool finished() const;
     /// Epochs whose every row is done.

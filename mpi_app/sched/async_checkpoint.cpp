@@ -124,6 +124,7 @@ void AsyncScheduler::write_checkpoint(const RunSummary& sum) {
     if (gw_rec_) gw_next_ = gw_rec_->next_ids();
     m.set_int("sched.gw_next_id", gw_next_.first);
     m.set_int("sched.gw_next_group", gw_next_.second);
+    if (data_) put_data_checkpoint(m);
     m.set_double("t", clock_.now());
     ckpt::put_sizes(m, run_->sizes());
     m.files = files;
@@ -154,7 +155,10 @@ void AsyncScheduler::restore(const ckpt::Manifest& m, const std::string& dir) {
     if (me_ != coord_) return;
     std::ifstream f(dir + "/pool.bin", std::ios::binary);
     std::vector<char> b((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    pool_.restore(unpack_samples(b.data(), b.size()), split_ints(m.get("sched.ready")));
+    std::vector<RolloutSample> pooled = unpack_samples(b.data(), b.size());
+    std::vector<int64_t> ready = split_ints(m.get("sched.ready"));
+    if (data_) restore_data(m, pooled, ready);  // keeps the ready groups only; claims their tickets back
+    pool_.restore(std::move(pooled), ready);
     for (int64_t id : split_ints(m.get("sched.received"))) {
         recv_ids_.insert(id);
         ++recv_count_[id / opt_.group_size];

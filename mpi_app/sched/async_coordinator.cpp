@@ -14,6 +14,14 @@ namespace tagflow::sched::async {
 
 void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
     for (auto& r : got) {
+        if (data_) {  // --data: every group is new (a requeued ticket's next attempt), nothing comes twice
+            data_received(r);
+            written_.push_back(sample_row(r, task_->name(), static_cast<int64_t>(data_row(r.group, rows_)),
+                                          RowColumns::kFromSample, {nullptr, &data_->tokenizer()}));
+            ++finished_;
+            pool_.add(std::move(r));
+            continue;
+        }
         if (!first_receipt(r.id, r.group)) {  // generated again after a resume, already recorded
             ++regenerated_;
             continue;
@@ -47,6 +55,11 @@ void AsyncScheduler::poll_messages() {
         if (st.MPI_TAG == kTagCritic) {  // the critic's state after step critic_step_ (its own ranks)
             critic_step_ = in.get<int64_t>();
             critic_bytes_.assign(in.pos(), in.left());
+            continue;
+        }
+        if (st.MPI_TAG == kTagRewardError) {  // --data, --reward-error fail: checkpoint, stop, exit 1
+            std::string cause = in.str();
+            if (reward_error_.empty()) reward_error_ = std::move(cause);
             continue;
         }
         if (st.MPI_TAG == kTagSignal) {  // a rank got SIGTERM/SIGUSR1: checkpoint, stop, exit 75
@@ -99,11 +112,18 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         // A requeue signal on any rank (this one, or a kTagSignal message): stop at this
         // step boundary; the checkpoint is written below, after every rank's last samples.
         if (sig_ == 0) sig_ = ckpt::requeue_signal();
-        if (sig_ != 0 || bad_stop_) break;
+        if (sig_ != 0 || bad_stop_ || !reward_error_.empty()) break;
+        if (data_) {
+            purge_stale();
+            if (sampler_->finished()) break;  // every row of every epoch trained
+            assign_work();
+        }
         // --train-timeout: a step also starts when the oldest wait is long enough and at
-        // least one usable sample is there (e.g. a slow agent behind the gateway).
+        // least one usable sample is there (e.g. a slow agent behind the gateway). --data: the
+        // last groups of the data train below the threshold.
         const int64_t u = usable();
-        if (u >= threshold_ || (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout)) {
+        if (u >= threshold_ || (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout) ||
+            (data_ && u > 0 && data_tail())) {
             const double t_end = train_one(t_prev, sum, total);
             t_prev = t_end;
             if (have_ckpt_ && ckpt_.every > 0 && step_ % ckpt_.every == 0 && step_ < opt_.steps) {
@@ -113,7 +133,7 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
             continue;
         }
         if (is_gen_) fill_engine();
-        if (is_gen_ && engine_->active() + engine_->waiting() > 0) {
+        if (is_gen_ && engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size()) > 0) {
             mine.clear();
             gen_step(mine);
             add_to_pool(mine);
@@ -133,9 +153,11 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
     }
     std::vector<MPI_Request> v;
     for (auto& c : ctl_) v.push_back(c.req);
+    for (auto& c : asg_sends_) v.push_back(c.req);  // every generator drained its assignments at STOP
     wait_all(v);
     ctl_.clear();
-    if (engine_) discarded_ += engine_->active() + engine_->waiting();
+    asg_sends_.clear();
+    if (engine_) discarded_ += engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size());
     seen_[coord_] = my_log_;
     int64_t leftover = finished_ - consumed_count_;
     cut();
@@ -165,6 +187,15 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         log_error("%s", bad_steps_.stop_message().c_str());
         sum.exit_code = kExitBadSteps;
     }
+    if (!reward_error_.empty()) {
+        log_error("%s (--reward-error fail; %s)", reward_error_.c_str(),
+                  have_ckpt_ ? "checkpoint written, the run resumes at this step" : "no checkpoint");
+        sum.exit_code = 1;
+    }
+    if (data_ && sampler_->finished())
+        say("%s: --data %s: %llu epoch%s, every row trained once\n", opt_.mode.name(), opt_.data.c_str(),
+            static_cast<unsigned long long>(sampler_->completed_epochs()),
+            sampler_->completed_epochs() == 1 ? "" : "s");
     if (regenerated_ > 0)
         say("%s: %lld samples generated again after the resume were already recorded before the checkpoint "
             "(dropped)\n",
@@ -185,13 +216,15 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     my_log_.push_back({s, std::vector<int64_t>(members_.begin(), members_.end())});
     // The batch: complete groups, oldest first; stale samples dropped (weight 0) or weighted.
     PoolBatch pb = pool_.take_batch(threshold_, version_);
+    if (data_) data_settle(pb);  // trained groups' tickets done, dropped ones requeued
     std::vector<RolloutSample>& batch = pb.samples;
     std::vector<io::ConsumedRecord> consumed;
     for (int64_t id : pb.dropped_ids) consumed.push_back({id, s, 0.f, 0.f});
     const double age_sum = pb.age_sum;
     const int64_t age_max = pb.age_max;
-    const auto stale_dropped = static_cast<int64_t>(pb.dropped_ids.size());
-    dropped_ += stale_dropped;
+    const auto stale_dropped = static_cast<int64_t>(pb.dropped_ids.size()) + purged_since_step_;
+    dropped_ += static_cast<int64_t>(pb.dropped_ids.size());
+    purged_since_step_ = 0;  // purge_stale's drops (in /consumed with this step's number) count in this row
     weighted_ += pb.weighted;
     bcast_batch(batch);
     enter(SpanKind::kTrain, s);
@@ -292,6 +325,8 @@ void AsyncScheduler::write(const std::vector<io::ConsumedRecord>& consumed, cons
     run_->append_samples(written_);
     written_.clear();
     run_->append_consumed(consumed);
+    run_->append_consumed(purged_);  // --data: groups purge_stale dropped (weight 0)
+    purged_.clear();
     run_->append_steps(steps);
     run_->append_eval(evals_);
     evals_.clear();

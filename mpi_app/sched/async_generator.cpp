@@ -10,6 +10,27 @@ namespace tagflow::sched::async {
 void AsyncScheduler::fill_engine() {
     if (opt_.gateway_only) return;  // only gateway requests are generated
     const int64_t G = opt_.group_size, n = static_cast<int64_t>(gens_.size());
+    if (data_) {  // --data: the groups the coordinator assigned (async_data.cpp), in order
+        while (!assigned_.empty() && engine_->active() + engine_->waiting() < opt_.max_batch &&
+               (quota_ == 0 || started_ < quota_)) {
+            started_ += G;
+            const int64_t g = assigned_.front();
+            assigned_.pop_front();
+            auto& [prompt, left] = prompt_of_[g];
+            prompt = data_->row_prompt(data_row(g, rows_));
+            left = G;
+            for (int64_t k = 0; k < G; ++k) {
+                rollout::GenRequest rq;
+                rq.id = g * G + k;
+                rq.prompt = prompt;
+                rq.params = rollout_params(opt_, *task_, max_new_, rq.id);
+                if (!rq.params.stop_ids.empty()) rq.params.stop_ids = data_->stop_ids();
+                groups_of_[rq.id] = g;
+                engine_->submit(std::move(rq));
+            }
+        }
+        return;
+    }
     while (engine_->active() + engine_->waiting() < opt_.max_batch && (quota_ == 0 || started_ < quota_)) {
         started_ += G;
         const int64_t g = next_local_++ * n + gen_index_;
@@ -29,6 +50,10 @@ void AsyncScheduler::fill_engine() {
 
 void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
     fill_engine();
+    if (data_ && engine_->active() + engine_->waiting() == 0) {  // only rewards to wait for
+        collect_rewards(out);
+        return;
+    }
     enter(SpanKind::kRollout);
     step_versions_.push_back(version_);
     const size_t f = step_versions_.size() - 1;
@@ -55,11 +80,17 @@ void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
             r.group = it->second;
             groups_of_.erase(it);
             r.rank = me_;
-            r.prompt = task_->train_prompt(r.group);
+            if (data_) {
+                auto p = prompt_of_.find(r.group);
+                r.prompt = p->second.first;
+                if (--p->second.second == 0) prompt_of_.erase(p);
+            } else {
+                r.prompt = task_->train_prompt(r.group);
+            }
             r.response = g.response;
             r.logprobs = g.logprobs;
             r.hit_eos = g.finish == FinishReason::kStop;
-            r.reward = task_->reward(r.prompt, r.response);
+            if (!data_) r.reward = task_->reward(r.prompt, r.response);
             r.t_done = clock_.now();
             // Per-token versions: the engine's (GenResult::versions, set by update_weights);
             // failing that, since the engine samples one token per step for every admitted
@@ -75,10 +106,17 @@ void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
                 }
             }
             r.version = n ? *std::min_element(r.versions.begin(), r.versions.end()) : version_;
+            if (data_) {  // scored while the engine goes on; sent once its reward is in (collect_rewards)
+                data_->scorer().submit(
+                    {data_->reward_request(static_cast<uint64_t>(r.id), data_row(r.group, rows_), r.response)});
+                awaiting_.emplace(static_cast<uint64_t>(r.id), std::move(r));
+                return;
+            }
             out.push_back(std::move(r));
         },
         on_token);
     if (gw_worker_) gw_worker_->flush();
+    if (data_) collect_rewards(out);
 }
 
 void AsyncScheduler::send_samples(const std::vector<RolloutSample>& s) {

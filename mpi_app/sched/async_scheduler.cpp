@@ -10,6 +10,9 @@
 //   final    rank -> C    [spans][membership log][discarded count] after STOP
 //   signal   rank -> C    [int64 signal] once, when SIGTERM/SIGUSR1 reached that rank: C stops
 //                         at the step boundary, checkpoints and every rank exits 75
+//   assign   C -> generator  --data: [int64 group...] prompt groups to generate, in order
+//   rewarderr generator -> C --data: [string cause] once, a failed reward under --reward-error fail:
+//                         C stops at the step boundary, checkpoints and exits 1 (async_data.cpp)
 // Checkpoints are C's alone (no collective; see async_checkpoint.cpp and share/doc/checkpoints.md).
 // The train group's communicator is made once with MPI_Comm_create_group over its members;
 // a training step's batch reaches them with MPI_Ibcast on it. Every wait is test-and-sleep.
@@ -159,6 +162,7 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
             cs.empty() ? "" : "}", rs.c_str(), static_cast<long long>(threshold_), opt.staleness, opt.stale.c_str());
     }
     if (!opt.gateway.empty()) setup_gateway();
+    setup_data();
     lo_.assign(gens_.size(), 0);
     // Checkpoints (share/doc/checkpoints.md). With --gateway they hold the gateway samples
     // already rewarded (pool and /samples) and the recorder's id counters; sessions not yet
@@ -272,7 +276,7 @@ std::vector<io::SpanRecord> AsyncScheduler::take_spans() {
 }
 
 double AsyncScheduler::evaluate(int32_t step) {
-    if (!roles_.is_rollout()) return -1;  // a rank without the rollout tag never generates
+    if (!roles_.is_rollout() || data_) return -1;  // no rollout tag: never generates; --data: no held-out set
     enter(SpanKind::kRollout);
     torch::NoGradGuard ng;
     double e = 0;

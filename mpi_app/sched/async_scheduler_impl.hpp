@@ -4,8 +4,8 @@
 // evaluation), async_generator.cpp (generation and the samples stream), async_agent.cpp
 // (multi-turn sessions), async_gateway.cpp (--gateway glue), async_weights.cpp (the weight
 // broadcast and its shadow receive), async_coordinator.cpp (pool, training steps, the run file),
-// async_checkpoint.cpp (checkpoints, resume, first receipts) and async_worker.cpp (the other
-// ranks' loop). Internal: included by those files only. The message protocol is described in
+// async_checkpoint.cpp (checkpoints, resume, first receipts), async_worker.cpp (the other
+// ranks' loop) and async_data.cpp (--data: the coordinator's sampler, assignments, rewards). Internal: included by those files only. The message protocol is described in
 // async_scheduler.cpp.
 #pragma once
 #include <mpi.h>
@@ -23,6 +23,7 @@
 #include <list>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -43,6 +44,7 @@
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
 #include "sched/async_scheduler.hpp"
+#include "sched/data_task.hpp"
 #include "sched/agent_stream.hpp"
 #include "sched/exchange.hpp"
 #include "sched/gateway_router.hpp"
@@ -62,6 +64,10 @@ inline constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103, kTagW
 // A requeue signal (SIGTERM/SIGUSR1) a rank received: rank -> C, one int64 (the signal), once.
 inline constexpr int kTagSignal = 7105;
 inline constexpr int kTagCritic = 7106;  // the critic's state (int64 step + bytes) for the coordinator's checkpoint
+// --data: C -> generator, int64 prompt groups to generate, in order (the row is the group's, data_task.hpp).
+inline constexpr int kTagAssign = 7107;
+// --data, --reward-error fail: generator -> C, once, the failed reward's one-line cause.
+inline constexpr int kTagRewardError = 7108;
 // kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
 inline constexpr int64_t kCtlTrain = 1, kCtlStop = 2, kCtlTrainCkpt = 3;
 
@@ -145,6 +151,30 @@ private:
 
     // Sends finished samples (and this rank's spans so far) to the coordinator; never waits.
     void send_samples(const std::vector<RolloutSample>& s);
+
+    // ------------------------------------------------------------------ --data (async_data.cpp)
+    // The coordinator owns the EpochSampler: it hands each generator prompt groups (a ticket and
+    // its attempt, data_task.hpp), keeping every generator at most a few groups ahead; a group
+    // dropped as stale is requeued (its ticket handed out again as the next attempt), a trained
+    // one is done. Generators score their samples through the rank's reward scorer.
+    void setup_data();
+    // Coordinator: new groups to every generator below its load cap (point-to-point, never waits).
+    void assign_work();
+    // Coordinator: ready groups too stale to train leave the pool now (weight 0 in /consumed),
+    // their tickets requeued.
+    void purge_stale();
+    // Coordinator: a sample of an assigned group arrived (the group's load ends with its last).
+    void data_received(const RolloutSample& r);
+    // Coordinator: the tickets of a step's groups: trained (done) or dropped (requeued).
+    void data_settle(const PoolBatch& pb);
+    // Coordinator: the last groups of the data are in: train them even below the threshold.
+    bool data_tail() const;
+    // Generators: assignments that arrived (never waits); STOP: drains them.
+    void poll_assign();
+    // Generators: rewards that are in; their samples go to `out`.
+    void collect_rewards(std::vector<RolloutSample>& out);
+    void put_data_checkpoint(ckpt::Manifest& m) const;
+    void restore_data(const ckpt::Manifest& m, std::vector<RolloutSample>& pooled, std::vector<int64_t>& ready);
     void test_sends();
     void finish_sends();
 
@@ -330,6 +360,25 @@ private:
     std::set<int64_t> recv_ids_;             // coordinator: ids received in groups above the marks
     std::map<int64_t, int64_t> recv_count_;  // coordinator: group -> its ids in recv_ids_
     int64_t regenerated_ = 0;                // generated again after a resume, already recorded: dropped
+
+    // --data
+    DataTask* data_ = nullptr;                                               // task_ as the data set, else null
+    uint64_t rows_ = 0;                                                      // its rows
+    std::deque<int64_t> assigned_;                                           // generator: groups to start, in order
+    std::map<int64_t, std::pair<std::vector<int32_t>, int64_t>> prompt_of_;  // generator: group -> prompt, samples left
+    std::map<uint64_t, RolloutSample> awaiting_;  // generator: sample id -> finished, its reward pending
+    bool reward_error_sent_ = false;              // generator: the first failed reward went to C
+    uint64_t rewards_failed_ = 0;                 // generator: scored 0 under --reward-error zero
+    std::optional<data::EpochSampler> sampler_;   // coordinator
+    std::map<int64_t, data::Ticket> ticket_of_;   // coordinator: group -> ticket, handed out, not settled
+    std::map<data::Ticket, uint64_t> attempt_;    // coordinator: requeued ticket -> its next attempt
+    std::map<int64_t, int64_t> group_left_;       // coordinator: assigned group -> samples not yet received
+    std::map<int64_t, size_t> gen_of_;            // coordinator: assigned group -> generator index
+    std::vector<int64_t> gen_load_;               // coordinator: per generator, groups not fully received
+    std::list<Pending> asg_sends_;                // coordinator: assignment messages in flight
+    std::vector<io::ConsumedRecord> purged_;      // coordinator: dropped by purge_stale, for the next write
+    int64_t purged_since_step_ = 0;               // coordinator: their count since the last step's row
+    std::string reward_error_;                    // coordinator: a failed reward stops the run (fail)
 };
 
 }  // namespace tagflow::sched::async

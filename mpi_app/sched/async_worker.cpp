@@ -40,6 +40,7 @@ void AsyncScheduler::worker_loop() {
     for (;;) {
         // A requeue signal here: tell the coordinator once (it checkpoints and STOPs all).
         if (!sig_sent_ && ckpt::requeue_signal() != 0) send_signal(ckpt::requeue_signal());
+        if (data_ && is_gen_) poll_assign();  // --data: the coordinator's prompt groups
         if (poll_ctl(ctl)) {
             if (ctl[0] == kCtlStop) break;
             if ((ctl[0] != kCtlTrain && ctl[0] != kCtlTrainCkpt) || !in_step_)
@@ -95,7 +96,12 @@ void AsyncScheduler::worker_loop() {
     if (gw_router_) gw_router_->stop();  // the HTTP thread ends; requests in flight end "abort"
     if (gw_worker_) gw_worker_->finish_sends();
     if (is_recv_) cancel_weight_recv();
-    const int64_t discarded = engine_ ? engine_->active() + engine_->waiting() : 0;
+    if (data_ && is_gen_) poll_assign();  // sent before STOP: received, so the coordinator's sends complete
+    if (data_ && rewards_failed_ > 0)
+        log_warn("rank %d: %llu rewards failed and were scored 0 (--reward-error zero)", me_,
+                 static_cast<unsigned long long>(rewards_failed_));
+    const int64_t discarded =
+        engine_ ? engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size()) : 0;
     enter(SpanKind::kIdle);
     finish_sends();
     cut();

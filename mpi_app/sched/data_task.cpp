@@ -159,6 +159,10 @@ std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& op
     agree([&] {
         if (!local) local.emplace(data::Dataset::from_bytes(opt.data, bytes));  // reads rows by offset
         task = std::make_unique<DataTask>(std::move(*local), tok, opt);
+        if (opt.epochs > 0 &&
+            task->dataset().size() * static_cast<uint64_t>(opt.epochs) > static_cast<uint64_t>(kAttemptStride))
+            throw ConfigError("--data " + opt.data + " --epochs " + std::to_string(opt.epochs) +
+                              ": more than 2^32 prompt groups (rows x epochs)");
     });
     agree([&] {
         if (rollout_rank) task->start_scorer();

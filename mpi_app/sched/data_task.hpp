@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.hpp"
 #include "config/options.hpp"
 #include "data/dataset.hpp"
 #include "data/epoch.hpp"
@@ -67,6 +68,29 @@ private:
     int32_t max_prompt_ = 1, max_new_ = kDataDefaultMaxNew;
     std::unique_ptr<reward::Scorer> scorer_;
 };
+
+/// A --data prompt group names its ticket and its attempt: group = attempt x kAttemptStride + epoch
+/// x rows + row. Attempt 0 is the ticket's first hand-out (sync mode's only one); an asynchronous
+/// mode hands a requeued ticket (its group dropped as stale, or cut by a kill) out again as the
+/// next attempt, so every group, and every sample id group x G + k, is new.
+constexpr int64_t kAttemptStride = int64_t{1} << 32;
+inline int64_t data_group(const data::Ticket& t, uint64_t rows, uint64_t attempt) {
+    const uint64_t at = t.epoch * rows + t.row;
+    if (at >= static_cast<uint64_t>(kAttemptStride))
+        throw Error("--data: epoch " + std::to_string(t.epoch) + " of " + std::to_string(rows) +
+                    " rows is past the 2^32 prompt groups a run can name");
+    return static_cast<int64_t>(attempt) * kAttemptStride + static_cast<int64_t>(at);
+}
+inline uint64_t data_row(int64_t group, uint64_t rows) { return static_cast<uint64_t>(group % kAttemptStride) % rows; }
+inline data::Ticket data_ticket(int64_t group, uint64_t rows) {
+    const auto at = static_cast<uint64_t>(group % kAttemptStride);
+    return {at / rows, at % rows};
+}
+inline uint64_t data_attempt(int64_t group) { return static_cast<uint64_t>(group / kAttemptStride); }
+
+/// What /samples/reward_extras stores for a reward result: its extras' JSON object text, "" when
+/// there are none (a number returned, or a dict with only `score`).
+inline std::string stored_extras(const reward::Result& q) { return q.extras == "{}" ? std::string() : q.extras; }
 
 inline DataTask* as_data_task(rollout::Task& t) { return dynamic_cast<DataTask*>(&t); }
 inline const DataTask* as_data_task(const rollout::Task& t) { return dynamic_cast<const DataTask*>(&t); }

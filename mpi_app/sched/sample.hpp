@@ -4,6 +4,7 @@
 // sched/wire.hpp's; its run-file row is built elsewhere (the schedulers).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tagflow::sched {
@@ -26,6 +27,9 @@ struct RolloutSample {
     // Multi-turn sessions (rollout/agent_loop.hpp): 1 on the response tokens the model sampled,
     // 0 on environment/tool tokens (trained with loss_mask 0); empty = every response token is 1.
     std::vector<uint8_t> loss_mask;
+    // --data: the reward's extras (the keys other than `score` of a returned dict, JSON object
+    // text; empty when none), recorded in /samples/reward_extras.
+    std::string extras;
 };
 
 }  // namespace tagflow::sched

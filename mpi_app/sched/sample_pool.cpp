@@ -3,6 +3,7 @@
 #include "sched/sample_pool.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "common/error.hpp"
 #include "config/options.hpp"
@@ -14,7 +15,21 @@ SamplePool::SamplePool(const config::Options& opt) : opt_(opt) {}
 
 void SamplePool::mark_ready(int64_t group) {
     ready_.push_back(group);
-    for (const RolloutSample& r : pool_.at(group)) ++ready_by_version_[r.version];
+    if (whole_) {
+        int64_t lo = std::numeric_limits<int64_t>::max();
+        for (const RolloutSample& r : pool_.at(group)) lo = std::min<int64_t>(lo, r.version);
+        group_min_[group] = lo;
+    }
+    for (const RolloutSample& r : pool_.at(group)) ++ready_by_version_[key_of(r)];
+}
+
+int64_t SamplePool::key_of(const RolloutSample& r) const { return whole_ ? group_min_.at(r.group) : r.version; }
+
+void SamplePool::unmark(const RolloutSample& r) {
+    auto it = ready_by_version_.find(key_of(r));
+    if (it == ready_by_version_.end() || it->second <= 0)
+        throw InternalError("sample pool: ready counts out of step with group " + std::to_string(r.group));
+    if (--it->second == 0) ready_by_version_.erase(it);
 }
 
 void SamplePool::add(RolloutSample s) {
@@ -45,13 +60,13 @@ PoolBatch SamplePool::take_batch(int64_t threshold, int64_t version) {
         ready_.pop_front();
         b.groups.push_back(g);
         auto node = pool_.extract(g);
+        // whole_: the group goes (or stays) with its oldest sample.
+        const bool drop_all = whole_ && sched_policy::stale_weight(opt_, version - group_min_.at(g)) <= 0;
+        size_t kept = 0;
         for (RolloutSample& r : node.mapped()) {
-            auto it = ready_by_version_.find(r.version);
-            if (it == ready_by_version_.end() || it->second <= 0)
-                throw InternalError("sample pool: ready counts out of step with group " + std::to_string(g));
-            if (--it->second == 0) ready_by_version_.erase(it);
+            unmark(r);
             const int64_t a = version - r.version;
-            const double w = sched_policy::stale_weight(opt_, a);
+            const double w = drop_all ? 0.0 : sched_policy::stale_weight(opt_, a);
             if (w <= 0) {
                 b.dropped_ids.push_back(r.id);
                 continue;
@@ -63,10 +78,39 @@ PoolBatch SamplePool::take_batch(int64_t threshold, int64_t version) {
             b.age_sum += static_cast<double>(a);
             b.age_max = std::max(b.age_max, a);
             b.samples.push_back(std::move(r));
+            ++kept;
         }
+        if (kept == 0) b.dropped_groups.push_back(g);
+        group_min_.erase(g);
     }
     std::sort(b.samples.begin(), b.samples.end(), [](const auto& x, const auto& y) { return x.id < y.id; });
     return b;
+}
+
+std::vector<int64_t> SamplePool::take_stale(int64_t version, std::vector<int64_t>& ids) {
+    std::vector<int64_t> out;
+    for (auto it = ready_.begin(); it != ready_.end();) {
+        const int64_t g = *it;
+        const std::vector<RolloutSample>& v = pool_.at(g);
+        int64_t lo = std::numeric_limits<int64_t>::max();
+        for (const RolloutSample& r : v) lo = std::min<int64_t>(lo, r.version);
+        // Whole groups: the oldest sample decides; else a group none of whose samples can train.
+        int64_t hi = std::numeric_limits<int64_t>::min();
+        for (const RolloutSample& r : v) hi = std::max<int64_t>(hi, r.version);
+        if (sched_policy::stale_weight(opt_, version - (whole_ ? lo : hi)) > 0) {
+            ++it;
+            continue;
+        }
+        for (const RolloutSample& r : v) {
+            unmark(r);
+            ids.push_back(r.id);
+        }
+        pool_.erase(g);
+        group_min_.erase(g);
+        out.push_back(g);
+        it = ready_.erase(it);
+    }
+    return out;
 }
 
 int64_t SamplePool::partial_groups() const {

@@ -4,7 +4,9 @@
 // prompt group; a group is trainable once complete), staleness (a sample's age is the trained
 // policy version minus its oldest token's version; --staleness/--stale give its weight through
 // sched_policy::stale_weight) and batch selection (complete groups, oldest first, until the threshold;
-// too-stale samples dropped, older ones weighted). Pure C++ (no MPI, no LibTorch). Does not
+// too-stale samples dropped, older ones weighted; with whole_groups, as a --data run needs, a group
+// is dropped whole when its oldest sample is too stale, so a data row is trained with all of its
+// samples or none). Pure C++ (no MPI, no LibTorch). Does not
 // decide when to train (the caller compares usable() with its threshold), deduplicate samples
 // generated again after a resume, or write anything.
 #pragma once
@@ -23,18 +25,23 @@ namespace tagflow::sched {
 
 /// What take_batch took from the pool.
 struct PoolBatch {
-    std::vector<RolloutSample> samples;  ///< to train, sorted by id; weight < 1 on weighted ones
-    std::vector<int64_t> dropped_ids;    ///< too stale (weight 0), in the order they were taken
-    std::vector<int64_t> groups;         ///< every group taken (trained or dropped), oldest first
-    int64_t weighted = 0;                ///< samples among `samples` with weight < 1
-    double age_sum = 0;                  ///< sum of the trained samples' ages
-    int64_t age_max = 0;                 ///< the oldest trained sample's age (0 when none)
+    std::vector<RolloutSample> samples;   ///< to train, sorted by id; weight < 1 on weighted ones
+    std::vector<int64_t> dropped_ids;     ///< too stale (weight 0), in the order they were taken
+    std::vector<int64_t> groups;          ///< every group taken (trained or dropped), oldest first
+    std::vector<int64_t> dropped_groups;  ///< groups none of whose samples is trained (whole_groups: dropped whole)
+    int64_t weighted = 0;                 ///< samples among `samples` with weight < 1
+    double age_sum = 0;                   ///< sum of the trained samples' ages
+    int64_t age_max = 0;                  ///< the oldest trained sample's age (0 when none)
 };
 
 class SamplePool {
 public:
     /// `opt` gives group_size and the staleness rule; it must outlive the pool.
     explicit SamplePool(const config::Options& opt);
+
+    /// Whole groups (a --data run): a ready group's staleness is its oldest sample's, and a group
+    /// too stale is dropped whole (every sample weight 0). Set before anything is added.
+    void set_whole_groups(bool on) { whole_ = on; }
 
     /// A finished sample joins its group (RolloutSample::group); the group becomes ready (can
     /// be trained) when it holds group_size samples. The sample's age is counted from
@@ -50,6 +57,9 @@ public:
     /// ready, until `threshold` samples are kept (a group is taken whole, so a batch may exceed
     /// it). Every taken sample leaves the pool.
     PoolBatch take_batch(int64_t threshold, int64_t version);
+    /// Takes every ready group whose staleness weight at `version` is 0 out of the pool (their
+    /// samples can never be trained): the groups, oldest first; their sample ids go to `ids`.
+    std::vector<int64_t> take_stale(int64_t version, std::vector<int64_t>& ids);
 
     /// Every pooled sample by group (ready or not), and the ready groups in order (checkpoints).
     const std::map<int64_t, std::vector<RolloutSample>>& groups() const { return pool_; }
@@ -62,11 +72,16 @@ public:
 
 private:
     void mark_ready(int64_t group);
+    // The version a ready sample is counted under: its own, or (whole_) its group's oldest.
+    int64_t key_of(const RolloutSample& r) const;
+    void unmark(const RolloutSample& r);
 
     const config::Options& opt_;
     std::map<int64_t, std::vector<RolloutSample>> pool_;  // group -> its finished samples
     std::deque<int64_t> ready_;                           // complete groups, in completion order
-    std::map<int64_t, int64_t> ready_by_version_;         // samples in ready groups, by version
+    std::map<int64_t, int64_t> ready_by_version_;         // samples in ready groups, by version (key_of)
+    std::map<int64_t, int64_t> group_min_;                // whole_: ready group -> its oldest sample's version
+    bool whole_ = false;
 };
 
 }  // namespace tagflow::sched

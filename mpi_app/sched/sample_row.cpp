@@ -41,6 +41,7 @@ io::SampleRecord sample_row(const RolloutSample& r, const std::string& task, int
     rec.version_min = rec.version_max = r.version;
     rec.prompt_text = text(r.prompt);
     rec.response_text = text(r.response);
+    rec.reward_extras = r.extras;
     if (columns == RowColumns::kFromTree) return rec;
 
     const float nan = std::numeric_limits<float>::quiet_NaN();

@@ -449,10 +449,8 @@ private:
     }
 
     // --data: a ticket's prompt group is epoch x rows + row (unique: a ticket trains once).
-    int64_t group_of(const data::Ticket& t) const {
-        return static_cast<int64_t>(t.epoch * data_->dataset().size() + t.row);
-    }
-    uint64_t row_of(int64_t group) const { return static_cast<uint64_t>(group) % data_->dataset().size(); }
+    int64_t group_of(const data::Ticket& t) const { return data_group(t, data_->dataset().size(), 0); }
+    uint64_t row_of(int64_t group) const { return data_row(group, data_->dataset().size()); }
 
     // --data: waits for this rank's rewards (submitted as the samples finished). A failed one is
     // scored 0 (--reward-error zero, counted) or kept in reward_error_ (fail).
@@ -463,6 +461,7 @@ private:
         for (const reward::Result& q : res) {
             RolloutSample& r = mine.at(static_cast<size_t>(q.id));
             r.reward = q.score;
+            r.extras = stored_extras(q);
             if (data_->scorer().fatal(q)) {
                 if (reward_error_.empty()) reward_error_ = q.cause;
             } else if (!q.ok) {

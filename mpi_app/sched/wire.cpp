@@ -2,9 +2,15 @@
 // wire: see the header. The sample and span layouts (field order is the format).
 #include "sched/wire.hpp"
 
+#include <algorithm>
+
 #include "io/run_file.hpp"
 
 namespace tagflow::sched::wire {
+namespace {
+// "XTRAS\0\0\1": marks the reward extras trailer after the samples (put_samples).
+constexpr uint64_t kExtrasTrailer = 0x0100005341525458ULL;
+}  // namespace
 
 void put_samples(Writer& w, const std::vector<RolloutSample>& samples) {
     w.put<uint64_t>(samples.size());
@@ -22,6 +28,12 @@ void put_samples(Writer& w, const std::vector<RolloutSample>& samples) {
         w.vec(s.versions);
         w.put(s.weight);
         w.vec(s.loss_mask);
+    }
+    // Reward extras follow as a trailer (only when a sample has some), so the byte form of samples
+    // without them, and pool.bin files written before extras existed, stay as they were.
+    if (std::any_of(samples.begin(), samples.end(), [](const RolloutSample& s) { return !s.extras.empty(); })) {
+        w.put(kExtrasTrailer);
+        for (const auto& s : samples) w.str(s.extras);
     }
 }
 
@@ -44,6 +56,12 @@ std::vector<RolloutSample> get_samples(Reader& r) {
         s.weight = r.get<float>();
         s.loss_mask = r.vec<uint8_t>();
         out.push_back(std::move(s));
+    }
+    uint64_t mark = 0;
+    if (r.left() >= sizeof mark) std::memcpy(&mark, r.pos(), sizeof mark);
+    if (mark == kExtrasTrailer) {
+        r.skip(sizeof mark);
+        for (auto& s : out) s.extras = r.str();
     }
     return out;
 }

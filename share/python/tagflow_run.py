@@ -24,14 +24,17 @@ import numpy as np
 FORMAT_VERSION = 1
 SAMPLE_COLUMNS = ["id", "group", "prompt_index", "task", "reward", "finish_reason", "rank",
                   "version_min", "version_max", "t_done", "tree_node", "text_start",
-                  "response_text_start", "text_end"]
+                  "response_text_start", "text_end", "extras_start", "extras_end"]
 # /samples/text: the UTF-8 bytes of every sample's prompt and response text, indexed by the row
 # columns text_start, response_text_start and text_end (share/doc/hdf5-schema.md, "Sample text").
 TEXT = "text"
+# /samples/reward_extras: the JSON object text of every sample's reward extras (the keys other than
+# "score" of a dict its reward returned), indexed by extras_start and extras_end ("Reward extras").
+EXTRAS = "reward_extras"
 TOKEN_COLUMNS = ["tokens", "logprobs", "versions", "loss_mask"]
 TREE_COLUMNS = ["parent", "depth", "token_start", "token_end", "rank", "t_start", "t_end"]
 GROUPS = {
-    "samples": SAMPLE_COLUMNS + ["token_offsets"] + TOKEN_COLUMNS + [TEXT],
+    "samples": SAMPLE_COLUMNS + ["token_offsets"] + TOKEN_COLUMNS + [TEXT, EXTRAS],
     "consumed": ["id", "step", "advantage", "weight"],
     "steps": ["step", "t_start", "t_end", "policy_version", "samples", "tokens", "reward_mean",
               "reward_std", "loss", "kl", "entropy", "clip_frac", "logprob_diff_mean",
@@ -48,8 +51,9 @@ GROUPS = {
 # them, -1 in the older rows, when it resumes such a run); readers treat them as all -1.
 ADDED_LATER = {("steps", "stale_dropped"), ("steps", "stale_weighted"), ("steps", "skipped_updates"),
                ("samples", "text_start"), ("samples", "response_text_start"), ("samples", "text_end"),
-               ("samples", TEXT), ("ranks", "clock_error")}
-FLAT = set(TOKEN_COLUMNS) | {"token_offsets", TEXT}  # not row columns
+               ("samples", TEXT), ("ranks", "clock_error"), ("samples", "extras_start"),
+               ("samples", "extras_end"), ("samples", EXTRAS)}
+FLAT = set(TOKEN_COLUMNS) | {"token_offsets", TEXT, EXTRAS}  # not row columns
 
 
 def open_run(path):
@@ -83,7 +87,8 @@ def _decode(ds):
 
 def table(f, group):
     """A row table (every column but the flat token and text arrays) as a pandas DataFrame; for
-    "samples" also prompt_text and response_text (str, None where not recorded)."""
+    "samples" also prompt_text and response_text (str, None where not recorded) and reward_extras
+    (dict; {} when the reward returned a number, None where not recorded)."""
     import pandas as pd
     cols = [c for c in GROUPS[group] if c not in FLAT]
     n = len(f[group][cols[0]])
@@ -91,6 +96,7 @@ def table(f, group):
                        for c in cols})
     if group == "samples":
         df["prompt_text"], df["response_text"] = sample_texts(f)
+        df["reward_extras"] = sample_extras(f)
     return df
 
 
@@ -122,6 +128,21 @@ def sample_text(f, row):
     a, b, c = (int(x[0]) for x in o)
     raw = bytes(s[TEXT][a:c])
     return raw[:b - a].decode("utf-8", "replace"), raw[b - a:].decode("utf-8", "replace")
+
+
+def sample_extras(f):
+    """The reward extras of every /samples row: a dict (the keys other than "score" of the dict the
+    sample's reward returned; {} when it returned a number), None for rows written before the
+    extras columns existed (older files: every row). One read of /samples/reward_extras."""
+    s = f["samples"]
+    n = len(s["id"])
+    if "extras_end" not in s or EXTRAS not in s:
+        return [None] * n
+    raw = s[EXTRAS][()].tobytes()
+    out = []
+    for a, b in zip(s["extras_start"][()].tolist(), s["extras_end"][()].tolist()):
+        out.append(None if a < 0 else (json.loads(raw[a:b].decode("utf-8")) if b > a else {}))
+    return out
 
 
 def sample_texts(f):
@@ -333,6 +354,7 @@ def check_invariants(f):
         if len(off_rows):
             bad.append(f"sample row {int(off_rows[0])}: version_min/max disagree with per-token versions")
     bad += check_text(s)
+    bad += check_extras(s)
     st = f["steps"]
     if np.any(st["t_end"][()] < st["t_start"][()]):
         bad.append("/steps has a row with t_end < t_start")
@@ -351,6 +373,32 @@ def check_invariants(f):
     if sorted(set(ranks.tolist())) != list(range(world)) or len(ranks) % max(world, 1) != 0:
         bad.append(f"/ranks rows {sorted(ranks.tolist())} do not cover world_size {world} in whole blocks")
     return bad
+
+
+def check_extras(s):
+    """Violations of the reward extras columns: rows written before them (-1 in both) come first;
+    the others' extras are contiguous in row order from byte 0 of /samples/reward_extras to its end,
+    and each non-empty one is a JSON object."""
+    if "extras_end" not in s or EXTRAS not in s:
+        return []
+    a, b = s["extras_start"][()], s["extras_end"][()]
+    raw = s[EXTRAS][()].tobytes()
+    old = a < 0
+    k = int(np.argmin(old)) if not old.all() else len(a)
+    if np.any(old[k:]) or np.any(b[:k] != -1):
+        return ["/samples extras offsets: -1 (not recorded) outside a prefix of rows, or only partly"]
+    a, b = a[k:], b[k:]
+    if len(a) == 0:
+        return [] if len(raw) == 0 else [f"/samples/reward_extras holds {len(raw)} bytes no row refers to"]
+    if a[0] != 0 or np.any(a[1:] != b[:-1]) or np.any(b < a) or b[-1] != len(raw):
+        return ["/samples extras offsets not contiguous from 0 to len(reward_extras) with start <= end"]
+    for i in np.nonzero(b > a)[0].tolist():
+        try:
+            if not isinstance(json.loads(raw[a[i]:b[i]].decode("utf-8")), dict):
+                raise ValueError("not an object")
+        except (ValueError, UnicodeDecodeError):
+            return [f"sample row {k + i}: its reward extras are not a JSON object"]
+    return []
 
 
 def check_text(s):

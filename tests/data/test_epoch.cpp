@@ -80,6 +80,28 @@ TEST(EpochSampler, RequeuedRowsComeBackInTheirEpoch) {
     s.done(d);
 }
 
+// A resume claims back the tickets whose samples its checkpoint holds: outstanding, not handed out again.
+TEST(EpochSampler, ClaimTakesARequeuedTicketBackAndExhaustedSaysTakeIsDry) {
+    EpochSampler s(3, 2, 1);
+    auto a = *s.take(), b = *s.take(), c = *s.take();
+    EXPECT_TRUE(s.exhausted());
+    EpochSampler r = EpochSampler::from_bytes(s.to_bytes(), 3, 2, 1);  // a, b, c requeued
+    EXPECT_FALSE(r.exhausted());
+    r.claim(b);  // b's group is in the restored pool
+    EXPECT_THROW(r.claim(b), tagflow::InternalError);
+    auto x = *r.take(), y = *r.take();
+    EXPECT_FALSE(r.take());
+    EXPECT_TRUE(r.exhausted());
+    EXPECT_EQ(std::set<Ticket>({x, y}), std::set<Ticket>({a, c}));
+    r.done(x);
+    r.done(b);
+    EXPECT_FALSE(r.finished());
+    r.requeue(y);
+    EXPECT_FALSE(r.exhausted());
+    r.done(*r.take());
+    EXPECT_TRUE(r.finished());
+}
+
 TEST(EpochSampler, CursorRefusesAnotherDataSet) {
     EpochSampler s(100, 5, 3);
     s.take();

@@ -15,13 +15,14 @@ CASE kill: the same run SIGKILLed on every rank after its checkpoint at step 2, 
   command line: the same exactly-once checks across the kill, one /resumes row.
 CASE rewardfn: --reward-fn FILE.py in veRL's signature returning a dict: each sample's reward is the
   function's score of (data_source, solution_str, ground_truth, extra_info) as it logged them, its
-  solution_str is the sample's response text; then --reward-error fail with a function that raises
+  solution_str is the sample's response text, its reward extras (/samples/reward_extras) the dict's
+  other keys; then --reward-error fail with a function that raises
   on one row: exit 1, one line naming the row and the cause, a checkpoint; resumed with the function
   repaired: the run completes with every (epoch, row) trained exactly once.
 CASE bad (Hostile.data.train): exit 2, one stderr line naming FILE:LINE (or the option), no run
   directory: not JSON, a missing prompt, a wrong type, an empty file, a gzip cut short, every prompt
   over --max-prompt-tokens, no text tokenizer, a data_source without a built-in scorer, a reward
-  file that does not import, --data with --mode multiplex.
+  file that does not import, --data with --gateway.
 Exits non-zero on failure."""
 import argparse
 import gzip
@@ -121,6 +122,7 @@ def read(out):
         d = {"bad": bad, "id": s["id"][()], "group": s["group"][()], "row": s["prompt_index"][()],
              "epoch": s["group"][()] // ROWS, "reward": s["reward"][()], "task": s["task"][()],
              "cons_id": f["consumed"]["id"][()], "cons_w": f["consumed"]["weight"][()],
+             "extras": tagflow_run.sample_extras(f),
              "steps": f["steps"]["step"][()], "resumes": f["resumes"]["from_step"][()]}
         raw = s["text"][()].tobytes() if "text" in s else b""
         ts, rs, te = s["text_start"][()], s["response_text_start"][()], s["text_end"][()]
@@ -159,11 +161,15 @@ def case_sync(s):
     check_once(d, "sync")
     check(set(np.unique(d["reward"]).tolist()) <= {0.0, 1.0}, f"gsm8k rewards are 0 or 1: {np.unique(d['reward'])}")
     check(all(t == b"data" for t in d["task"]), "task column 'data'")
-    # Without --mode, --data trains in sync mode.
+    # Without --mode, --data takes the default mode (multiplex; share/doc/data.md, "Mode").
     out2 = os.path.join(s.a.work, "nomode")
     p = s.run(out2, "--steps", "1")
-    check(p.returncode == 0 and "--data trains in sync mode" in p.stdout,
-          f"no --mode: sync, said so (rc {p.returncode}) {p.stderr[-500:]}")
+    mode = None
+    if p.returncode == 0:
+        with tagflow_run.open_run(os.path.join(out2, "tagflow.h5")) as f:
+            mode = tagflow_run.config(f).get("mode")
+    check(p.returncode == 0 and mode == "multiplex", f"no --mode: the default, multiplex (rc {p.returncode}, mode "
+          f"{mode}) {p.stderr[-500:]}")
 
 
 def manifest_step(out):
@@ -242,6 +248,9 @@ def case_rewardfn(s):
         if not mine and not empty:
             bad.append((k, row, float(d["reward"][k]), d["response_text"][k][:40]))
     check(not bad, f"each sample's reward is the function's score of its row and its response text (bad: {bad[:3]})")
+    want_x = [{"gt_len": len(str(2 * int(r) + 3))} for r in d["row"]]
+    check(d["extras"] == want_x, f"each sample's reward extras (the dict's keys but score) read back: "
+          f"{d['extras'][:2]} vs {want_x[:2]}")
 
     # --reward-error fail: a row the function refuses stops the run with one line, resumable.
     out = os.path.join(s.a.work, "fail")
@@ -312,7 +321,8 @@ def case_bad(s):
     with open(badfn, "w") as f:
         f.write("import no_such_module_xyz\n")
     expect_refused(s, "badfn", ["--mode", "sync", "--reward-fn", badfn], re.escape(badfn), "a reward file that does not import")
-    expect_refused(s, "async", ["--mode", "multiplex"], r"--data: --mode multiplex", "--data with --mode multiplex")
+    expect_refused(s, "gateway", ["--gateway", "127.0.0.1:0"], r"--data and --gateway: choose one",
+                   "--data with --gateway")
     expect_refused(s, "reward", ["--mode", "sync", "--reward", "python:x"], r"--reward python:x: expected builtin:NAME",
                    "--reward not builtin:NAME")
 

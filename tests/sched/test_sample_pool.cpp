@@ -102,6 +102,35 @@ TEST(SamplePool, StaleDropCountsEachSampleByItsVersion) {
     for (const auto& s : b.samples) EXPECT_EQ(s.weight, 1.f);
 }
 
+// --data: a group trains with all of its samples or is dropped whole (its row is then requeued).
+TEST(SamplePool, WholeGroupsGoWithTheirOldestSample) {
+    const Options o = opts(1, "drop");
+    SamplePool p(o);
+    p.set_whole_groups(true);
+    p.add(sample(0, 0, 3));
+    p.add(sample(0, 1, 1));  // age 2 at version 3: the whole group is too stale
+    p.add(sample(0, 2, 3));
+    p.add(sample(0, 3, 3));
+    add_group(p, 1, 3);                // fresh
+    add_group(p, 2, 1);                // too stale
+    add_group(p, 3, 2);                // age 1: fine
+    EXPECT_EQ(p.usable(3), 8);         // groups 1 and 3, counted by their oldest sample
+    PoolBatch b = p.take_batch(4, 3);  // group 0 (dropped whole), then group 1
+    EXPECT_EQ(b.groups, (std::vector<int64_t>{0, 1}));
+    EXPECT_EQ(b.dropped_groups, (std::vector<int64_t>{0}));
+    EXPECT_EQ(b.dropped_ids.size(), 4u);
+    EXPECT_EQ(b.samples.size(), 4u);
+    std::vector<int64_t> ids;
+    EXPECT_EQ(p.take_stale(3, ids), (std::vector<int64_t>{2}));  // group 2 leaves at once, group 3 stays
+    EXPECT_EQ(ids.size(), 4u);
+    EXPECT_EQ(p.usable(3), 4);
+    EXPECT_EQ(p.take_stale(3, ids), (std::vector<int64_t>{}));
+    EXPECT_EQ(p.take_stale(4, ids), (std::vector<int64_t>{3}));  // version 4: group 3 has age 2 now
+    EXPECT_EQ(ids.size(), 8u);
+    EXPECT_EQ(p.usable(4), 0);
+    EXPECT_TRUE(p.groups().empty());
+}
+
 TEST(SamplePool, StaleWeightDecaysThenDrops) {
     const Options o = opts(1, "weight");  // age a > 1: weight 2/(a+1), dropped below 0.25
     SamplePool p(o);

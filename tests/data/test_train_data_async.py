@@ -1,0 +1,253 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""test_train_data_async.py: `tagflow train --data` in the asynchronous modes (issue 18 point 2).
+
+    test_train_data_async.py CASE --tagflow BIN --work DIR
+
+Every case writes a small JSON Lines data set (chat and string prompts, ground truths, extra_info),
+a small byte-level BPE tokenizer (tests/ckpt/export_tests.py's, 264 ids, so the model is tiny) and
+a fresh 1-layer qwen3, a --reward-fn file in veRL's signature that returns a dict with a score and
+two extra keys, and runs `mpirun -n 2 tagflow train --data --epochs 2 --staleness 0`, so samples go
+stale and groups are dropped. Each run file is read back with h5py (share/python/tagflow_run.py):
+  - stale drops happened (consumed with weight 0), and dropped groups were dropped whole;
+  - every (epoch, row) of the 2 epochs has exactly one prompt group trained, all its G samples
+    consumed once with weight > 0; no other group trained (a dropped row was requeued, not burned);
+  - prompt_index is the row (group = attempt x 2^32 + epoch x rows + row), each prompt text holds
+    its row's question, each reward is the function's (row / 100 + a small length term);
+  - every sample's reward extras read back by tagflow_run equal what the function returned.
+CASE multiplex: --mode multiplex, rank 0 rollout only, rank 1 rollout and train.
+CASE disaggregated: --mode disaggregated, rank 0 generates, rank 1 trains.
+CASE kill: the multiplex run SIGKILLed on both ranks after its checkpoint at step 2, then resumed
+  with the same command line: the same checks across the kill, one /resumes row.
+Exits non-zero on failure."""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "share", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "rollout"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "app"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "ckpt"))
+import h5py  # noqa: E402
+import tagflow_run  # noqa: E402
+from app_tests import rank_pids  # noqa: E402
+from export_tests import write_small_tokenizer  # noqa: E402
+from generate_text import write_qwen3  # noqa: E402
+
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", RAYON_NUM_THREADS="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+for k in list(ENV):
+    if k.startswith("TAGFLOW_"):
+        del ENV[k]
+ROWS, P, G, EPOCHS = 6, 2, 2, 2
+STRIDE = 1 << 32
+MODES = {"multiplex": ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train"],
+         "disaggregated": ["--mode", "disaggregated", "--rank-tags", "0=rollout;1=train"]}
+failures = []
+
+REWARD_FN = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    k = extra_info["k"]
+    return {"score": k / 100.0 + (len(solution_str) % 5) / 1000.0, "gt_len": len(ground_truth), "tag": "k%d" % k}
+'''
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg, flush=True)
+    if not cond:
+        failures.append(msg)
+    return cond
+
+
+def question(r):
+    return f"Q{r}: {r}+{r + 3}?"
+
+
+class Setup:
+    def __init__(self, a):
+        self.a = a
+        shutil.rmtree(a.work, ignore_errors=True)
+        os.makedirs(a.work)
+        self.model = os.path.join(a.work, "model")
+        tok = os.path.join(a.work, "tok")
+        write_small_tokenizer(tok)
+        write_qwen3(self.model, 264, seed=5)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(tok, f), self.model)
+        self.data = os.path.join(a.work, "train.jsonl")
+        with open(self.data, "w") as f:
+            for r in range(ROWS):
+                prompt = question(r) if r % 2 else [{"role": "user", "content": question(r)}]
+                f.write(json.dumps({"prompt": prompt, "data_source": "my/src",
+                                    "reward_model": {"ground_truth": str(2 * r + 3)}, "extra_info": {"k": r}}) + "\n")
+        self.fn = os.path.join(a.work, "reward.py")
+        with open(self.fn, "w") as f:
+            f.write(REWARD_FN)
+
+    def cmd(self, out, mode):
+        return (["mpirun", "-n", "2", self.a.tagflow, "train", "--out", out, "--model", self.model, "--data", self.data,
+                 "--epochs", str(EPOCHS), "--prompts-per-step", str(P), "--group-size", str(G), "--max-new-tokens",
+                 "6", "--gemm-check", "false", "--threads", "1", "--max-batch", "4", "--seed", "3", "--ckpt-every",
+                 "1", "--staleness", "0", "--reward-fn", self.fn, "--reward-workers", "1"] + MODES[mode])
+
+    def run(self, out, mode):
+        t = time.time()
+        p = subprocess.run(self.cmd(out, mode), capture_output=True, text=True, env=ENV, timeout=600)
+        print(f"     ({mode}: {time.time() - t:.1f} s)", flush=True)
+        return p
+
+
+def read(out):
+    with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
+        d = {"bad": tagflow_run.check_invariants(f)}
+        s = f["samples"]
+        for k in ("id", "group", "prompt_index", "reward"):
+            d[k] = s[k][()]
+        d["cons_id"], d["cons_w"] = f["consumed"]["id"][()], f["consumed"]["weight"][()]
+        d["resumes"] = f["resumes"]["from_step"][()]
+        d["steps"] = f["steps"]["step"][()]
+        d["prompt_text"], d["response_text"] = tagflow_run.sample_texts(f)
+        d["extras"] = tagflow_run.sample_extras(f)
+        d["table_extras"] = tagflow_run.table(f, "samples")["reward_extras"].tolist()
+    return d
+
+
+def check_once(d, what):
+    check(not d["bad"], f"{what}: run file invariants hold {d['bad']}")
+    n = len(d["id"])
+    check(len(np.unique(d["cons_id"])) == len(d["cons_id"]), f"{what}: no sample consumed twice")
+    weight = dict(zip(d["cons_id"].tolist(), d["cons_w"].tolist()))
+    groups = {}
+    for k in range(n):
+        groups.setdefault(int(d["group"][k]), []).append(k)
+    at = [int(g) % STRIDE for g in d["group"]]
+    check(all(int(d["prompt_index"][k]) == at[k] % ROWS for k in range(n)),
+          f"{what}: prompt_index is the row of group = attempt x 2^32 + epoch x rows + row")
+    trained, dropped, part_trained, part_dropped = {}, 0, [], []
+    for g, ks in groups.items():
+        ws = [weight.get(int(d["id"][k])) for k in ks]
+        if any(w is not None and w > 0 for w in ws):
+            if not (len(ks) == G and all(w is not None and w > 0 for w in ws)):
+                part_trained.append((g, ws))
+                continue
+            ticket = ((g % STRIDE) // ROWS, (g % STRIDE) % ROWS)
+            trained.setdefault(ticket, []).append(g)
+        elif any(w is not None for w in ws):
+            dropped += 1
+            if not (all(w == 0 for w in ws) and len(ks) == G):
+                part_dropped.append((g, ws))
+    check(not part_trained, f"{what}: every trained group has all {G} samples consumed with weight > 0 "
+          f"{part_trained[:3]}")
+    check(not part_dropped, f"{what}: every dropped group was dropped whole (every sample weight 0) {part_dropped[:3]}")
+    drops = int(np.sum(d["cons_w"] == 0))
+    check(drops > 0 and dropped > 0, f"{what}: stale drops happened ({drops} samples, {dropped} groups dropped)")
+    want = {(e, r) for e in range(EPOCHS) for r in range(ROWS)}
+    check(set(trained) == want and all(len(v) == 1 for v in trained.values()),
+          f"{what}: every (epoch, row) of {EPOCHS} epochs x {ROWS} rows trained exactly once "
+          f"(missing {sorted(want - set(trained))}, extra {sorted(set(trained) - want)}, "
+          f"twice {[t for t, v in trained.items() if len(v) > 1]})")
+    retried = sum(1 for v in trained.values() if v[0] >= STRIDE)
+    print(f"     {what}: {n} samples, {len(d['steps'])} steps, {dropped} groups dropped, "
+          f"{retried} rows trained on a later attempt", flush=True)
+    wrong = [k for k in range(n) if question(int(d["prompt_index"][k])) not in (d["prompt_text"][k] or "")]
+    check(not wrong, f"{what}: every sample's prompt text holds its row's question (wrong rows: {wrong[:3]})")
+    bad_r = [k for k in range(n) if not (int(d["prompt_index"][k]) / 100 - 1e-6 <= float(d["reward"][k])
+                                         < int(d["prompt_index"][k]) / 100 + 0.005)]
+    check(not bad_r, f"{what}: every reward is the function's score of its row (bad rows {bad_r[:3]})")
+    want_x = [{"gt_len": len(str(2 * int(r) + 3)), "tag": f"k{int(r)}"} for r in d["prompt_index"]]
+    check(d["extras"] == want_x and d["table_extras"] == want_x,
+          f"{what}: every sample's reward extras read back as the function returned them "
+          f"({d['extras'][:2]} vs {want_x[:2]})")
+
+
+def case_mode(s, mode):
+    out = os.path.join(s.a.work, mode)
+    p = s.run(out, mode)
+    if not check(p.returncode == 0, f"{mode} --data run exits 0 (rc {p.returncode})" +
+                 ("" if p.returncode == 0 else p.stdout[-2000:] + p.stderr[-3000:])):
+        return
+    check("every row trained once" in p.stdout, f"{mode}: the run says it ended after the epochs")
+    check_once(read(out), mode)
+    if mode != "multiplex":
+        return
+    # A file written before the reward extras columns still reads: extras None, invariants hold.
+    old = os.path.join(s.a.work, "no_extras.h5")
+    shutil.copy(os.path.join(out, "tagflow.h5"), old)
+    with h5py.File(old, "r+") as f:
+        for c in ("extras_start", "extras_end", "reward_extras"):
+            del f["samples"][c]
+    with h5py.File(old, "r") as f:
+        bad = tagflow_run.check_invariants(f)
+        ex = tagflow_run.sample_extras(f)
+        check(not bad and all(x is None for x in ex) and tagflow_run.table(f, "samples")["reward_extras"].isna().all(),
+              f"a run file without the extras columns: invariants hold, extras None {bad}")
+
+
+def manifest_step(out):
+    try:
+        with open(os.path.join(out, "checkpoint", "manifest.txt")) as f:
+            for line in f:
+                if line.startswith("step "):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def case_kill(s):
+    out = os.path.join(s.a.work, "kill")
+    t = time.time()
+    proc = subprocess.Popen(s.cmd(out, "multiplex"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and (manifest_step(out) or 0) < 2:
+        time.sleep(0.02)
+    at = manifest_step(out)
+    if not check(proc.poll() is None and at is not None and at >= 2, f"run reached the checkpoint at step 2 (at {at})"):
+        proc.kill()
+        o, e = proc.communicate()
+        print(o[-2000:], e[-2000:])
+        return
+    for pid in rank_pids(proc.pid).values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.communicate(timeout=60)
+    print(f"     (killed after {time.time() - t:.1f} s, checkpoint at step {manifest_step(out)})", flush=True)
+    check(proc.returncode != 0, f"killed run exits non-zero (rc {proc.returncode})")
+    p = s.run(out, "multiplex")
+    if not check(p.returncode == 0, f"resumed run exits 0 (rc {p.returncode})" +
+                 ("" if p.returncode == 0 else p.stdout[-2000:] + p.stderr[-3000:])):
+        return
+    d = read(out)
+    check(len(d["resumes"]) == 1, f"one /resumes row {d['resumes'].tolist()}")
+    check_once(d, "kill + resume")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=["multiplex", "disaggregated", "kill"])
+    ap.add_argument("--tagflow", required=True)
+    ap.add_argument("--work", required=True)
+    a = ap.parse_args()
+    s = Setup(a)
+    if a.case == "kill":
+        case_kill(s)
+    else:
+        case_mode(s, a.case)
+    print(f"{len(failures)} failure(s)" if failures else "all checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
