@@ -93,7 +93,7 @@ struct EvalPoint {
 EvalPoint evaluate(model::LlamaModelImpl& m, const rollout::Task& task, int64_t n, int rank, int size, int64_t step) {
     std::vector<int64_t> idx;
     for (int64_t i = rank; i < n; i += size) idx.push_back(i);
-    const GreedyScore s = score_greedy(m, task, idx);
+    const sched::GreedyScore s = score_greedy(m, task, idx);
     double local[2] = {static_cast<double>(s.exact), s.reward_sum}, global[2] = {0, 0};
     TAGFLOW_MPI_CHECK(MPI_Allreduce(local, global, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     return {step, global[0] / static_cast<double>(n), global[1] / static_cast<double>(n)};
@@ -340,7 +340,7 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
     run.close();
     TAGFLOW_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     if (!curve.empty()) {
-        const ValResult& last = curve.back().second;
+        const sched::ValResult& last = curve.back().second;
         if (!last.greedy.empty() && rank == 0)
             print0("sample (validation row %lu, score %.2f): %s\n", static_cast<unsigned long>(last.greedy[0].row),
                    last.greedy[0].score, last.greedy[0].text.substr(0, 200).c_str());
@@ -395,14 +395,15 @@ std::vector<std::vector<int32_t>> greedy_decode(model::LlamaModelImpl& model,
     return out;
 }
 
-GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task, const std::vector<int64_t>& indices) {
+sched::GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task,
+                                const std::vector<int64_t>& indices) {
     // Multi-turn tasks: greedy sessions with the tool (sched/agent_rollout.hpp).
     if (const rollout::AgentLoop* loop = rollout::as_agent_loop(task))
-        return score_agent_greedy(model, task, *loop, indices);
+        return sched::score_agent_greedy(model, task, *loop, indices);
     std::vector<std::vector<int32_t>> prompts;
     for (int64_t i : indices) prompts.push_back(task.eval_prompt(i));
     const auto responses = greedy_decode(model, prompts, task.max_response_tokens(), task.eos_token());
-    GreedyScore s;
+    sched::GreedyScore s;
     for (size_t i = 0; i < prompts.size(); ++i) {
         const auto want = before_eos(task.solution(prompts[i]), task.eos_token());
         s.exact += before_eos(responses[i], task.eos_token()) == want;
@@ -415,7 +416,7 @@ GreedyScore score_greedy(model::LlamaModelImpl& model, const rollout::Task& task
 int sft_command(int argc, char** argv) {
     SftOptions o;
     po::variables_map vm;
-    if (!parse(argc, argv, o, vm)) return 0;
+    if (!parse_sft_options(argc, argv, o, vm)) return 0;
     Comm world = Comm::world();
     const int rank = world.rank(), size = world.size();
     if (o.batch < size)
