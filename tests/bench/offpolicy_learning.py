@@ -112,8 +112,9 @@ def main():
         d = np.array([ci[key] - ui[key] for ci, ui in zip(c, u)])
         mu, mc = float(np.mean([r[key] for r in u])), float(np.mean([r[key] for r in c]))
         se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
-        ratio = mc / mu if mu != 0 else float("nan")
-        paired = " ".join(f"{ci[key] / ui[key]:.2f}" if ui[key] != 0 else "nan" for ci, ui in zip(c, u))
+        # A ratio means something only between two positive gains (no learning: printed as n/a).
+        ratio = mc / mu if mu > 0 and mc > 0 else float("nan")
+        paired = " ".join(f"{ci[key] / ui[key]:.2f}" if ui[key] > 0 and ci[key] > 0 else "n/a" for ci, ui in zip(c, u))
         print(f"{name}: corrected / uncorrected = {ratio:.2f} (paired by seed: {paired}); "
               f"difference {np.mean(d):+.4f} +- {se:.4f} (1 s.e.)")
         if key == "gain":
