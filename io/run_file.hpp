@@ -96,6 +96,10 @@ struct StepRecord {
     int64_t stale_dropped = 0;    // samples consumed with weight 0 (older than --staleness)
     int64_t stale_weighted = 0;   // samples trained with an importance weight < 1 (--stale weight)
     int32_t skipped_updates = 0;  // optimiser updates dropped: non-finite loss or gradient norm
+    // Off-policy correction (--old-logprobs recompute): mean importance weight the policy loss used,
+    // largest pi_old / pi_rollout before truncation, sequences rejected by --rollout-rs; -1 = not measured.
+    double is_weight_mean = -1, is_weight_max = -1;
+    int32_t rs_rejected = -1;
 };
 
 struct EvalRecord {

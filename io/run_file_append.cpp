@@ -341,6 +341,9 @@ void RunFile::append_steps(const std::vector<StepRecord>& rows) {
         im.put(T, "stale_dropped", column(rows, &R::stale_dropped), s, w);
         im.put(T, "stale_weighted", column(rows, &R::stale_weighted), s, w);
         im.put(T, "skipped_updates", column(rows, &R::skipped_updates), s, w);
+        im.put(T, "is_weight_mean", column(rows, &R::is_weight_mean), s, w);
+        im.put(T, "is_weight_max", column(rows, &R::is_weight_max), s, w);
+        im.put(T, "rs_rejected", column(rows, &R::rs_rejected), s, w);
     });
 }
 

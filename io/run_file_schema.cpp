@@ -79,7 +79,10 @@ std::vector<Table> make_tables() {
                   {"idle_frac", C::kF32, 0, "fraction"},
                   {"stale_dropped", C::kI64, 0, "samples", "", true},
                   {"stale_weighted", C::kI64, 0, "samples", "", true},
-                  {"skipped_updates", C::kI32, 0, "updates", "", true}}});
+                  {"skipped_updates", C::kI32, 0, "updates", "", true},
+                  {"is_weight_mean", C::kF64, 0, "ratio", "", true},
+                  {"is_weight_max", C::kF64, 0, "ratio", "", true},
+                  {"rs_rejected", C::kI32, 0, "samples", "", true}}});
     t.push_back({kEval,
                  "/eval",
                  kRowChunk,

@@ -183,7 +183,24 @@ po::options_description describe(Options& o) {
         ("kl-horizon", val(&o.kl_horizon), "adaptive KL controller: horizon in samples")
         ("loss-scale-factor", val(&o.loss_scale_factor),
          "--loss-agg seq-mean-token-sum-norm: the constant token count each sequence's sum is divided by "
-         "(0 = --max-new-tokens)");
+         "(0 = --max-new-tokens)")
+        // Off-policy correction (share/doc/train.md "Off-policy correction"): veRL's rollout_correction.
+        ("old-logprobs", val(&o.old_logprobs),
+         "the PPO ratio's pi_old: recompute (the trainer's forward with the current weights before the "
+         "update: decoupled PPO's proximal policy, as veRL and AReaL) or rollout (the rollout-time log-probs; "
+         "saves that forward)")
+        ("rollout-is", val(&o.rollout_is),
+         "truncated importance weights min(pi_old / pi_rollout, C) on the policy loss: off, token or sequence "
+         "(needs --old-logprobs recompute)")
+        ("rollout-is-threshold", val(&o.rollout_is_threshold), "C, the cap of the importance weights")
+        ("rollout-is-cap", val(&o.rollout_is_cap), "the same as --rollout-is-threshold")
+        ("rollout-rs", val(&o.rollout_rs),
+         "reject (leave out of the loss) a sequence whose pi_old / pi_rollout leaves [lower, upper]: off, "
+         "sequence (the product over its tokens) or geometric (their geometric mean); needs --old-logprobs "
+         "recompute")
+        ("rollout-rs-threshold", val(&o.rollout_rs_threshold), "upper bound of --rollout-rs (0 = --rollout-is-threshold)")
+        ("rollout-rs-threshold-lower", val(&o.rollout_rs_threshold_lower),
+         "lower bound of --rollout-rs (0 = 1 / the upper bound)");
     // clang-format on
     po::options_description eval("Evaluation");
     // clang-format off
@@ -321,6 +338,25 @@ void check_objectives(const Options& o) {
         if (!std::isfinite(v)) throw ConfigError("a floating-point objective option is not finite");
 }
 
+// The off-policy correction options (share/doc/train.md "Off-policy correction").
+void check_correction(const Options& o) {
+    check_choice("old-logprobs", o.old_logprobs, {"recompute", "rollout"});
+    check_choice("rollout-is", o.rollout_is, {"off", "token", "sequence"});
+    check_choice("rollout-rs", o.rollout_rs, {"off", "sequence", "geometric"});
+    check_range<double>("rollout-is-threshold", o.rollout_is_threshold, 1e-6, 1e9);
+    check_range<double>("rollout-rs-threshold", o.rollout_rs_threshold, 0.0, 1e9);
+    check_range<double>("rollout-rs-threshold-lower", o.rollout_rs_threshold_lower, 0.0, 1e9);
+    const double upper = o.rollout_rs_threshold > 0 ? o.rollout_rs_threshold : o.rollout_is_threshold;
+    const double lower = o.rollout_rs_threshold_lower > 0 ? o.rollout_rs_threshold_lower : 1.0 / upper;
+    if (o.rollout_rs != "off" && !(lower < upper))
+        throw ConfigError("--rollout-rs " + o.rollout_rs + ": the band [" + std::to_string(lower) + ", " +
+                          std::to_string(upper) + "] is empty (lower must be below upper)");
+    if (o.old_logprobs == "rollout" && (o.rollout_is != "off" || o.rollout_rs != "off"))
+        throw ConfigError(
+            "--rollout-is/--rollout-rs: need --old-logprobs recompute (with rollout the PPO ratio's "
+            "pi_old is the behaviour policy and every weight is 1)");
+}
+
 void validate(const Options& o) {
     if (o.out.empty()) throw ConfigError("--out: missing (the run directory is required)");
     check_range<int64_t>("steps", o.steps, 1, 1000000000);
@@ -362,6 +398,7 @@ void validate(const Options& o) {
     check_choice("loss-agg", o.loss_agg,
                  {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"});
     check_objectives(o);
+    check_correction(o);
     check_range<double>("critic-lr", o.critic_lr, 0.0, 10.0);
     check_range<double>("gamma", o.gamma, 0.0, 1.0);
     check_range<double>("lam", o.lam, 0.0, 1.0);
@@ -577,6 +614,13 @@ ParseResult parse_train(int argc, const char* const* argv, const std::map<std::s
         throw ConfigError(describe_error(e, ""));
     }
     o.mode_given = vm.count("mode") && !vm["mode"].defaulted();
+    auto given = [&](const char* name) { return vm.count(name) && !vm[name].defaulted(); };
+    if (given("rollout-is-cap")) {  // the name for veRL's rollout_is_threshold
+        check_range<double>("rollout-is-cap", o.rollout_is_cap, 1e-6, 1e9);
+        if (given("rollout-is-threshold") && o.rollout_is_threshold != o.rollout_is_cap)
+            throw ConfigError("--rollout-is-cap and --rollout-is-threshold: two values for the same cap; give one");
+        o.rollout_is_threshold = o.rollout_is_cap;
+    }
     if (tags_on_cli) o.tags_origin = "option";
     else if (tags_in_env) o.tags_origin = "env";
     else if (!o.tags.empty()) o.tags_origin = "option";  // from the config file

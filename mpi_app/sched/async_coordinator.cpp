@@ -269,6 +269,9 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     row.stale_dropped = stale_dropped;
     row.stale_weighted = pb.weighted;
     row.skipped_updates = tr.skipped_updates;  // the actor's (and the critic's, when it lives on this rank)
+    row.is_weight_mean = tr.is_weight_mean;    // the whole train group's (RlTrainer reduces them)
+    row.is_weight_max = tr.is_weight_max;
+    row.rs_rejected = tr.rs_rejected;
     const double dt = std::max(1e-9, t_end - t_start);
     row.samples_per_s = static_cast<float>(static_cast<double>(batch.size()) / dt);
     // Idle: every rank's idle spans inside this step, as known to the coordinator now.

@@ -76,6 +76,8 @@ struct RlTrainer::Impl {
     bool kl_in_loss = false, kl_in_reward = false;
     train::KlController kl_ctrl;  // --kl-ctrl adaptive: the reward KL coefficient, updated every step
     train::UpdateSchedule schedule;
+    bool recompute = false;  // --old-logprobs recompute: pi_old is the trainer's forward before the update
+    train::RolloutCorrectionConfig correction;
     std::unique_ptr<train::ActorWorker> actor;
     std::unique_ptr<train::ReferenceWorker> ref;
     std::unique_ptr<train::CriticWorker> critic;
@@ -142,6 +144,12 @@ struct RlTrainer::Impl {
         kl_ctrl.target = opt.kl_target;
         kl_ctrl.horizon = opt.kl_ctrl == "adaptive" ? opt.kl_horizon : 0.0;
         const double norm_tokens = opt.loss_scale_factor > 0 ? opt.loss_scale_factor : opt.max_new_tokens;
+        recompute = opt.old_logprobs == "recompute";
+        correction.is = train::parse_is_level(opt.rollout_is);
+        correction.is_threshold = opt.rollout_is_threshold;
+        correction.rs = train::parse_rs_level(opt.rollout_rs);
+        correction.rs_upper = opt.rollout_rs_threshold;
+        correction.rs_lower = opt.rollout_rs_threshold_lower;
         schedule.mini_batches = opt.mini_batches;
         schedule.epochs = opt.ppo_epochs;
         const size_t bucket = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
@@ -202,6 +210,36 @@ struct RlTrainer::Impl {
         out.reserve(idx.size());
         for (size_t i : idx) out.push_back(seqs[i]);
         return out;
+    }
+
+    // --old-logprobs recompute (decoupled PPO): pi_old = this rank's forward with the current
+    // weights, then the importance weights and rejections against the rollout-time log-probs;
+    // their statistics over the train group (one all-gather; nothing with a group of one).
+    void correct(std::vector<train::TrainSeq>& local, TrainReport& rep) {
+        std::vector<std::vector<float>> lp = actor->compute_log_probs(local);
+        for (size_t k = 0; k < local.size(); ++k) local[k].old_logprobs = std::move(lp[k]);
+        const train::CorrectionStats cs = train::apply_rollout_correction(local, correction);
+        double mine[4] = {cs.weight_sum, cs.weight_count, cs.ratio_max, static_cast<double>(cs.rejected)};
+        int n = 1;
+        TAGFLOW_MPI_CHECK(MPI_Comm_size(train_c, &n));
+        std::vector<double> all(4 * static_cast<size_t>(n));
+        if (n > 1) {
+            if (wait_hook) wait_hook(true);
+            TAGFLOW_MPI_CHECK(MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, train_c));
+            if (wait_hook) wait_hook(false);
+        } else {
+            std::copy(mine, mine + 4, all.begin());
+        }
+        double sum = 0, count = 0, max = 0, rejected = 0;
+        for (size_t r = 0; r < all.size(); r += 4) {
+            sum += all[r];
+            count += all[r + 1];
+            max = std::max(max, all[r + 2]);
+            rejected += all[r + 3];
+        }
+        rep.is_weight_mean = count > 0 ? sum / count : 1.0;
+        rep.is_weight_max = max;
+        rep.rs_rejected = static_cast<int32_t>(rejected);
     }
 
     TrainReport step(int32_t s, const std::vector<RolloutSample>& all) {
@@ -284,6 +322,7 @@ struct RlTrainer::Impl {
 
         if (actor) {
             std::vector<train::TrainSeq> local = select(seqs, my_train);
+            if (recompute) correct(local, rep);
             train::ActorStats st = actor->update(local, train_comm.get(), schedule);
             rep.loss = st.loss;
             rep.kl = kl_in_reward ? ar.kl_mean : st.kl;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // rl_trainer: the training half of one RL step, for every algorithm (--algo grpo, ppo, rloo,
 // reinforce_pp): reference log-probs (KL), critic values (ppo), advantages over the whole
-// batch, the actor update on the train group and the critic update on the critic group, with
+// batch, the proximal log-probs and off-policy correction (--old-logprobs recompute,
+// --rollout-is, --rollout-rs), the actor update on the train group and the critic update on the critic group, with
 // the per-sample data exchanged between those groups. Built on train/workers.hpp.
 // Also make_policy(), the policy every mode trains, and rollout_params(), how every mode samples
 // one training sample. Does not generate, write the run file or
@@ -61,6 +62,12 @@ struct TrainReport {
     /// skipped_steps): the actor's on the train root plus the critic's on the critic group's
     /// first rank, 0 elsewhere, so a sum over all ranks counts each group once.
     int32_t skipped_updates = 0;
+    /// Off-policy correction (--old-logprobs recompute; train/rollout_correction.hpp), over the
+    /// whole train group: mean importance weight the policy loss used (token or sequence level;
+    /// --rollout-is off: the token-level weights it would use), largest pi_old / pi_rollout before
+    /// truncation, sequences rejected by --rollout-rs. -1 with --old-logprobs rollout.
+    double is_weight_mean = -1, is_weight_max = -1;
+    int32_t rs_rejected = -1;
     std::vector<io::ConsumedRecord> consumed;  ///< this rank's samples used by the actor
     std::vector<float> advantages;             ///< every sample's sequence advantage, in input order (every rank)
 };

@@ -54,6 +54,9 @@ enum StatSlot {
     kClip,
     kLpDiff,
     kTokens,
+    kIsMean,  // off-policy correction statistics (TrainReport::is_weight_mean ...), the root's
+    kIsMax,
+    kRejected,
     kEval,
     kSyncBytes,
     kSyncT0,
@@ -543,6 +546,9 @@ private:
         stats[kClip] = tr.clip_frac;
         stats[kLpDiff] = tr.logprob_diff_mean;
         stats[kTokens] = static_cast<double>(tr.tokens);
+        stats[kIsMean] = tr.is_weight_mean;
+        stats[kIsMax] = tr.is_weight_max;
+        stats[kRejected] = static_cast<double>(tr.rs_rejected);
         stats[kSkipped] = static_cast<double>(tr.skipped_updates);  // summed over ranks: each group once
         std::vector<io::ConsumedRecord>& consumed = tr.consumed;
         train::WeightSyncStats ss = sync_weights(s + 1, &idle);
@@ -600,6 +606,9 @@ private:
         row.samples_per_s = static_cast<float>(static_cast<double>(row.samples) / std::max(1e-9, t_end - t_start));
         row.idle_frac = static_cast<float>(stats[kIdle] / (roles_.world_size * std::max(1e-9, t_end - t_start)));
         row.skipped_updates = static_cast<int32_t>(stats[kSkipped]);
+        row.is_weight_mean = stats[kIsMean];
+        row.is_weight_max = stats[kIsMax];
+        row.rs_rejected = static_cast<int32_t>(stats[kRejected]);
         out.eval = stats[kEval] - 1.0;  // -1: no evaluation this step
         out.signal = stats[kSigUsr1] > 0   ? SIGUSR1
                      : stats[kSigTerm] > 0 ? SIGTERM

@@ -86,6 +86,7 @@ const Field kFields[] = {
     {"advantages", &TrainSeq::advantages, &MicroBatch::adv, true},
     {"returns", &TrainSeq::returns, &MicroBatch::returns, false},
     {"old_values", &TrainSeq::old_values, &MicroBatch::old_values, false},
+    {"is_weights", &TrainSeq::is_weights, &MicroBatch::is_w, true},
 };
 
 }  // namespace

@@ -55,12 +55,13 @@ struct TrainSeq {
     std::vector<int32_t> tokens;
     int32_t prompt_len = 0;               ///< >= 1: the first response token is predicted from the prompt
     std::vector<uint8_t> loss_mask;       ///< per response token; empty = all 1
-    std::vector<float> old_logprobs;      ///< behaviour log-probs for the PPO ratio (actor)
-    std::vector<float> rollout_logprobs;  ///< rollout-engine log-probs (diagnostic); empty = old_logprobs
+    std::vector<float> old_logprobs;      ///< pi_old of the PPO ratio (actor): rollout or recomputed
+    std::vector<float> rollout_logprobs;  ///< behaviour (rollout-engine) log-probs; empty = old_logprobs
     std::vector<float> ref_logprobs;      ///< reference log-probs (actor KL loss)
     std::vector<float> advantages;        ///< actor
     std::vector<float> returns;           ///< critic targets
     std::vector<float> old_values;        ///< critic values at rollout time (value clipping)
+    std::vector<float> is_weights;        ///< policy-loss importance weights (rollout_correction.hpp); empty = 1
     float weight = 1.0f;                  ///< multiplies this sequence's loss (0 = dropped)
 
     size_t n_resp() const { return tokens.size() > static_cast<size_t>(prompt_len) ? tokens.size() - prompt_len : 0; }
@@ -89,6 +90,7 @@ struct MicroBatch {
     torch::Tensor inputs, targets;  ///< [n,T] int64
     torch::Tensor mask;             ///< [n,T] float: 1 at response tokens with loss_mask 1
     torch::Tensor old_logp, rollout_logp, ref_logp, adv, returns, old_values;
+    torch::Tensor is_w;         ///< importance weights of the policy loss (undefined: none)
     torch::Tensor weight;       ///< [n,1] float
     size_t begin = 0, end = 0;  ///< rows are batch[begin, end)
 };

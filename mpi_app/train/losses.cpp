@@ -58,7 +58,7 @@ torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, Los
 }
 
 PolicyLossTerms ppo_policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& adv,
-                                double clip_low, double clip_high, double dual_clip) {
+                                double clip_low, double clip_high, double dual_clip, const torch::Tensor& is_weights) {
     const torch::Tensor ratio = torch::exp(torch::clamp(logp - old_logp, -20.0, 20.0));
     const torch::Tensor l1 = -adv * ratio;
     const torch::Tensor l2 = -adv * torch::clamp(ratio, 1.0 - clip_low, 1.0 + clip_high);
@@ -74,6 +74,7 @@ PolicyLossTerms ppo_policy_loss(const torch::Tensor& logp, const torch::Tensor& 
         out.clipped_lower = torch::zeros_like(out.clipped);
         out.loss = clip1;
     }
+    if (is_weights.defined()) out.loss = out.loss * is_weights.detach();  // veRL: pg_losses * rollout_is_weights
     return out;
 }
 

@@ -34,9 +34,12 @@ struct PolicyLossTerms {
 };
 /// ratio = exp(clamp(logp - old_logp, -20, 20));
 /// loss = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)) and, with dual_clip c > 1,
-/// min(that, -A c) where A < 0 (veRL's compute_policy_loss "vanilla").
+/// min(that, -A c) where A < 0 (veRL's compute_policy_loss "vanilla"); then, when `is_weights`
+/// is defined (the truncated importance weights of train/rollout_correction.hpp, [n,T] or
+/// broadcastable), multiplied by them as constants (no gradient flows into the weights).
 PolicyLossTerms ppo_policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& adv,
-                                double clip_low, double clip_high, double dual_clip = 0.0);
+                                double clip_low, double clip_high, double dual_clip = 0.0,
+                                const torch::Tensor& is_weights = {});
 
 struct ValueLossTerms {
     torch::Tensor loss;     ///< [n,T] 0.5 * max((v - R)^2, (clip(v, old +- eps) - R)^2)

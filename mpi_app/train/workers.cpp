@@ -96,6 +96,26 @@ void step_if_finite(TrainEngine& engine, double local_loss, Collectives* comm, d
 
 }  // namespace
 
+// ---- off-policy correction ----
+
+CorrectionStats apply_rollout_correction(std::vector<TrainSeq>& local, const RolloutCorrectionConfig& cfg) {
+    CorrectionStats st;
+    for (size_t i = 0; i < local.size(); ++i) {
+        TrainSeq& s = local[i];
+        const size_t n = s.n_resp();
+        if (s.old_logprobs.size() != n || s.rollout_logprobs.size() != n)
+            throw Error("rollout correction: sample " + std::to_string(i) + " has " +
+                        std::to_string(s.old_logprobs.size()) + " proximal and " +
+                        std::to_string(s.rollout_logprobs.size()) + " rollout log-probs for " + std::to_string(n) +
+                        " response tokens");
+        SeqCorrection c = correct_sequence(s.old_logprobs, s.rollout_logprobs, s.loss_mask, cfg);
+        if (cfg.is != IsLevel::kOff) s.is_weights = c.weights;
+        if (c.rejected) s.loss_mask.assign(n, 0);
+        st.add(c);
+    }
+    return st;
+}
+
 // ---- actor ----
 
 ActorWorker::ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig& cfg)
@@ -158,7 +178,8 @@ std::vector<double> actor_sums(TrainEngine& engine, const ActorConfig& cfg, cons
         if (cfg.entropy_coef == 0.0) ent = ent.detach();
         const torch::Tensor& m = mb.mask;
         const torch::Tensor w = mb.weight;
-        PolicyLossTerms pg = ppo_policy_loss(logp, mb.old_logp, mb.adv, cfg.clip_eps, clip_high, cfg.dual_clip);
+        PolicyLossTerms pg =
+            ppo_policy_loss(logp, mb.old_logp, mb.adv, cfg.clip_eps, clip_high, cfg.dual_clip, mb.is_w);
         const double nt = cfg.loss_norm_tokens;
         const torch::Tensor pg_agg = agg_loss(pg.loss * w, m, cfg.loss_agg, global, nt);
         torch::Tensor loss = pg_agg;

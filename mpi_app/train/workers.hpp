@@ -17,6 +17,7 @@
 #include "model/value_model.hpp"
 #include "train/algorithms.hpp"
 #include "train/engine.hpp"
+#include "train/rollout_correction.hpp"
 
 namespace tagflow::train {
 
@@ -67,6 +68,15 @@ struct UpdateSchedule {
     int32_t mini_batches = 1;
     int32_t epochs = 1;
 };
+
+// ---- off-policy correction ----
+
+/// Decoupled PPO's correction of `local` (train/rollout_correction.hpp): for every sequence the
+/// importance weights of old_logprobs (the proximal policy) against rollout_logprobs (the
+/// behaviour policy) go into is_weights (cfg.is != kOff), and a rejected sequence gets loss_mask
+/// all 0, so it leaves the loss and its global token and sequence counts. Returns this rank's
+/// statistics. Throws tagflow::Error naming the sample when its log-probs are missing or mis-sized.
+CorrectionStats apply_rollout_correction(std::vector<TrainSeq>& local, const RolloutCorrectionConfig& cfg);
 
 // ---- workers ----
 

@@ -10,7 +10,9 @@ group at every switch), bad_usage (tags a mode cannot run with, bad option value
 (the rollout-only rank generates with the weights it was sent, in every mode), critic_ranks
 (PPO with the critic on ranks tagged critic in the async modes, checkpointed and resumed),
 fixed_lengths (--response-lengths lognormal:M:R: every sample, in every mode, is exactly the
-length sched_policy::lognormal_length draws for its id, as `tagflow sim --lengths lognormal` draws it).
+length sched_policy::lognormal_length draws for its id, as `tagflow sim --lengths lognormal` draws it),
+offpolicy (--old-logprobs recompute with --rollout-is token in multiplex with a rollout-only rank:
+sane /steps is_weight_mean/is_weight_max/rs_rejected; a tiny --rollout-rs band rejects; bad values).
 Each case prints what it checked and exits non-zero on failure.
 """
 import argparse
@@ -250,6 +252,54 @@ def case_fresh_weights(a):
                                         f"(|logprob_diff_mean| max {np.abs(d).max():.2e})")
         check(int(sel.sum()) > 0, f"{mode}: {int(sel.sum())} trained samples from the rollout-only rank 0 at versions >= 1 "
                                   f"(generated with received weights)")
+
+
+def case_offpolicy(a):
+    # Off-policy correction in an async mode (issue 21 point 5): with a rollout-only rank the trained
+    # samples include tokens of older policy versions; the trainer recomputes pi_old and weights each
+    # token by min(pi_old / pi_rollout, C). /steps records the weights and the rejections.
+    base = ["--mode", "multiplex", "--rank-tags", TWO, "--steps", "5", "--seed", "4", "--lr", "0.005",
+            "--old-logprobs", "recompute", "--rollout-is", "token"]
+    out = train_ok(a, "offpolicy_tis", 2, base)
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        common_checks(f, "offpolicy_tis", [1], 5)
+        st = f["steps"]
+        mean, mx, rej = st["is_weight_mean"][()], st["is_weight_max"][()], st["rs_rejected"][()]
+        stale = st["staleness_max"][()]
+    check(np.all(np.isfinite(mean)) and np.all(mean > 0) and np.all(mean <= 2.0 + 1e-6),
+          f"is_weight_mean finite, in (0, C = 2] at every step: {np.round(mean, 4).tolist()}")
+    check(np.all(np.isfinite(mx)) and np.all(mx >= mean - 1e-6) and np.all(mx > 0),
+          f"is_weight_max (before truncation) finite and >= the mean: {np.round(mx, 4).tolist()}")
+    check(np.all(rej == 0), f"no --rollout-rs: rs_rejected 0 at every step: {rej.tolist()}")
+    print(f"staleness_max per step {stale.tolist()}")
+    # A band too narrow for any real policy change, even one rounding apart: something is rejected.
+    out = train_ok(a, "offpolicy_rs", 2, base + ["--rollout-rs", "geometric", "--rollout-rs-threshold", "1.0000001",
+                                                 "--rollout-rs-threshold-lower", "0.9999999"])
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        common_checks(f, "offpolicy_rs", [1], 5)
+        rej, n = f["steps"]["rs_rejected"][()], f["steps"]["samples"][()]
+        mean = f["steps"]["is_weight_mean"][()]
+    check(np.all(rej >= 0) and np.all(rej <= n) and rej.sum() > 0,
+          f"a tiny --rollout-rs band rejects sequences: {rej.tolist()} of {n.tolist()}")
+    check(np.all(np.isfinite(mean)) and np.all(mean > 0), f"is_weight_mean finite and > 0: {np.round(mean, 4).tolist()}")
+    # --old-logprobs rollout: nothing is recomputed, so nothing is measured (-1).
+    out = train_ok(a, "offpolicy_off", 2, ["--mode", "multiplex", "--rank-tags", TWO, "--steps", "2",
+                                           "--old-logprobs", "rollout"])
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        st = f["steps"]
+        cols = [st[c][()] for c in ("is_weight_mean", "is_weight_max", "rs_rejected")]
+    check(all(np.all(c == -1) for c in cols), "--old-logprobs rollout: the three columns are -1 (not measured)")
+    # Bad usage: one line naming the option, exit 2.
+    for args, needle in [(["--rollout-is", "token", "--old-logprobs", "rollout"], "--old-logprobs recompute"),
+                         (["--rollout-is", "tokens"], "--rollout-is"),
+                         (["--old-logprobs", "fresh"], "--old-logprobs"),
+                         (["--rollout-rs", "sequence", "--rollout-rs-threshold", "0.5"], "empty"),
+                         (["--rollout-is-cap", "3", "--rollout-is-threshold", "4"], "--rollout-is-cap"),
+                         (["--rollout-is-threshold", "0"], "--rollout-is-threshold")]:
+        _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
+        lines = [l for l in p.stderr.splitlines() if l.startswith("tagflow: error")]
+        check(p.returncode == 2 and needle in p.stderr and len(set(lines)) == 1,
+              f"{' '.join(args)}: exit 2, one line naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
 
 
 def case_critic_ranks(a):

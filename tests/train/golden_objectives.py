@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Golden tests of tagflow's RL objectives (issue 21): randomised cases (masks, ties, groups of
-one, extreme log-probabilities) go through tagflow (objectives_driver, linking tagflow_train) and
+one, extreme log-probabilities; the off-policy correction's importance weights and rejections) go through tagflow (objectives_driver, linking tagflow_train) and
 through the independent NumPy reference (objectives_reference.py); every output must agree
 within 1e-5 (relative for magnitudes above 1) and every gradient must be finite.
 
@@ -126,6 +126,72 @@ def ppo_case(rng):
     return "ppo", inputs, want
 
 
+def tis_case(rng):
+    """Off-policy correction: proximal (old) and behaviour (beh) log-probs that differ by a little
+    (fresh tokens), a lot (stale ones) or absurdly (-300 against -0.1), masks, rejections."""
+    rows, cols = int(rng.integers(1, 6)), int(rng.integers(1, 9))
+    n = rows * cols
+    extreme = bool(rng.random() < 0.3)
+    old = log_probs(rng, n, extreme)
+    drift = float(rng.choice([1e-3, 0.05, 0.5, 3.0]))
+    beh = f32(old + rng.normal(0, drift, n))
+    if extreme:
+        pick = rng.random(n) < 0.2
+        beh[pick] = f32(-rng.uniform(50, 300, pick.sum()))
+    mask = (rng.random(n) < 0.75).astype(np.float64)
+    beh = np.where((mask == 0) & (rng.random(n) < 0.5), 0.0, beh)  # the rollout's placeholder on tool tokens
+    lp = f32(old + rng.normal(0, 0.1, n))
+    adv = f32(rng.normal(0, 1, n))
+    is_level = str(rng.choice(["off", "token", "sequence"]))
+    rs_level = str(rng.choice(["off", "sequence", "geometric"]))
+    cap = float(f32(rng.choice([2.0, 1.2, 5.0, float(rng.uniform(1.0, 10.0))])))
+    rs_upper = float(f32(rng.choice([0.0, 1.001, 1.5, 3.0])))
+    rs_lower = float(f32(rng.choice([0.0, 0.999, 0.5])))
+    up = rs_upper if rs_upper > 0 else cap
+    lo = rs_lower if rs_lower > 0 else 1.0 / up
+    if rs_level != "off" and not lo < up:
+        rs_lower, lo = 0.0, 1.0 / up
+    clip_low = float(f32(rng.uniform(0.1, 0.3)))
+    clip_high = float(f32(rng.uniform(0.1, 0.4)))
+    dual = float(rng.choice([0.0, 3.0]))
+    agg = str(rng.choice(AGG_MODES))
+    extra_tokens = float(rng.integers(0, 4))  # other ranks' kept tokens and sequences
+    extra_seqs = float(rng.integers(1, 3)) if extra_tokens > 0 else 0.0
+    norm_tokens = float(rng.choice([cols, 16]))
+
+    m2 = mask.reshape(rows, cols)
+    o2, b2 = old.reshape(rows, cols), beh.reshape(rows, cols)
+    rejected = ref.rejected_rows(o2, b2, m2, rs_level, up, lo) if rs_level != "off" else np.zeros(rows, bool)
+    kept = np.where(rejected[:, None], 0.0, m2)
+    tokens = kept.sum() + extra_tokens
+    seqs = float((kept.sum(axis=1) > 0).sum()) + extra_seqs
+    w = ref.tis_weights(o2, b2, m2, is_level, cap) if is_level != "off" else np.ones((rows, cols))
+    loss_tok, _, _, dloss = ref.ppo_token_loss(lp, o2.ravel(), adv, clip_low, clip_high, dual)
+    loss_tok, dloss = loss_tok.reshape(rows, cols) * w, dloss.reshape(rows, cols) * w
+    if tokens > 0:
+        loss = ref.aggregate(loss_tok, kept, agg, tokens, seqs, norm_tokens)
+        grad = (dloss * ref.aggregate_weights(kept, agg, tokens, seqs, norm_tokens)).ravel()
+    else:
+        loss, grad = 0.0, np.zeros(n)
+    stat_level = "sequence" if is_level == "sequence" else "token"
+    wstat = ref.tis_weights(o2, b2, m2, stat_level, cap)
+    if stat_level == "token":
+        used = wstat[kept > 0]
+    else:
+        used = wstat[:, 0][(kept.sum(axis=1) > 0)]
+    rmax = ref.ratio_max_per_row(o2, b2, m2, stat_level)
+    want = dict(rejected=rejected.astype(np.float64), ratio_max=rmax,
+                weight_mean=float(used.mean()) if used.size else 1.0,
+                stat_ratio_max=float(rmax.max()), stat_rejected=float(rejected.sum()), loss=loss, grad=grad)
+    if is_level != "off":
+        want["weights"] = w.ravel()
+    inputs = {"rows": rows, "cols": cols, "old": old, "beh": beh, "mask": mask, "lp": lp, "adv": adv,
+              "is": is_level, "cap": cap, "rs": rs_level, "rs_upper": rs_upper, "rs_lower": rs_lower,
+              "clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual, "agg": agg,
+              "extra_tokens": extra_tokens, "extra_seqs": extra_seqs, "norm_tokens": norm_tokens}
+    return "tis", inputs, want
+
+
 def agg_case(rng):
     rows, cols = int(rng.integers(1, 6)), int(rng.integers(1, 10))
     x = f32(rng.normal(0, 3, rows * cols))
@@ -215,6 +281,7 @@ def main():
         cases.append(kl_case(rng))
         cases.append(ppo_case(rng))
         cases.append(agg_case(rng))
+        cases.append(tis_case(rng))
     proc = subprocess.run([a.driver], input=serialise(cases), capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         print(f"driver failed (exit {proc.returncode}): {proc.stderr.strip()}")
@@ -225,7 +292,8 @@ def main():
         return 1
     bad, compared = 0, 0
     for n, ((kind, inputs, want), out) in enumerate(zip(cases, got)):
-        label = f"case {n} ({kind} {inputs.get('estimator', inputs.get('mode', inputs.get('agg', '')))})"
+        label = f"case {n} ({kind} {inputs.get('estimator', inputs.get('mode', inputs.get('agg', '')))}"
+        label += f" is={inputs['is']} rs={inputs['rs']})" if kind == "tis" else ")"
         if "grad" in out and not np.all(np.isfinite(out["grad"])):
             print(f"{label}: non-finite gradient {out['grad'].tolist()}")
             bad += 1

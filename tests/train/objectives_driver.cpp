@@ -11,6 +11,11 @@
 // ppo: train::ppo_policy_loss + agg_loss on [rows, cols] tensors -> per-token loss, clip masks,
 //      the aggregated loss and its gradient with respect to lp.
 // agg: train::agg_loss of x under mask -> value.
+// tis: off-policy correction of [rows, cols] sequences (train::apply_rollout_correction on TrainSeqs
+//      with proximal log-probs `old`, behaviour log-probs `beh` and mask), packed by
+//      train::pack_micro_batch, then ppo_policy_loss with the packed importance weights and agg_loss
+//      over the corrected global counts (plus other ranks' `extra_tokens`/`extra_seqs`) -> weights,
+//      rejected rows, ratio_max per row, the batch statistics, loss and d loss / d lp.
 // Does not compute any reference value: the Python side does, from the published definitions.
 #include <cctype>
 #include <cstdio>
@@ -25,6 +30,8 @@
 #include "common/error.hpp"
 #include "train/algorithms.hpp"
 #include "train/losses.hpp"
+#include "train/rollout_correction.hpp"
+#include "train/workers.hpp"
 
 namespace {
 
@@ -151,6 +158,60 @@ void run_ppo(const Case& c, std::ostream& out) {
     put(out, "grad", to_d(lp.grad()));
 }
 
+void run_tis(const Case& c, std::ostream& out) {
+    const auto rows = static_cast<int64_t>(c.d("rows")), cols = static_cast<int64_t>(c.d("cols"));
+    tagflow::train::RolloutCorrectionConfig cfg;
+    cfg.is = tagflow::train::parse_is_level(c.w("is"));
+    cfg.is_threshold = c.d("cap");
+    cfg.rs = tagflow::train::parse_rs_level(c.w("rs"));
+    cfg.rs_upper = c.d("rs_upper");
+    cfg.rs_lower = c.d("rs_lower");
+    const std::vector<double>&old = c.v("old"), &beh = c.v("beh"), &mask = c.v("mask"), &adv = c.v("adv");
+    std::vector<tagflow::train::TrainSeq> batch(static_cast<size_t>(rows));
+    std::vector<double> ratio_max, rejected;
+    for (int64_t r = 0; r < rows; ++r) {
+        tagflow::train::TrainSeq& s = batch[static_cast<size_t>(r)];
+        s.prompt_len = 1;
+        s.tokens.assign(static_cast<size_t>(cols + 1), 1);
+        for (int64_t j = 0; j < cols; ++j) {
+            const auto k = static_cast<size_t>(r * cols + j);
+            s.old_logprobs.push_back(static_cast<float>(old[k]));
+            s.rollout_logprobs.push_back(static_cast<float>(beh[k]));
+            s.loss_mask.push_back(mask[k] != 0 ? 1 : 0);
+            s.advantages.push_back(static_cast<float>(adv[k]));
+        }
+        const tagflow::train::SeqCorrection one =
+            tagflow::train::correct_sequence(s.old_logprobs, s.rollout_logprobs, s.loss_mask, cfg);
+        ratio_max.push_back(one.ratio_max);
+        rejected.push_back(one.rejected ? 1 : 0);
+    }
+    const tagflow::train::CorrectionStats st = tagflow::train::apply_rollout_correction(batch, cfg);
+    BatchCounts global = tagflow::train::count_batch(batch);
+    global.tokens += c.d("extra_tokens");
+    global.seqs += c.d("extra_seqs");
+    const tagflow::train::MicroBatch mb =
+        tagflow::train::pack_micro_batch(batch, 0, batch.size(), torch::Device(torch::kCPU));
+    torch::Tensor lp = tensor(c.v("lp"), rows, cols).requires_grad_(true);
+    const tagflow::train::PolicyLossTerms t = tagflow::train::ppo_policy_loss(
+        lp, mb.old_logp, mb.adv, c.d("clip_low"), c.d("clip_high"), c.d("dual_clip"), mb.is_w);
+    double loss_v = 0;
+    if (global.tokens > 0) {
+        const torch::Tensor loss = tagflow::train::agg_loss(t.loss, mb.mask, tagflow::train::parse_loss_agg(c.w("agg")),
+                                                            global, c.d("norm_tokens"));
+        loss.backward();
+        loss_v = loss.item<double>();
+    }
+    put(out, "weights", mb.is_w.defined() ? to_d(mb.is_w.expand({rows, cols})) : std::vector<double>());
+    put(out, "rejected", rejected);
+    put(out, "ratio_max", ratio_max);
+    put(out, "weight_mean", {st.weight_mean()});
+    put(out, "stat_ratio_max", {st.ratio_max});
+    put(out, "stat_rejected", {static_cast<double>(st.rejected)});
+    put(out, "loss", {loss_v});
+    put(out, "grad",
+        lp.grad().defined() ? to_d(lp.grad()) : std::vector<double>(static_cast<size_t>(rows * cols), 0.0));
+}
+
 void run_agg(const Case& c, std::ostream& out) {
     const auto rows = static_cast<int64_t>(c.d("rows")), cols = static_cast<int64_t>(c.d("cols"));
     const torch::Tensor v = tagflow::train::agg_loss(tensor(c.v("x"), rows, cols), tensor(c.v("mask"), rows, cols),
@@ -185,6 +246,7 @@ int main() {
                 else if (c.kind == "kl") run_kl(c, std::cout);
                 else if (c.kind == "ppo") run_ppo(c, std::cout);
                 else if (c.kind == "agg") run_agg(c, std::cout);
+                else if (c.kind == "tis") run_tis(c, std::cout);
                 else throw tagflow::Error("line " + std::to_string(line_no) + ": unknown case kind " + c.kind);
                 std::cout << "end\n";
                 open = false;

@@ -28,6 +28,16 @@ Sources, per function:
   aggregation     veRL agg_loss: token-mean, seq-mean-token-sum, seq-mean-token-mean, and
                   Dr.GRPO's seq-mean-token-sum-norm (the token sum divided by a constant, the
                   generation budget, then the mean over sequences, Liu et al. 2025 sec. 3.2).
+  off-policy correction  truncated importance sampling (Ionides 2008, "Truncated importance
+                  sampling"; Yao et al. 2025, "Your efficient RL framework secretly brings you
+                  off-policy RL training", TIS) of the decoupled PPO objective (Hilton et al. 2022,
+                  arXiv:2110.00641; AReaL, Fu et al. 2025, arXiv:2505.24298): the per-token policy
+                  loss against the proximal policy pi_old is multiplied by w = min(pi_old / pi_behaviour, C),
+                  a constant; per token, or per sequence with the product of the token ratios.
+                  Rejection (Liu, Li et al. 2025, "When speed kills stability", veRL rollout_rs): a
+                  sequence whose ratio (product, or geometric mean over its tokens) lies outside
+                  [lower, upper] (lower defaults to 1 / upper) leaves the loss and its normalisers.
+                  Log-ratios are clamped to [-20, 20] before the exp (veRL's safety bound).
   tagflow's conventions where the definitions are silent: masks are per token (1 = produced
   by the policy); every quantity is 0 on mask-0 tokens; a group of one sample has no baseline
   and gets advantage 0 (GRPO, RLOO, REINFORCE++-baseline); normalisers are global counts.
@@ -252,3 +262,47 @@ def aggregate_weights(mask, mode, tokens, seqs, norm_tokens=0.0):
     if mode == "seq-mean-token-sum-norm":
         return m / norm_tokens / seqs
     raise ValueError(mode)
+
+
+LOG_BOUND = 20.0
+
+
+def tis_weights(old, beh, mask, level, cap):
+    """Truncated importance weights [rows, cols] of pi_old against pi_behaviour: 'token' gives each
+    produced token min(pi_old / pi_beh, cap) (0 on tokens the policy did not produce), 'sequence'
+    gives every token of a row min(prod over its produced tokens of pi_old / pi_beh, cap)."""
+    old, beh = np.asarray(old, dtype=np.float64), np.asarray(beh, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    log_ratio = np.where(m, old - beh, 0.0)
+    if level == "token":
+        return np.where(m, np.minimum(np.exp(np.clip(log_ratio, -LOG_BOUND, LOG_BOUND)), cap), 0.0)
+    if level == "sequence":
+        seq = np.minimum(np.exp(np.clip(log_ratio.sum(axis=1), -LOG_BOUND, LOG_BOUND)), cap)
+        return np.repeat(seq[:, None], old.shape[1], axis=1)
+    raise ValueError(level)
+
+
+def rejected_rows(old, beh, mask, level, upper, lower):
+    """Rows whose ratio leaves [lower, upper]: 'sequence' = the product of the produced tokens' ratios,
+    'geometric' = their geometric mean; a row without produced tokens is never rejected."""
+    old, beh = np.asarray(old, dtype=np.float64), np.asarray(beh, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    n = m.sum(axis=1)
+    log_sum = np.where(m, old - beh, 0.0).sum(axis=1)
+    if level == "sequence":
+        ratio = np.exp(np.clip(log_sum, -LOG_BOUND, LOG_BOUND))
+    elif level == "geometric":
+        ratio = np.exp(np.clip(log_sum / np.maximum(n, 1), -LOG_BOUND, LOG_BOUND))
+    else:
+        raise ValueError(level)
+    return (n > 0) & ((ratio > upper) | (ratio < lower))
+
+
+def ratio_max_per_row(old, beh, mask, level):
+    """The largest ratio before truncation: of the produced tokens ('token'), or the sequence ratio."""
+    old, beh = np.asarray(old, dtype=np.float64), np.asarray(beh, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    if level == "sequence":
+        return np.exp(np.clip(np.where(m, old - beh, 0.0).sum(axis=1), -LOG_BOUND, LOG_BOUND))
+    r = np.where(m, np.exp(np.clip(old - beh, -LOG_BOUND, LOG_BOUND)), -np.inf)
+    return np.where(m.any(axis=1), r.max(axis=1), 1.0)

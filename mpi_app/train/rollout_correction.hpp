@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+// rollout_correction: off-policy correction of one sample whose tokens were sampled by a
+// behaviour policy (the rollout engine, possibly with older weights: async modes, generations
+// paused across a weight update) other than the proximal policy the PPO ratio is taken against
+// (--old-logprobs recompute: the trainer's own forward before the update, decoupled PPO).
+// Truncated importance weights min(pi_old / pi_behaviour, C) per token or per sequence, and
+// rejection of a whole sequence whose ratio (product or geometric mean over its tokens) leaves a
+// band [lower, upper]: veRL's rollout_is / rollout_rs (algorithm.rollout_correction). Pure
+// functions on std::vector (no torch, no MPI). Does not compute log-probs or losses: the actor
+// multiplies its per-token policy loss by the weights (train/losses.hpp, train/workers.hpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tagflow::train {
+
+/// Where the importance weight lives (--rollout-is): off, one per token, one per sequence.
+enum class IsLevel { kOff, kToken, kSequence };
+/// Which ratio decides a rejection (--rollout-rs): off, the product over the sequence's tokens,
+/// or their geometric mean.
+enum class RsLevel { kOff, kSequence, kGeometric };
+/// "off" (or "none"), "token", "sequence". Throws ConfigError naming the value otherwise.
+IsLevel parse_is_level(const std::string& name);
+/// "off" (or "none"), "sequence", "geometric". Throws ConfigError naming the value otherwise.
+RsLevel parse_rs_level(const std::string& name);
+std::string to_string(IsLevel l);
+std::string to_string(RsLevel l);
+
+struct RolloutCorrectionConfig {
+    IsLevel is = IsLevel::kOff;
+    double is_threshold = 2.0;  ///< C: weights are min(ratio, C) (veRL rollout_is_threshold)
+    RsLevel rs = RsLevel::kOff;
+    double rs_upper = 0.0;  ///< reject above this (veRL rollout_rs_threshold); <= 0: is_threshold
+    double rs_lower = 0.0;  ///< reject below this (veRL rollout_rs_threshold_lower); <= 0: 1 / upper
+};
+
+/// The correction of one sequence. Every log-ratio is old - behaviour over the tokens whose mask
+/// is 1 (an empty mask: all), clamped to [-20, 20] before the exp (veRL's safety bound), so every
+/// value is finite whatever the log-probs are.
+struct SeqCorrection {
+    /// kToken: one weight per response token, min(exp(clamp(old_t - beh_t)), C), 0 where the mask
+    /// is 0; kSequence: one weight, min(exp(clamp(sum of the log-ratios)), C); kOff: empty.
+    std::vector<float> weights;
+    /// The ratio before truncation: the largest token ratio (kToken, and kOff) or the sequence
+    /// ratio (kSequence); 1 for a sequence without a valid token.
+    double ratio_max = 1.0;
+    /// Sum and count of the weights the loss uses (kOff: the token-level weights it would use).
+    double weight_sum = 0.0, weight_count = 0.0;
+    /// The rejection ratio (product or geometric mean) was outside [lower, upper] (rs != kOff).
+    bool rejected = false;
+};
+
+/// Throws tagflow::Error when the three vectors' lengths differ (mask may be empty).
+SeqCorrection correct_sequence(const std::vector<float>& old_logprobs, const std::vector<float>& behaviour_logprobs,
+                               const std::vector<uint8_t>& mask, const RolloutCorrectionConfig& cfg);
+
+/// The batch statistics written to /steps: mean of the weights used, largest ratio before
+/// truncation, sequences rejected. Summed / maxed over samples and ranks.
+struct CorrectionStats {
+    double weight_sum = 0.0, weight_count = 0.0, ratio_max = 0.0;
+    int64_t rejected = 0;
+    void add(const SeqCorrection& c);
+    double weight_mean() const { return weight_count > 0 ? weight_sum / weight_count : 1.0; }
+};
+
+}  // namespace tagflow::train
