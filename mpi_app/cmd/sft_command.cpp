@@ -42,6 +42,7 @@
 #include "rollout/engine.hpp"
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
+#include "train/workers.hpp"
 #include "sched/validation.hpp"
 #include "cmd/train_command.hpp"
 #include "tagflow/config.hpp"
@@ -334,18 +335,7 @@ Batch make_batch(const rollout::Task& task, int64_t first, int64_t count, int ra
 // set's prompts are most of each sequence, and a 150k-token vocabulary makes the projection the
 // step's main cost).
 torch::Tensor masked_logits(model::LlamaModelImpl& m, const torch::Tensor& tokens, const torch::Tensor& mask) {
-    const model::HfConfig& c = m.config();
-    const int64_t T = tokens.size(1);
-    const torch::Tensor inv_freq = model::rope_inv_freq(c);
-    const torch::Tensor freqs = torch::outer(torch::arange(0, T, torch::kFloat), inv_freq);
-    const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-    const torch::Tensor cos = emb.cos(), sin = emb.sin();
-    torch::Tensor h = m.model->embed(tokens, 0);
-    for (size_t l = 0; l < m.model->layers->size(); ++l)
-        h = m.model->layers[l]->as<model::LlamaDecoderLayerImpl>()->forward(h, cos, sin, nullptr, nullptr);
-    h = m.model->norm(h);
-    const torch::Tensor rows = h.reshape({-1, h.size(-1)}).index_select(0, mask.reshape({-1}).nonzero().squeeze(1));
-    return c.tie_word_embeddings ? torch::nn::functional::linear(rows, m.model->embed_tokens->weight) : m.lm_head(rows);
+    return train::policy_logits_rows(m, tokens, mask.reshape({-1}).nonzero().squeeze(1));
 }
 
 // One optimizer step on this rank's share `b` (collective over MPI_COMM_WORLD): the summed
@@ -413,15 +403,6 @@ double lr_at(const SftOptions& o, int64_t step) {
     const double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
     const double p = std::min(1.0, static_cast<double>(step - o.warmup) / span);
     return o.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * p)));
-}
-
-// The validation file's name without its directory and .jsonl/.gz: /eval's `task`.
-std::string val_task_name(const std::string& path) {
-    std::string n = fs::path(path).filename().string();
-    for (const char* ext : {".gz", ".jsonl", ".json"})
-        if (n.size() > std::strlen(ext) && n.compare(n.size() - std::strlen(ext), std::string::npos, ext) == 0)
-            n.resize(n.size() - std::strlen(ext));
-    return n;
 }
 
 // `tagflow sft --data`: the same optimisation as the task path, on the rows of a data set in a

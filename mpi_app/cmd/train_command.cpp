@@ -193,6 +193,9 @@ int train_command(int argc, char** argv) {
     if (!opt.data.empty() && opt.mode.is_async())
         throw ConfigError("--data: --mode " + std::string(opt.mode.name()) +
                           " does not take a data set yet; use --mode sync (the default with --data)");
+    if (!opt.val_data.empty() && opt.mode.is_async())
+        throw ConfigError("--val-data: --mode " + std::string(opt.mode.name()) +
+                          " does not validate on a data set yet; use --mode sync");
     // Same verdict on every rank (it depends only on the options and every rank's tags).
     check_async_roles(opt, roles);
     const bool async = opt.mode.is_async();
