@@ -99,14 +99,6 @@ EvalPoint evaluate(model::LlamaModelImpl& m, const rollout::Task& task, int64_t 
     return {step, global[0] / static_cast<double>(n), global[1] / static_cast<double>(n)};
 }
 
-std::string val_task_name(const std::string& path) {
-    std::string n = fs::path(path).filename().string();
-    for (const char* ext : {".gz", ".jsonl", ".json"})
-        if (n.size() > std::strlen(ext) && n.compare(n.size() - std::strlen(ext), std::string::npos, ext) == 0)
-            n.resize(n.size() - std::strlen(ext));
-    return n;
-}
-
 // `tagflow sft --data`: the same optimisation as the task path, on the rows of a data set in a
 // seeded shuffle per epoch, validated on --val-data, with OUT/tagflow.h5 (/steps, /eval).
 int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) {
@@ -253,8 +245,9 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
         sched::ValResult local = validate(*engine, d.tokenizer(), d.val_rows(), *d.val_scorer(), vo);
         m->train();
         sched::ValResult all = reduce_validation(local, MPI_COMM_WORLD);
-        run.append_eval(rank == 0 ? sched::eval_records(all, static_cast<int32_t>(step), val_task_name(o.val_data))
-                                  : std::vector<io::EvalRecord>{});
+        run.append_eval(rank == 0
+                            ? sched::eval_records(all, static_cast<int32_t>(step), sched::val_task_name(o.val_data))
+                            : std::vector<io::EvalRecord>{});
         run.flush();
         curve.emplace_back(step, all);
         return sched::describe(all);

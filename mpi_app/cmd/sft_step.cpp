@@ -21,6 +21,7 @@
 #include "rollout/task.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/delta_sync.hpp"
+#include "train/workers.hpp"
 
 namespace tagflow::cmd {
 
@@ -71,18 +72,7 @@ Batch make_batch(const rollout::Task& task, int64_t first, int64_t count, int ra
 // set's prompts are most of each sequence, and a 150k-token vocabulary makes the projection the
 // step's main cost).
 torch::Tensor masked_logits(model::LlamaModelImpl& m, const torch::Tensor& tokens, const torch::Tensor& mask) {
-    const model::HfConfig& c = m.config();
-    const int64_t T = tokens.size(1);
-    const torch::Tensor inv_freq = model::rope_inv_freq(c);
-    const torch::Tensor freqs = torch::outer(torch::arange(0, T, torch::kFloat), inv_freq);
-    const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
-    const torch::Tensor cos = emb.cos(), sin = emb.sin();
-    torch::Tensor h = m.model->embed(tokens, 0);
-    for (size_t l = 0; l < m.model->layers->size(); ++l)
-        h = m.model->layers[l]->as<model::LlamaDecoderLayerImpl>()->forward(h, cos, sin, nullptr, nullptr);
-    h = m.model->norm(h);
-    const torch::Tensor rows = h.reshape({-1, h.size(-1)}).index_select(0, mask.reshape({-1}).nonzero().squeeze(1));
-    return c.tie_word_embeddings ? torch::nn::functional::linear(rows, m.model->embed_tokens->weight) : m.lm_head(rows);
+    return train::policy_logits_rows(m, tokens, mask.reshape({-1}).nonzero().squeeze(1));
 }
 
 // Tests only: TAGFLOW_TEST_SFT_NAN_STEPS="3,4" makes rank 0's loss NaN at those (1-based) steps, so

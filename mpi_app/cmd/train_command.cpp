@@ -185,6 +185,9 @@ int train_command(int argc, char** argv) {
             if (name == "mode") value = std::string("\"") + opt.mode.name() + "\"";
         if (!why.empty()) print0("tagflow: no --mode given: %s\n", why.c_str());
     }
+    if (!opt.val_data.empty() && opt.mode.is_async())
+        throw ConfigError("--val-data: --mode " + std::string(opt.mode.name()) +
+                          " does not validate on a data set yet; use --mode sync");
     // Same verdict on every rank (it depends only on the options and every rank's tags).
     sched::check_async_roles(opt, roles);
     const bool async = opt.mode.is_async();

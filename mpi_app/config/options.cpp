@@ -206,7 +206,13 @@ po::options_description describe(Options& o) {
     // clang-format off
     eval.add_options()
         ("eval-every", val(&o.eval_every), "held-out greedy evaluation every N steps (0 = only at the end)")
-        ("eval-prompts", val(&o.eval_prompts), "held-out prompts per evaluation");
+        ("eval-prompts", val(&o.eval_prompts), "held-out prompts per evaluation")
+        ("val-data", val(&o.val_data), "with --data: score these JSON Lines rows (greedy; mean@K with --val-samples) "
+                                       "at the start, every --eval-every steps and at the end, into /eval per "
+                                       "data_source (sync mode)")
+        ("val-samples", val(&o.val_samples), "K: also sample K responses per --val-data row and report mean@K")
+        ("val-temperature", val(&o.val_temperature), "sampling temperature of --val-samples")
+        ("val-max-tokens", val(&o.val_max_tokens), "--val-data response budget (0 = the run's --max-new-tokens)");
     // clang-format on
     po::options_description sys("Weight sync and system");
     // clang-format off
@@ -415,6 +421,9 @@ void validate(const Options& o) {
     check_range<int32_t>("micro-batch", o.micro_batch, 0, 1 << 20);
     check_range<int32_t>("eval-every", o.eval_every, 0, 1000000000);
     check_range<int32_t>("eval-prompts", o.eval_prompts, 1, 1 << 20);
+    check_range<int32_t>("val-samples", o.val_samples, 1, 1024);
+    check_range<double>("val-temperature", o.val_temperature, 1e-6, 100.0);
+    check_range<int32_t>("val-max-tokens", o.val_max_tokens, 0, 1 << 20);
     check_range<double>("bucket-mb", o.bucket_mb, 1.0 / 1024, 4096.0);
     check_range<double>("min-gflops", o.min_gflops, 0.0, 1e7);
     check_range<double>("train-timeout", o.train_timeout, 0.0, 1e7);
@@ -459,9 +468,10 @@ void validate(const Options& o) {
     {
         const int sources = !o.reward.empty() + !o.reward_fn.empty() + !o.reward_url.empty();
         if (sources > 1) throw ConfigError("--reward, --reward-fn, --reward-url: choose one");
-        const char* const needs_data[] = {"epochs", "max-prompt-tokens", "reward", "reward-fn", "reward-url"};
-        const bool set[] = {o.epochs > 0, o.max_prompt_tokens > 0, !o.reward.empty(), !o.reward_fn.empty(),
-                            !o.reward_url.empty()};
+        const char* const needs_data[] = {"epochs",    "max-prompt-tokens", "reward",
+                                          "reward-fn", "reward-url",        "val-data"};
+        const bool set[] = {o.epochs > 0,         o.max_prompt_tokens > 0, !o.reward.empty(),
+                            !o.reward_fn.empty(), !o.reward_url.empty(),   !o.val_data.empty()};
         for (size_t k = 0; k < sizeof set / sizeof set[0]; ++k)
             if (set[k] && o.data.empty())
                 throw ConfigError(std::string("--") + needs_data[k] +

@@ -123,6 +123,10 @@ struct Options {
     // ---- eval ----
     int32_t eval_every = 10;
     int32_t eval_prompts = 128;
+    std::string val_data;          // --val-data FILE: validation rows scored into /eval (needs --data; sync mode)
+    int32_t val_samples = 1;       // K of mean@K besides greedy (1 = greedy only)
+    double val_temperature = 1.0;  // sampling temperature of --val-samples
+    int32_t val_max_tokens = 0;    // validation response budget (0 = --max-new-tokens of the run)
     // ---- weight sync ----
     double bucket_mb = 32.0;
     bool sync_delta = false;  // send only the weights that changed since the receivers' version

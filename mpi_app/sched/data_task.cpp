@@ -54,6 +54,19 @@ DataTask::DataTask(data::Dataset ds, std::shared_ptr<const text::Tokenizer> tok,
     if (opt.max_new_tokens > 0) max_new_ = opt.max_new_tokens;
 }
 
+void DataTask::set_val(data::Dataset val) {
+    // The model's positions must hold the longest validation prompt too.
+    for (uint32_t n : val.prompt_tokens()) max_prompt_ = std::max(max_prompt_, static_cast<int32_t>(n));
+    val_.emplace(std::move(val));
+}
+
+std::vector<data::Row> DataTask::val_rows(uint64_t part, uint64_t parts) const {
+    std::vector<data::Row> rows;
+    if (!val_ || parts == 0) return rows;
+    for (uint64_t i = part; i < val_->size(); i += parts) rows.push_back(val_->row(i));
+    return rows;
+}
+
 DataTask::~DataTask() = default;
 
 std::vector<int32_t> DataTask::train_prompt(int64_t) const {
@@ -134,27 +147,37 @@ std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& op
                           ": needs a text tokenizer (--model DIR holding a tokenizer.json, "
                           "or --tokenizer PATH)");
     // Rank 0 indexes the file once (one pass, every row checked); the index goes to the others.
-    std::string bytes;
-    std::optional<data::Dataset> local;
+    std::string bytes, val_bytes;
+    std::optional<data::Dataset> local, local_val;
     agree([&] {
         if (world.rank() != 0) return;
         data::DatasetOptions o;
         o.tokenizer = tok;
         o.max_prompt_tokens = opt.max_prompt_tokens;
-        data::Dataset ds = data::Dataset::open(opt.data, o);
         // Every row needs a scorer: a built-in one by data_source, unless a --reward option scores all.
-        if (opt.reward.empty() && opt.reward_fn.empty() && opt.reward_url.empty())
+        auto check_scorers = [&](const data::Dataset& ds, const char* option, const std::string& path) {
+            if (!opt.reward.empty() || !opt.reward_fn.empty() || !opt.reward_url.empty()) return;
             for (const auto& [source, n] : ds.data_sources())
                 if (!data::default_scorer(source))
-                    throw ConfigError("--data " + opt.data + ": " + std::to_string(n) + " rows of data_source '" +
-                                      source +
+                    throw ConfigError(std::string(option) + " " + path + ": " + std::to_string(n) +
+                                      " rows of data_source '" + source +
                                       "' have no built-in scorer; give --reward builtin:NAME, --reward-fn FILE.py or "
                                       "--reward-url URL");
+        };
+        data::Dataset ds = data::Dataset::open(opt.data, o);
+        check_scorers(ds, "--data", opt.data);
+        if (!opt.val_data.empty()) {
+            data::Dataset val = data::Dataset::open(opt.val_data, o);
+            check_scorers(val, "--val-data", opt.val_data);
+            val_bytes = val.to_bytes();
+            local_val.emplace(std::move(val));
+        }
         if (!opt.reward.empty()) (void)data::parse_reward_spec(opt.reward);
         bytes = ds.to_bytes();
         local.emplace(std::move(ds));
     });
     bytes = ckpt::bcast_string(MPI_COMM_WORLD, 0, bytes);
+    if (!opt.val_data.empty()) val_bytes = ckpt::bcast_string(MPI_COMM_WORLD, 0, val_bytes);
     std::unique_ptr<DataTask> task;
     agree([&] {
         if (!local) local.emplace(data::Dataset::from_bytes(opt.data, bytes));  // reads rows by offset
@@ -163,6 +186,10 @@ std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& op
             task->dataset().size() * static_cast<uint64_t>(opt.epochs) > static_cast<uint64_t>(kAttemptStride))
             throw ConfigError("--data " + opt.data + " --epochs " + std::to_string(opt.epochs) +
                               ": more than 2^32 prompt groups (rows x epochs)");
+        if (!opt.val_data.empty()) {
+            if (!local_val) local_val.emplace(data::Dataset::from_bytes(opt.val_data, val_bytes));
+            task->set_val(std::move(*local_val));
+        }
     });
     agree([&] {
         if (rollout_rank) task->start_scorer();

@@ -6,12 +6,14 @@
 // --reward-fn worker pool, or a --reward-url client). A prompt group is a data-set Ticket (epoch,
 // row), not an index into a prompt stream: train_prompt() is not used, the scheduler asks
 // ticket_prompt(). The vocabulary and stop ids are the tokenizer's.
+// With --val-data it also holds the indexed validation set (the same way: rank 0 indexes, the others
+// get the index); validation itself is sched/validation.hpp's, called by the scheduler.
 // Does NOT: decide which ticket a group trains (the schedulers own the data::EpochSampler), write the
-// run file, or evaluate (it has no held-out set: eval_prompt/reward throw; validation sets are
-// --val-data's, not this file's).
+// run file, or evaluate (eval_prompt/reward throw: the --val-data rows go through validate()).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,12 @@ public:
     /// tokens) to data row `row`.
     reward::Request reward_request(uint64_t id, uint64_t row, const std::vector<int32_t>& response) const;
 
+    /// --val-data: whether there is a validation set, and rows i = part, part + parts, ... of it (parsed).
+    bool has_val() const { return val_.has_value(); }
+    const data::Dataset& val() const { return *val_; }
+    std::vector<data::Row> val_rows(uint64_t part, uint64_t parts) const;
+    void set_val(data::Dataset val);
+
     /// Starts this rank's scorer (rollout ranks; the Python workers import --reward-fn here): ConfigError
     /// naming the option or file. Not collective.
     void start_scorer();
@@ -62,6 +70,7 @@ public:
 
 private:
     data::Dataset ds_;
+    std::optional<data::Dataset> val_;
     std::shared_ptr<const text::Tokenizer> tok_;
     const config::Options& opt_;
     std::vector<int32_t> stop_ids_;
@@ -95,10 +104,10 @@ inline std::string stored_extras(const reward::Result& q) { return q.extras == "
 inline DataTask* as_data_task(rollout::Task& t) { return dynamic_cast<DataTask*>(&t); }
 inline const DataTask* as_data_task(const rollout::Task& t) { return dynamic_cast<const DataTask*>(&t); }
 
-/// COLLECTIVE over MPI_COMM_WORLD, before the run directory exists: rank 0 indexes opt.data with
-/// the run tokenizer (every row checked, prompts counted and limited by --max-prompt-tokens), the
-/// others receive the index (Dataset::to_bytes) and reopen the file; checks that every row has a
-/// scorer (a data_source with a built-in one, or --reward/--reward-fn/--reward-url); then the
+/// COLLECTIVE over MPI_COMM_WORLD, before the run directory exists: rank 0 indexes opt.data (and
+/// opt.val_data) with the run tokenizer (every row checked, prompts counted and limited by
+/// --max-prompt-tokens), the others receive the index (Dataset::to_bytes) and reopen the file;
+/// checks that every row (of both files) has a scorer (a data_source with a built-in one, or --reward/--reward-fn/--reward-url); then the
 /// rollout ranks start their scorers (`start_scorer`). The same ConfigError (FILE:LINE, or the
 /// option) on every rank.
 std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& opt, bool rollout_rank);

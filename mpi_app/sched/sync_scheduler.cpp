@@ -35,6 +35,7 @@
 #include "sched/exchange.hpp"
 #include "sched/rl_trainer.hpp"
 #include "sched/sample_row.hpp"
+#include "sched/validation.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
@@ -114,6 +115,10 @@ public:
                 sampler_.emplace(
                     data::EpochSampler::from_bytes(plan->manifest.get("data_sampler"), rows, seed, epochs));
             else sampler_.emplace(rows, seed, epochs);
+            // --val-data: every rollout rank answers every n-th row (reduce_validation adds them up).
+            if (data_->has_val() && roles.is_rollout())
+                val_rows_ = data_->val_rows(static_cast<uint64_t>(roles.rollout.rank()),
+                                            static_cast<uint64_t>(roles.rollout_ranks.size()));
         }
     }
 
@@ -122,6 +127,11 @@ public:
         sum.best_constant = task_->best_constant_score(opt_.eval_prompts);
         double total_samples = 0;
         const int32_t first_step = ckpt_.resume ? resume_from(sum, total_samples) : start(sum);
+        if (!reward_error_.empty()) {  // the step-0 validation's reward failed (--reward-error fail)
+            if (roles_.world_rank == 0) log_error("%s (--reward-error fail)", reward_error_.c_str());
+            sum.exit_code = 1;
+            return sum;
+        }
         // A fresh run checkpoints its start too, so a job killed at any later moment can resume.
         if (have_ckpt_ && !ckpt_.resume) write_checkpoint(0, sum, total_samples);
         for (int32_t s = first_step; s < opt_.steps; ++s) {
@@ -148,9 +158,22 @@ public:
             }
             char evs[32] = "";
             if (o.eval >= 0) snprintf(evs, sizeof evs, "  eval %.3f", o.eval);
+            const std::string ev = o.val.empty() ? std::string(evs) : "  val " + o.val;
             print0("step %5d/%-5lld reward %.3f ± %.3f%s  loss %+.4f  samples/s %7.1f  idle %4.1f%%  elapsed %6.1fs\n",
-                   s + 1, static_cast<long long>(opt_.steps), o.row.reward_mean, o.row.reward_std, evs, o.row.loss,
-                   o.row.samples_per_s, 100.0 * o.row.idle_frac, clock_.now());
+                   s + 1, static_cast<long long>(opt_.steps), o.row.reward_mean, o.row.reward_std, ev.c_str(),
+                   o.row.loss, o.row.samples_per_s, 100.0 * o.row.idle_frac, clock_.now());
+            if (!o.val_error.empty()) {
+                // --val-data's reward failed (--reward-error fail) after step s trained: the
+                // checkpoint holds its weights, the resume goes on with the next step.
+                if (have_ckpt_) write_checkpoint(s + 1, sum, total_samples);
+                if (roles_.world_rank == 0)
+                    log_error("%s (--reward-error fail; %s)", o.val_error.c_str(),
+                              have_ckpt_ ? "checkpoint written after this step" : "no checkpoint");
+                sum.steps = s + 1;
+                sum.elapsed = clock_.now();
+                sum.exit_code = 1;
+                return sum;
+            }
             const int32_t done = s + 1;
             std::string warning;
             const bool too_many_bad = bad_steps_.record(done, o.row.skipped_updates, &warning);
@@ -201,6 +224,8 @@ private:
     struct StepOut {
         io::StepRecord row;
         double eval = -1;
+        std::string val;           // --val-data: describe() of this step's validation ("" when none)
+        std::string val_error;     // --val-data: its reward failed under --reward-error fail (every rank)
         int signal = 0;            // SIGUSR1, SIGTERM, SIGINT or SIGHUP when any rank received one (same on every rank)
         std::string reward_error;  // --data, --reward-error fail: a failed reward stopped the step (every rank)
     };
@@ -209,15 +234,27 @@ private:
     int32_t start(RunSummary& sum) {
         // Version 0: every rollout rank starts from the train root's initial weights.
         sync_weights(0);
-        if (data_) {  // no held-out set (validation is --val-data's)
+        if (data_) {  // no held-out set of a task; --val-data's rows instead
             std::vector<io::SyncRecord> syncs;
             if (roles_.is_train_root()) syncs.push_back(sync_record(0, last_sync_));
-            write_rows({}, {}, {}, {}, syncs);
             print0("step %5d/%-5lld --data %s: %llu rows (%llu skipped over --max-prompt-tokens), %lld epoch%s\n", 0,
                    static_cast<long long>(opt_.steps), opt_.data.c_str(),
                    static_cast<unsigned long long>(data_->dataset().size()),
                    static_cast<unsigned long long>(data_->dataset().skipped_over_limit()),
                    static_cast<long long>(opt_.epochs), opt_.epochs == 1 ? "" : "s");
+            std::vector<io::EvalRecord> evals;
+            if (data_->has_val()) {
+                print0("step %5d/%-5lld --val-data %s: %llu rows (%llu skipped over --max-prompt-tokens), greedy%s\n",
+                       0, static_cast<long long>(opt_.steps), opt_.val_data.c_str(),
+                       static_cast<unsigned long long>(data_->val().size()),
+                       static_cast<unsigned long long>(data_->val().skipped_over_limit()),
+                       opt_.val_samples > 1 ? (" and mean@" + std::to_string(opt_.val_samples)).c_str() : "");
+                const std::optional<ValResult> v = validate_data(0, &evals);
+                if (!v) return 0;  // a failed reward: run() stops
+                sum.first_eval = sum.best_eval = sum.last_eval = v->overall.greedy();
+                print0("step %5d/%-5lld val %s\n", 0, static_cast<long long>(opt_.steps), describe(*v).c_str());
+            }
+            write_rows({}, {}, {}, evals, syncs);
             return 0;
         }
         double eval0 = evaluate_local(0);
@@ -379,6 +416,43 @@ private:
         if (const rollout::AgentLoop* loop = rollout::as_agent_loop(*task_))
             return evaluate_agent_task(*engine_, *task_, *loop, opt_.eval_prompts);
         return rollout::evaluate(policy_, *task_, opt_.eval_prompts, opt_.max_batch);
+    }
+
+    // --val-data, COLLECTIVE over MPI_COMM_WORLD: every rollout rank answers its rows with the
+    // newest weights (sched/validation.hpp), the sums are added on every rank; the eval rank adds
+    // the /eval rows of `step` to *evals. A reward that fails under --reward-error fail: nullopt on
+    // every rank and reward_error_ holds the lowest rank's cause.
+    std::optional<ValResult> validate_data(int32_t step, std::vector<io::EvalRecord>* evals) {
+        ValResult local;
+        if (roles_.is_rollout() && reward_error_.empty()) {
+            torch::NoGradGuard ng;
+            profile::Span span(timeline_, SpanKind::kRollout, step);
+            ValOptions vo;
+            vo.max_tokens = opt_.val_max_tokens > 0 ? opt_.val_max_tokens : max_new_;
+            vo.samples = opt_.val_samples;
+            vo.temperature = opt_.val_temperature;
+            vo.seed = static_cast<uint64_t>(opt_.seed);
+            vo.positions = policy_->config().max_position_embeddings;
+            try {
+                local = validate(*engine_, data_->tokenizer(), val_rows_, data_->scorer(), vo);
+            } catch (const Error& e) {
+                reward_error_ = e.what();
+            }
+        }
+        const std::string failed = agree_reward_error();
+        if (!failed.empty()) {
+            reward_error_ = failed;
+            return std::nullopt;
+        }
+        ValResult all;
+        {
+            profile::Span wait(timeline_, SpanKind::kIdle, step);
+            all = reduce_validation(local, MPI_COMM_WORLD);
+        }
+        rewards_failed_ += static_cast<uint64_t>(local.failed);
+        if (is_eval_rank())
+            for (io::EvalRecord& e : eval_records(all, step, val_task_name(opt_.val_data))) evals->push_back(e);
+        return all;
     }
 
     std::vector<RolloutSample> generate(int32_t s) {
@@ -552,11 +626,24 @@ private:
         stats[kSkipped] = static_cast<double>(tr.skipped_updates);  // summed over ranks: each group once
         std::vector<io::ConsumedRecord>& consumed = tr.consumed;
         train::WeightSyncStats ss = sync_weights(s + 1, &idle);
-        const bool eval_now =
-            !data_ && ((opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps);
-        const double eval = eval_now ? evaluate_local(s) : -1;
+        const bool eval_now = (!data_ || data_->has_val()) &&
+                              ((opt_.eval_every > 0 && (s + 1) % opt_.eval_every == 0) || s + 1 == opt_.steps);
+        std::vector<io::EvalRecord> evals;
+        double eval = -1;
+        if (eval_now && data_) {
+            // After the step trained: a failed reward ends the run after this step's rows (run()).
+            const std::optional<ValResult> v = validate_data(s + 1, &evals);
+            if (v) {
+                eval = is_eval_rank() ? v->overall.greedy() : -1;
+                out.val = describe(*v);
+            } else {
+                out.val_error = reward_error_;
+            }
+        } else if (eval_now) {
+            eval = evaluate_local(s);
+        }
         // Summed over ranks below: -1 from nobody when there is no evaluation this step.
-        stats[kEval] = (eval_now && is_eval_rank()) ? eval + 1.0 : 0.0;
+        stats[kEval] = (eval_now && is_eval_rank() && eval >= 0) ? eval + 1.0 : 0.0;
         if (roles_.is_train_root()) {
             stats[kSyncBytes] = static_cast<double>(ss.bytes);
             stats[kSyncT0] = last_sync_t0_;
@@ -641,9 +728,8 @@ private:
         }
         std::vector<io::StepRecord> steps;
         if (roles_.world_rank == 0) steps.push_back(row);
-        std::vector<io::EvalRecord> evals;
         std::vector<io::SyncRecord> syncs;
-        if (eval_now && is_eval_rank())
+        if (eval_now && is_eval_rank() && !data_)
             evals.push_back({s + 1, task_->name(), static_cast<float>(eval), opt_.eval_prompts});
         if (roles_.is_train_root()) {
             syncs.push_back(sync_record(s + 1, ss));
@@ -687,6 +773,7 @@ private:
     DataTask* data_ = nullptr;                   // --data: task_ as the data set, else null
     std::optional<data::EpochSampler> sampler_;  // --data: which rows, replicated on every rank
     std::vector<data::Ticket> tickets_;          // --data: this step's (prompt group j of the step: tickets_[j])
+    std::vector<data::Row> val_rows_;            // --val-data: this rollout rank's share of the rows
     std::string reward_error_;                   // --data: first failed reward under --reward-error fail
     uint64_t rewards_failed_ = 0;                // --data: rewards scored 0 under --reward-error zero
     ckpt::Plan ckpt_;                            // where and how often to checkpoint; what to resume from

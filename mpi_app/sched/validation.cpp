@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -174,6 +175,15 @@ std::vector<io::EvalRecord> eval_records(const ValResult& r, int32_t step, const
     rows(0);
     if (r.k > 1) rows(r.k);
     return v;
+}
+
+std::string val_task_name(const std::string& path) {
+    const size_t slash = path.find_last_of('/');
+    std::string n = slash == std::string::npos ? path : path.substr(slash + 1);
+    for (const char* ext : {".gz", ".jsonl", ".json"})
+        if (n.size() > std::strlen(ext) && n.compare(n.size() - std::strlen(ext), std::string::npos, ext) == 0)
+            n.resize(n.size() - std::strlen(ext));
+    return n;
 }
 
 std::string describe(const ValResult& r) {

@@ -84,6 +84,9 @@ ValResult reduce_validation(const ValResult& local, MPI_Comm comm);
 /// Rows without a data_source only get the overall row.
 std::vector<io::EvalRecord> eval_records(const ValResult& r, int32_t step, const std::string& task);
 
+/// The validation file's name without its directory and .gz/.jsonl/.json: /eval's `task`.
+std::string val_task_name(const std::string& path);
+
 /// "0.420 (a 0.500, b 0.340)" -- greedy overall then per data_source, for progress lines; with
 /// K > 1 also " mean@K 0.380".
 std::string describe(const ValResult& r);

@@ -28,6 +28,9 @@ namespace tagflow::train {
 struct ModelHandle {
     std::shared_ptr<torch::nn::Module> module;
     std::function<torch::Tensor(const torch::Tensor&)> forward;
+    /// Optional: the output at some positions only (tokens [B,T], rows [N] indexing [B*T]) -> [N,...];
+    /// forward_backward(..., rows_only) uses it (a policy: the projection on the response tokens only).
+    std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> forward_rows;
     std::string kind = "model";  ///< "policy", "value", ... (messages only)
 };
 
@@ -125,8 +128,11 @@ public:
     /// Micro-batches `batch` (TrainEngineConfig::micro_batch / micro_batch_tokens), runs forward and
     /// `fn` on each, and with `train` adds the gradient of each returned loss to the gradients
     /// (gradient accumulation); without `train` runs under NoGradGuard. Returns the sum of the
-    /// returned losses (0 for undefined ones).
-    virtual double forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train = true) = 0;
+    /// returned losses (0 for undefined ones). With `rows_only`, when the model handle has
+    /// forward_rows, `fn` gets the output at the positions where MicroBatch::mask > 0 only, in
+    /// row-major order ([N,V] for a policy; see loss_rows()), instead of [n,T,V].
+    virtual double forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train = true,
+                                    bool rows_only = false) = 0;
     /// Adds d loss / d params to the gradients.
     virtual void backward(const torch::Tensor& loss) = 0;
     /// COLLECTIVE over comm: gradients <- sum over the group (nullptr or size 1: nothing).

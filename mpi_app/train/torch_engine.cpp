@@ -100,18 +100,28 @@ torch::Tensor TorchEngine::forward(const torch::Tensor& tokens) {
     return out.to(torch::kFloat32);
 }
 
-double TorchEngine::forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train) {
+double TorchEngine::forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train, bool rows_only) {
     if (train) require_trainable("forward_backward(train)");
+    rows_only = rows_only && static_cast<bool>(model_.forward_rows);
     double total = 0.0;
     for (const auto& [b, e] : split_micro_batches(batch, cfg_.micro_batch, cfg_.micro_batch_tokens)) {
         MicroBatch mb = pack_micro_batch(batch, b, e, device_);
+        auto run = [&] {
+            if (!rows_only) return fn(mb, forward(mb.inputs));
+            torch::Tensor out;
+            {
+                AutocastScope autocast(cfg_.bf16, device_);
+                out = model_.forward_rows(mb.inputs, mb.mask.reshape({-1}).nonzero().squeeze(1));
+            }
+            return fn(mb, out.to(torch::kFloat32));
+        };
         if (!train) {
             torch::NoGradGuard no_grad;
-            torch::Tensor loss = fn(mb, forward(mb.inputs));
+            torch::Tensor loss = run();
             if (loss.defined()) total += loss.item<double>();
             continue;
         }
-        torch::Tensor loss = fn(mb, forward(mb.inputs));
+        torch::Tensor loss = run();
         if (!loss.defined()) continue;
         loss.backward();
         total += loss.item<double>();

@@ -27,7 +27,8 @@ public:
     torch::nn::Module& module() override { return *model_.module; }
 
     torch::Tensor forward(const torch::Tensor& tokens) override;
-    double forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train = true) override;
+    double forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train = true,
+                            bool rows_only = false) override;
     void backward(const torch::Tensor& loss) override;
     SyncStats allreduce_grads(Collectives* comm) override;
     double step() override;

@@ -14,10 +14,31 @@
 
 namespace tagflow::train {
 
+torch::Tensor policy_logits_rows(model::LlamaModelImpl& m, const torch::Tensor& tokens, const torch::Tensor& rows) {
+    const model::HfConfig& c = m.config();
+    const int64_t T = tokens.size(1);
+    TORCH_CHECK(T <= c.max_position_embeddings, "policy_logits_rows: ", T, " positions, over max_position_embeddings ",
+                c.max_position_embeddings);
+    const auto fopt = torch::TensorOptions().dtype(torch::kFloat).device(tokens.device());
+    const torch::Tensor inv_freq = model::rope_inv_freq(c).to(tokens.device());
+    const torch::Tensor freqs = torch::outer(torch::arange(0, T, fopt), inv_freq);  // as LlamaModelImpl::forward
+    const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
+    const torch::Tensor cos = emb.cos(), sin = emb.sin();
+    torch::Tensor h = m.model->embed(tokens, 0);
+    for (size_t l = 0; l < m.model->layers->size(); ++l)
+        h = m.model->layers[l]->as<model::LlamaDecoderLayerImpl>()->forward(h, cos, sin, nullptr, nullptr);
+    h = m.model->norm(h);
+    h = h.reshape({-1, h.size(-1)}).index_select(0, rows);
+    return c.tie_word_embeddings ? torch::nn::functional::linear(h, m.model->embed_tokens->weight) : m.lm_head(h);
+}
+
 ModelHandle policy_handle(model::LlamaModel m) {
     ModelHandle h;
     h.module = m.ptr();
     h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
+    h.forward_rows = [m](const torch::Tensor& tokens, const torch::Tensor& rows) mutable {
+        return policy_logits_rows(*m, tokens, rows);
+    };
     h.kind = "policy";
     return h;
 }
@@ -172,37 +193,53 @@ std::vector<double> actor_sums(TrainEngine& engine, const ActorConfig& cfg, cons
     require(local, &TrainSeq::advantages, "actor", "advantages");
     if (cfg.kl_loss_coef > 0.0) require(local, &TrainSeq::ref_logprobs, "actor", "ref_logprobs (kl_loss_coef > 0)");
     const double clip_high = cfg.clip_eps_high > 0.0 ? cfg.clip_eps_high : cfg.clip_eps;
-    engine.forward_backward(local, [&](const MicroBatch& mb, const torch::Tensor& logits) {
-        torch::Tensor ent;
-        const torch::Tensor logp = token_log_probs(logits, mb.targets, cfg.temperature, &ent);
-        if (cfg.entropy_coef == 0.0) ent = ent.detach();
-        const torch::Tensor& m = mb.mask;
-        const torch::Tensor w = mb.weight;
-        PolicyLossTerms pg =
-            ppo_policy_loss(logp, mb.old_logp, mb.adv, cfg.clip_eps, clip_high, cfg.dual_clip, mb.is_w);
-        const double nt = cfg.loss_norm_tokens;
-        const torch::Tensor pg_agg = agg_loss(pg.loss * w, m, cfg.loss_agg, global, nt);
-        torch::Tensor loss = pg_agg;
-        if (cfg.entropy_coef > 0.0) loss = loss - cfg.entropy_coef * agg_loss(ent * w, m, cfg.loss_agg, global, nt);
-        torch::Tensor kl;
-        if (mb.ref_logp.defined()) {
-            kl = kl_penalty(logp, mb.ref_logp, cfg.kl_loss_mode);
-            if (cfg.kl_loss_coef > 0.0) loss = loss + cfg.kl_loss_coef * agg_loss(kl * w, m, cfg.loss_agg, global, nt);
-        }
-        torch::NoGradGuard no_grad;
-        const torch::Tensor lpd = logp.detach();
-        const torch::Tensor roll = mb.rollout_logp.defined() ? mb.rollout_logp : mb.old_logp;
-        s[aLoss] += loss.item<double>();
-        s[aPg] += pg_agg.item<double>();
-        if (kl.defined()) s[aKl] += (kl.detach() * m).sum().item<double>();
-        s[aEnt] += (ent.detach() * m).sum().item<double>();
-        s[aClip] += (pg.clipped * m).sum().item<double>();
-        s[aClipLow] += (pg.clipped_lower * m).sum().item<double>();
-        s[aPpoKl] += ((mb.old_logp - lpd) * m).sum().item<double>();
-        s[aDiff] += ((roll - lpd).abs() * m).sum().item<double>();
-        s[aTok] += m.sum().item<double>();
-        return loss;
-    });
+    // The output projection runs on the response tokens only (rows_only; with a 150k-token
+    // vocabulary it is most of the step): log-probs and entropies of those rows go back into
+    // [n,T] slots; the others hold the old log-probs (ratio 1) and entropy 0, and are masked out.
+    engine.forward_backward(
+        local,
+        [&](const MicroBatch& mb, const torch::Tensor& logits) {
+            torch::Tensor ent, logp;
+            if (logits.dim() == 2) {
+                const torch::Tensor rows = mb.mask.reshape({-1}).nonzero().squeeze(1);
+                torch::Tensor ent_rows;
+                const torch::Tensor lp_rows =
+                    token_log_probs(logits, mb.targets.reshape({-1}).index_select(0, rows), cfg.temperature, &ent_rows);
+                logp = mb.old_logp.detach().reshape({-1}).index_put({rows}, lp_rows).reshape(mb.mask.sizes());
+                ent = torch::zeros_like(logp).reshape({-1}).index_put({rows}, ent_rows).reshape(mb.mask.sizes());
+            } else {
+                logp = token_log_probs(logits, mb.targets, cfg.temperature, &ent);
+            }
+            if (cfg.entropy_coef == 0.0) ent = ent.detach();
+            const torch::Tensor& m = mb.mask;
+            const torch::Tensor w = mb.weight;
+            PolicyLossTerms pg =
+                ppo_policy_loss(logp, mb.old_logp, mb.adv, cfg.clip_eps, clip_high, cfg.dual_clip, mb.is_w);
+            const double nt = cfg.loss_norm_tokens;
+            const torch::Tensor pg_agg = agg_loss(pg.loss * w, m, cfg.loss_agg, global, nt);
+            torch::Tensor loss = pg_agg;
+            if (cfg.entropy_coef > 0.0) loss = loss - cfg.entropy_coef * agg_loss(ent * w, m, cfg.loss_agg, global, nt);
+            torch::Tensor kl;
+            if (mb.ref_logp.defined()) {
+                kl = kl_penalty(logp, mb.ref_logp, cfg.kl_loss_mode);
+                if (cfg.kl_loss_coef > 0.0)
+                    loss = loss + cfg.kl_loss_coef * agg_loss(kl * w, m, cfg.loss_agg, global, nt);
+            }
+            torch::NoGradGuard no_grad;
+            const torch::Tensor lpd = logp.detach();
+            const torch::Tensor roll = mb.rollout_logp.defined() ? mb.rollout_logp : mb.old_logp;
+            s[aLoss] += loss.item<double>();
+            s[aPg] += pg_agg.item<double>();
+            if (kl.defined()) s[aKl] += (kl.detach() * m).sum().item<double>();
+            s[aEnt] += (ent.detach() * m).sum().item<double>();
+            s[aClip] += (pg.clipped * m).sum().item<double>();
+            s[aClipLow] += (pg.clipped_lower * m).sum().item<double>();
+            s[aPpoKl] += ((mb.old_logp - lpd) * m).sum().item<double>();
+            s[aDiff] += ((roll - lpd).abs() * m).sum().item<double>();
+            s[aTok] += m.sum().item<double>();
+            return loss;
+        },
+        /*train=*/true, /*rows_only=*/true);
     return s;
 }
 

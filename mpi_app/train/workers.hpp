@@ -23,8 +23,12 @@ namespace tagflow::train {
 
 // ---- model handles ----
 
-/// A Llama/Qwen2 policy: forward = logits [B,T,V].
+/// A Llama/Qwen2 policy: forward = logits [B,T,V]; forward_rows = policy_logits_rows.
 ModelHandle policy_handle(model::LlamaModel m);
+/// LlamaModelImpl::forward's logits at some positions only: `rows` [N] int64 index the flattened
+/// [B*T] positions of tokens [B,T]; returns [N,V]. The decoder runs on every position, the output
+/// projection (the main cost with a 150k-token vocabulary) only on these rows.
+torch::Tensor policy_logits_rows(model::LlamaModelImpl& m, const torch::Tensor& tokens, const torch::Tensor& rows);
 /// A critic: forward = values [B,T].
 ModelHandle value_handle(model::ValueModel m);
 /// A frozen-weights copy of a Llama policy (same config, parameters copied).

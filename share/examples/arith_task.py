@@ -12,9 +12,16 @@ Each row:
    "response": "#### 12"}            (--chain: "7 + 5 = 12\\n#### 12")
 
 The validation rows are drawn from the same distribution with another seed and never repeat a
-training question. Python 3 standard library only.
+training question (word problems; see --short). Python 3 standard library only.
 
-usage: arith_task.py --out DIR [--train N] [--val N] [--max-number M] [--seed S] [--chain]
+--short writes the bare sum as a plain-string prompt, "7 + 5 =", and the response "#### 12": about 6
+prompt tokens instead of about 30 (the chat template and the sentence), which keeps a training step of
+a model with a 150k-token vocabulary cheap (share/examples/arith_e2e.sh uses it). Its questions are
+few (at --max-number 5: 25 sums and 15 differences), so validation rows repeat training questions:
+validation then measures how many of the task's answers the model gets right, not generalisation to
+unseen questions.
+
+usage: arith_task.py --out DIR [--train N] [--val N] [--max-number M] [--seed S] [--chain] [--short]
 writes DIR/arith_train.jsonl and DIR/arith_val.jsonl
 """
 import argparse
@@ -38,7 +45,7 @@ SUB = [
 PRONOUN = {"Mia": "She", "Ava": "She", "Zoe": "She", "Ivy": "She", "Eva": "She"}
 
 
-def make_row(rng, max_number, chain):
+def make_row(rng, max_number, chain, short=False):
     op = rng.choice("+-")
     a = rng.randint(1, max_number)
     b = rng.randint(1, max_number)
@@ -49,7 +56,7 @@ def make_row(rng, max_number, chain):
     answer = a + b if op == "+" else a - b
     return {
         "data_source": "arith/add" if op == "+" else "arith/sub",
-        "prompt": [{"role": "user", "content": text}],
+        "prompt": f"{a} {op} {b} =" if short else [{"role": "user", "content": text}],
         "reward_model": {"style": "rule", "ground_truth": str(answer)},
         "extra_info": {"a": a, "b": b, "op": op},
         "response": (f"{a} {op} {b} = {answer}\n" if chain else "") + f"#### {answer}",
@@ -64,6 +71,8 @@ def main(argv):
     ap.add_argument("--max-number", type=int, default=20, help="operands are 1..M")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--chain", action="store_true", help='responses "a + b = c\\n#### c" instead of "#### c"')
+    ap.add_argument("--short", action="store_true", help='plain-string prompts "a + b =" (validation repeats training '
+                    'questions)')
     a = ap.parse_args(argv)
     if a.train < 1 or a.val < 1 or a.max_number < 1:
         ap.error("--train, --val and --max-number must be at least 1")
@@ -72,15 +81,16 @@ def main(argv):
     val_rng = random.Random(a.seed + 1000003)
     val, seen = [], set()
     for _ in range(a.val):
-        r = make_row(val_rng, a.max_number, a.chain)
-        seen.add(r["prompt"][0]["content"])
+        r = make_row(val_rng, a.max_number, a.chain, a.short)
+        if not a.short:
+            seen.add(r["prompt"][0]["content"])
         val.append(r)
     train = []
     tries = 0
     while len(train) < a.train:
-        r = make_row(rng, a.max_number, a.chain)
+        r = make_row(rng, a.max_number, a.chain, a.short)
         tries += 1
-        if r["prompt"][0]["content"] in seen and tries < 100 * a.train:
+        if not a.short and r["prompt"][0]["content"] in seen and tries < 100 * a.train:
             continue  # never train on a validation question
         train.append(r)
     for name, rows, split in (("arith_train.jsonl", train, "train"), ("arith_val.jsonl", val, "validation")):

@@ -24,6 +24,13 @@ CASE bad (Hostile.data.train): exit 2, one stderr line naming FILE:LINE (or the 
   directory: not JSON, a missing prompt, a wrong type, an empty file, a gzip cut short, every prompt
   over --max-prompt-tokens, no text tokenizer, a data_source without a built-in scorer, a reward
   file that does not import, --data with --gateway.
+CASE val (--val-data, issue 18 point 4): a --reward-fn scoring each validation row by its extra_info
+  alone (so the expected means are known whatever the model says): /eval has, at steps 0, 2 and 3
+  (--eval-every 2 and the end), one row per data_source and one overall, greedy (k 0) and mean@3
+  (k 3), each the mean of its rows' scores, task "val"; the progress lines show them; the function saw
+  every validation row's data_source and ground truth. Bad --val-data (not JSON, a missing prompt, an
+  empty file), --val-data without --data, and with an asynchronous mode: exit 2, one line naming
+  FILE:LINE or the option, no run directory.
 Exits non-zero on failure."""
 import argparse
 import gzip
@@ -330,15 +337,100 @@ def case_bad(s):
                    "--reward not builtin:NAME")
 
 
+VAL_FN = '''
+import json, os
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    with open(os.environ["REWARD_LOG"], "a") as f:
+        f.write(json.dumps({"ds": data_source, "gt": ground_truth, "x": extra_info}) + "\\n")
+    if "v" in extra_info:        # a validation row: its score is in the row
+        return float(extra_info["v"])
+    return 0.5
+'''
+VAL_ROWS = [("openai/gsm8k", 1.0), ("openai/gsm8k", 0.0), ("openai/gsm8k", 1.0), ("openai/gsm8k", 1.0),
+            ("lighteval/MATH", 0.0), ("lighteval/MATH", 0.25), ("lighteval/MATH", 1.0)]
+
+
+def case_val(s):
+    w = s.a.work
+    fn = os.path.join(w, "val_reward.py")
+    with open(fn, "w") as f:
+        f.write(VAL_FN)
+    log = os.path.join(w, "val_log.jsonl")
+    ENV["REWARD_LOG"] = log
+    val = os.path.join(w, "val.jsonl")
+    with open(val, "w") as f:
+        for i, (ds, v) in enumerate(VAL_ROWS):
+            prompt = f"Check {i}: what is {i} times two?"
+            f.write(json.dumps({"prompt": prompt if i % 2 else [{"role": "user", "content": prompt}],
+                                "data_source": ds, "reward_model": {"ground_truth": str(2 * i)},
+                                "extra_info": {"v": v, "i": i}}) + "\n")
+    out = os.path.join(w, "val")
+    p = s.run(out, "--mode", "sync", "--reward-fn", fn, "--reward-workers", "1", "--val-data", val,
+              "--val-samples", "3", "--eval-every", "2")
+    if not check(p.returncode == 0, f"--val-data run exits 0 (rc {p.returncode})" +
+                 ("" if p.returncode == 0 else p.stderr[-3000:])):
+        return
+    want = {}
+    for ds in ("openai/gsm8k", "lighteval/MATH", ""):
+        vs = [v for d, v in VAL_ROWS if ds in ("", d)]
+        want[ds] = (sum(vs) / len(vs), len(vs))
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        e = f["eval"]
+        rows = [(int(st), t.decode(), src.decode(), int(k), float(sc), int(n)) for st, t, src, k, sc, n in
+                zip(e["step"][()], e["task"][()], e["data_source"][()], e["k"][()], e["score"][()], e["n"][()])]
+    steps = sorted({r[0] for r in rows})
+    check(steps == [0, 2, STEPS], f"/eval at steps 0, 2 and {STEPS} (--eval-every 2, the end): {steps}")
+    check(all(r[1] == "val" for r in rows), f"/eval task is the file's name 'val' {sorted({r[1] for r in rows})}")
+    for st in steps:
+        got = {(r[2], r[3]): (r[4], r[5]) for r in rows if r[0] == st}
+        exp = {(ds, k): want[ds] for ds in want for k in (0, 3)}
+        check(set(got) == set(exp) and all(abs(got[x][0] - exp[x][0]) < 1e-6 and got[x][1] == exp[x][1] for x in exp),
+              f"step {st}: greedy and mean@3 per data_source and overall are the means of the rows' scores "
+              f"(got {sorted(got.items())}, want {sorted(exp.items())})")
+    lines = [l for l in p.stdout.splitlines() if " val 0.607 (lighteval/MATH 0.417, openai/gsm8k 0.750) mean@3 0.607" in l]
+    check(len(lines) == 3, f"the progress lines show the validation at steps 0, 2 and {STEPS} ({len(lines)} lines: "
+          f"{[l for l in p.stdout.splitlines() if ' val ' in l][:4]})")
+    calls = [json.loads(l) for l in open(log)]
+    vcalls = [c for c in calls if "v" in c["x"]]
+    check(len(vcalls) == 3 * len(VAL_ROWS) * 4 and
+          all(c["ds"] == VAL_ROWS[c["x"]["i"]][0] and c["gt"] == str(2 * c["x"]["i"]) for c in vcalls),
+          f"the function scored every validation row 4 times (greedy + 3 samples) per validation, with its "
+          f"data_source and ground truth ({len(vcalls)} calls)")
+
+    # Bad input: one line naming FILE:LINE or the option, exit 2, no run directory.
+    good = json.dumps({"prompt": "ok", "data_source": "openai/gsm8k", "ground_truth": "1"}) + "\n"
+    for name, (text, want_re) in {"val_notjson.jsonl": (good + '{"prompt": "x",}\n', r":2: not JSON"),
+                                  "val_missing.jsonl": (good * 2 + '{"question": "x"}\n', r":3: no \"prompt\""),
+                                  "val_empty.jsonl": ("", r": empty file, no rows")}.items():
+        path = os.path.join(w, name)
+        with open(path, "w") as f:
+            f.write(text)
+        expect_refused(s, name, ["--mode", "sync", "--val-data", path], re.escape(path) + want_re, f"--val-data {name}")
+    other = os.path.join(w, "val_other.jsonl")
+    with open(other, "w") as f:
+        f.write(json.dumps({"prompt": "p", "data_source": "my/source"}) + "\n")
+    expect_refused(s, "val_noscorer", ["--mode", "sync", "--val-data", other],
+                   r"--val-data .*val_other.jsonl: 1 rows of data_source 'my/source' have no built-in scorer",
+                   "--val-data: a data_source without a scorer")
+    out = os.path.join(w, "bad_val_nodata")
+    p = subprocess.run(["mpirun", "-n", "2", s.a.tagflow, "train", "--out", out, "--val-data", val], capture_output=True,
+                       text=True, env=ENV, timeout=120)
+    lines = err_lines(p.stderr)
+    check(p.returncode == 2 and lines and "--val-data: needs --data FILE" in lines[0] and not os.path.exists(out),
+          f"--val-data without --data: exit 2, one line, no run directory (rc {p.returncode}: {lines[:2]})")
+    expect_refused(s, "val_async", ["--mode", "multiplex", "--val-data", val], r"--(val-)?data: --mode multiplex",
+                   "--val-data with --mode multiplex")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["sync", "kill", "rewardfn", "bad"])
+    ap.add_argument("case", choices=["sync", "kill", "rewardfn", "bad", "val"])
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--npm", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     s = Setup(a)
-    {"sync": case_sync, "kill": case_kill, "rewardfn": case_rewardfn, "bad": case_bad}[a.case](s)
+    {"sync": case_sync, "kill": case_kill, "rewardfn": case_rewardfn, "bad": case_bad, "val": case_val}[a.case](s)
     print(f"{len(failures)} failure(s)" if failures else "all checks passed")
     return 1 if failures else 0
 
