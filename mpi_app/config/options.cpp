@@ -186,9 +186,9 @@ po::options_description describe(Options& o) {
          "(0 = --max-new-tokens)")
         // Off-policy correction (share/doc/train.md "Off-policy correction"): veRL's rollout_correction.
         ("old-logprobs", val(&o.old_logprobs),
-         "the PPO ratio's pi_old: recompute (the trainer's forward with the current weights before the "
-         "update: decoupled PPO's proximal policy, as veRL and AReaL) or rollout (the rollout-time log-probs; "
-         "saves that forward)")
+         "the PPO ratio's pi_old: rollout (the rollout-time log-probs) or recompute (the trainer's forward "
+         "with the current weights before the update: decoupled PPO's proximal policy, as veRL and AReaL; "
+         "one more forward per step, and needed by --rollout-is/--rollout-rs)")
         ("rollout-is", val(&o.rollout_is),
          "truncated importance weights min(pi_old / pi_rollout, C) on the policy loss: off, token or sequence "
          "(needs --old-logprobs recompute)")
