@@ -6,8 +6,11 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "ckpt/signals.hpp"
@@ -50,7 +53,31 @@ const char kUsage[] =
     "options:\n"
     "  -h, --help  print this help and exit\n";
 
-int dispatch(int argc, char** argv) {
+// This process's rank and size in its launcher's job, without starting MPI (0 of 1 outside a
+// launcher): the commands below print once under `mpirun -n N` or `srun` too.
+void launcher_rank(int& rank, int& size) {
+    auto env_int = [](std::initializer_list<const char*> names, int dflt) {
+        for (const char* v : names) {
+            const char* s = std::getenv(v);
+            if (s && *s) return std::atoi(s);
+        }
+        return dflt;
+    };
+    rank = env_int({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}, 0);
+    size = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1);
+}
+
+// Commands that never communicate: they start no MPI. A singleton MPI_Init starts an `orted`
+// and costs seconds (2-7 s measured on a 2-core machine), more than most of these commands run.
+bool needs_mpi(int argc, char** argv) {
+    if (argc < 2) return false;
+    for (const char* c : {"-h", "--help", "help", "version", "--version", "trace", "status", "profile", "tokenize",
+                          "data", "reward", "sim"})
+        if (std::strcmp(argv[1], c) == 0) return false;
+    return true;
+}
+
+int dispatch(int argc, char** argv, int rank) {
     if (argc < 2) {
         tagflow::log_error("missing command (try `tagflow --help`)");
         return 2;
@@ -70,22 +97,10 @@ int dispatch(int argc, char** argv) {
     if (cmd == "trace") return tagflow::profile::trace_command(argc - 1, argv + 1);
     if (cmd == "status") return tagflow::health::status_command(argc - 1, argv + 1);
     if (cmd == "profile") return tagflow::profile::profile_command(argc - 1, argv + 1);
-    if (cmd == "tokenize") {
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        return tagflow::text::tokenize_command(argc - 1, argv + 1, rank == 0);
-    }
-    if (cmd == "data") {
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        return tagflow::data::data_command(argc - 1, argv + 1, rank == 0);
-    }
+    if (cmd == "tokenize") return tagflow::text::tokenize_command(argc - 1, argv + 1, rank == 0);
+    if (cmd == "data") return tagflow::data::data_command(argc - 1, argv + 1, rank == 0);
     if (cmd == "reward") return tagflow::reward::reward_command(argc - 1, argv + 1);
-    if (cmd == "sim") {
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        return tagflow::sim::sim_command(argc - 1, argv + 1, rank == 0);
-    }
+    if (cmd == "sim") return tagflow::sim::sim_command(argc - 1, argv + 1, rank == 0);
     tagflow::log_error("unknown command '%s' (try `tagflow --help`)", cmd.c_str());
     return 2;
 }
@@ -116,12 +131,17 @@ int main(int argc, char** argv) {
         return 1;
     };
     try {
-        tagflow::MpiEnvironment env(argc, argv);
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        std::unique_ptr<tagflow::MpiEnvironment> env;
+        if (needs_mpi(argc, argv)) {
+            env = std::make_unique<tagflow::MpiEnvironment>(argc, argv);
+            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+            MPI_Comm_size(MPI_COMM_WORLD, &size);
+        } else {
+            launcher_rank(rank, size);
+        }
         tagflow::set_log_rank(rank, size);
         try {
-            return dispatch(argc, argv);
+            return dispatch(argc, argv, rank);
         } catch (const tagflow::ConfigError& e) {
             // Same error on every rank: one line from rank 0, exit 2 everywhere.
             if (rank == 0 && e.what()[0] != '\0') tagflow::log_error("%s", e.what());

@@ -211,6 +211,14 @@ def case_hostile(a):
                     np_=2)
     expect_one_line(a, ["data", "check", os.path.join(w, "notjson.jsonl")], r"notjson\.jsonl:2: not JSON",
                     "not JSON, mpirun -n 2", np_=2)
+    # These commands start no MPI; under a launcher they still print once (rank 0 by its environment).
+    okfile = os.path.join(w, "ok.jsonl")
+    with open(okfile, "w") as f:
+        f.write(good * 3)
+    for args in (["data", "check", okfile], ["version"]):
+        p = run([a.tagflow] + args, np_=2)
+        lines = p.stdout.decode(errors="replace").splitlines()
+        check(p.returncode == 0 and len(lines) == 1, f"mpirun -n 2 tagflow {args[0]}: one line on stdout ({lines[:3]})")
     # over the limit: rows are skipped; every row over it is an error naming the shortest
     over = os.path.join(w, "over.jsonl")
     with open(over, "w") as f:
