@@ -382,6 +382,13 @@ bool PythonPool::flush_out(Worker& w) {
         }
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+            // The worker is gone. What it sent before it died is still to be read, and its EOF
+            // comes with it: retiring it here would blame the oldest sample in flight, which may
+            // be one it has already answered, instead of the one it died on.
+            w.out.clear();
+            return true;
+        }
         return false;
     }
     return true;

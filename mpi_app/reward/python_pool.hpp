@@ -54,7 +54,7 @@ private:
     std::string await_ready(Worker& w);
     void loop();
     void feed(Worker& w, std::size_t ready_workers);
-    bool flush_out(Worker& w);  // false: the worker is gone
+    bool flush_out(Worker& w);  // false: the socket failed (a closed peer is left to its EOF)
     bool read_in(Worker& w);    // false: EOF or error
     /// Handles one line from a ready worker; false on a protocol violation (`why` set).
     bool on_line(Worker& w, const std::string& line, std::string& why);

@@ -192,14 +192,18 @@ def case_fn_policy():
     for what, _ in cases:
         lines += [{"solution_str": "ok"}, {"solution_str": what}]
     lines.append({"solution_str": "fine"})
-    rc, out, err = reward(fn + ["--reward-error", "zero"], lines)
+    # A longer timeout here: a good row answered late on a loaded machine must not be the one blamed.
+    zero = ["--reward-fn", os.path.join(HERE, "hostile_reward.py"), "--reward-timeout", "4"]
+    rc, out, err = reward(zero + ["--reward-error", "zero"], lines)
     got = [json.loads(l) for l in out.splitlines()]
     check(rc == 0 and len(got) == len(lines), f"zero policy: exit 0, every line ({rc}, {err.strip()[:200]})")
     check(not NOISE.search(err), "zero policy: no traceback on stderr")
     if len(got) == len(lines):
-        check(all(g["score"] == 2 and "error" not in g for g in got[0:-1:2]) and got[-1]["score"] == 4,
-              "zero policy: the good rows are scored, also after crashes and hangs")
+        bad = [(i + 1, g) for i, g in enumerate(got) if i % 2 == 0 and (g["score"] != (4 if i == len(got) - 1 else 2)
+                                                                       or "error" in g)]
+        check(not bad, f"zero policy: the good rows are scored, also after crashes and hangs {bad}")
         for i, (what, words) in enumerate(cases):
+            words = words.replace("after 2 s", "after 4 s")
             row = 2 * i + 2
             g = got[row - 1]
             check(g["score"] == 0 and words in g.get("error", ""), f"zero policy, {what}: row {row} is 0 with its cause")
