@@ -9,6 +9,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "config/option_checks.hpp"
 #include "model/hf_export.hpp"
 
 namespace po = boost::program_options;
@@ -17,10 +18,8 @@ namespace fs = std::filesystem;
 namespace tagflow::cmd {
 namespace {
 
-template <typename T>
-po::typed_value<T>* val(T* field) {
-    return po::value<T>(field)->default_value(*field);
-}
+using config::check_range;
+using config::val;
 
 po::options_description describe(SftOptions& o) {
     po::options_description d("tagflow sft options");
@@ -85,15 +84,6 @@ po::options_description describe(SftOptions& o) {
     // clang-format on
     d.add(data);
     return d;
-}
-
-template <typename T>
-void check_range(const char* name, T v, T lo, T hi) {
-    if (v < lo || v > hi) {
-        std::ostringstream m;
-        m << "--" << name << " " << v << ": must be in [" << lo << ", " << hi << "]";
-        throw ConfigError(m.str());
-    }
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <initializer_list>
 #include <sstream>
 
+#include "config/option_checks.hpp"
+
 extern char** environ;
 
 namespace po = boost::program_options;
@@ -34,11 +36,6 @@ namespace {
 // TAGFLOW_RUN is the run file the notebooks open.
 const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC", "TAGFLOW_RUN",
                                      "TAGFLOW_TEST_CLOCK_SKEW_S"};  // profile/clock_sync.hpp, tests only
-
-template <typename T>
-po::typed_value<T>* val(T* field) {
-    return po::value<T>(field)->default_value(*field);
-}
 
 po::options_description describe(Options& o) {
     po::options_description run("Run");
@@ -299,24 +296,6 @@ std::string json_literal(const boost::any& v) {
         return b;
     }
     return "null";
-}
-
-template <typename T>
-void check_range(const char* name, T v, T lo, T hi) {
-    if (!(v >= lo && v <= hi)) {
-        std::ostringstream m;
-        m << "--" << name << " " << v << ": must be between " << lo << " and " << hi;
-        throw ConfigError(m.str());
-    }
-}
-
-void check_choice(const char* name, const std::string& v, std::initializer_list<const char*> choices) {
-    std::string list;
-    for (const char* c : choices) {
-        if (v == c) return;
-        list += (list.empty() ? "" : ", ") + std::string(c);
-    }
-    throw ConfigError("--" + std::string(name) + " '" + v + "': unknown value (choose " + list + ")");
 }
 
 // The objective options (share/doc/train.md "Objectives").
