@@ -19,6 +19,11 @@ CASE multiplex: --mode multiplex, rank 0 rollout only, rank 1 rollout and train.
 CASE disaggregated: --mode disaggregated, rank 0 generates, rank 1 trains.
 CASE kill: the multiplex run SIGKILLed on both ranks after its checkpoint at step 2, then resumed
   with the same command line: the same checks across the kill, one /resumes row.
+CASE url: the multiplex run scored by --reward-url (an HTTP endpoint in this process computing the
+  same function, with a bearer token) instead of --reward-fn: the same checks, and the endpoint saw
+  every sample once. Then --reward-error fail through the endpoint in multiplex: it refuses row 4,
+  the run exits 1 with one line naming the row and the endpoint's reason, after a checkpoint;
+  resumed with the endpoint repaired, every (epoch, row) is trained exactly once.
 Exits non-zero on failure."""
 import argparse
 import json
@@ -234,15 +239,103 @@ def case_kill(s):
     check_once(d, "kill + resume")
 
 
+class Endpoint:
+    """--reward-url's protocol (share/doc/rewards.md) on 127.0.0.1, in a thread: scores like REWARD_FN,
+    refuses the rows in `refuse` with {"error": ...}, counts the samples it scored per row."""
+
+    def __init__(self, token):
+        import http.server
+        import threading
+        ep = self
+        self.refuse, self.seen, self.bad_auth = set(), {}, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Authorization") != "Bearer " + token:
+                    ep.bad_auth += 1
+                    code, out = 401, b'{"error": "no token"}'
+                else:
+                    res = []
+                    for it in json.loads(body)["batch"]:
+                        k = it["extra_info"]["k"]
+                        if k in ep.refuse:
+                            res.append({"error": f"row k={k} refused by the endpoint"})
+                            continue
+                        ep.seen[k] = ep.seen.get(k, 0) + 1
+                        res.append({"score": k / 100.0 + (len(it["solution_str"]) % 5) / 1000.0,
+                                    "gt_len": len(it["ground_truth"]), "tag": "k%d" % k})
+                    code, out = 200, json.dumps({"results": res}).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/score"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def case_url(s):
+    token = "t0ken-for-the-test"
+    tf = os.path.join(s.a.work, "token")
+    with open(tf, "w") as f:
+        f.write(token + "\n")
+    os.chmod(tf, 0o600)
+    ep = Endpoint(token)
+
+    def run(out):
+        cmd = s.cmd(out, "multiplex")
+        i = cmd.index("--reward-fn")
+        cmd[i:i + 4] = ["--reward-url", ep.url, "--reward-token-file", tf]
+        t = time.time()
+        p = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+        print(f"     (url: {time.time() - t:.1f} s)", flush=True)
+        return p
+
+    out = os.path.join(s.a.work, "url")
+    p = run(out)
+    if check(p.returncode == 0, f"--reward-url run exits 0 (rc {p.returncode})" +
+             ("" if p.returncode == 0 else p.stdout[-2000:] + p.stderr[-3000:])):
+        d = read(out)
+        check_once(d, "reward-url")
+        per_row = {r: int(np.sum(d["prompt_index"] == r)) for r in range(ROWS)}
+        check(ep.seen == per_row and ep.bad_auth == 0, f"the endpoint scored each sample once, with the token "
+              f"({ep.seen} vs /samples {per_row}, {ep.bad_auth} without it)")
+    # --reward-error fail (the default) in multiplex: a refused row stops the run after a checkpoint.
+    out = os.path.join(s.a.work, "url_fail")
+    ep.refuse = {4}
+    p = run(out)
+    lines = [l for l in p.stderr.splitlines() if "row k=4 refused" in l]
+    check(p.returncode == 1 and len(lines) == 1, f"a refused reward in multiplex: exit 1, one line naming it "
+          f"(rc {p.returncode}: {lines[:2]} {p.stderr.splitlines()[-3:]})")
+    at = manifest_step(out)
+    check(at is not None, f"a checkpoint to resume from (step {at})")
+    ep.refuse = set()
+    p = run(out)
+    if check(p.returncode == 0, f"resumed with the endpoint repaired: exit 0 (rc {p.returncode}) {p.stderr[-2000:]}"):
+        d = read(out)
+        check(len(d["resumes"]) == 1, f"one /resumes row {d['resumes'].tolist()}")
+        check_once(d, "reward failure + resume")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["multiplex", "disaggregated", "kill"])
+    ap.add_argument("case", choices=["multiplex", "disaggregated", "kill", "url"])
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
     s = Setup(a)
     if a.case == "kill":
         case_kill(s)
+    elif a.case == "url":
+        case_url(s)
     else:
         case_mode(s, a.case)
     print(f"{len(failures)} failure(s)" if failures else "all checks passed")
