@@ -16,6 +16,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -26,6 +27,13 @@
 #include "text/tokenizer.hpp"
 
 namespace tagflow::gateway {
+
+/// What the job answers to POST /v1/profile and GET /v1/profile/ID (ServerConfig::profile).
+struct ProfileAnswer {
+    int status = 200;   ///< HTTP status; >= 400: an error with `error` as its message
+    std::string body;   ///< JSON body when status < 400
+    std::string error;  ///< one line when status >= 400
+};
 
 struct ServerConfig {
     std::string host = "127.0.0.1";  ///< numeric IPv4/IPv6 address or "localhost"; never all interfaces by default
@@ -42,6 +50,9 @@ struct ServerConfig {
     std::size_t max_unread_bytes = 1 << 20;  ///< answers not yet read by the client: above this the
                                              ///< connection is neither read nor served (backpressure)
     std::string status_file;  ///< GET /v1/status answers with this file (the job's live status.json); "" = 404
+    /// POST /v1/profile (id "", the request body) and GET /v1/profile/ID (id, body "") are answered by
+    /// this (on-demand profiling, profile/profile_request.hpp), on the I/O thread; unset = 404.
+    std::function<ProfileAnswer(const std::string& id, const std::string& body)> profile;
 };
 
 struct ServerStats {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // server_routes: what the gateway answers. Authentication (a bearer token on every request,
 // compared in constant time; the connection is closed after a failure), the routes (/health,
-// /v1/models, /v1/status, /v1/completions, /v1/chat/completions, /v1/rewards) and the hand-off of
+// /v1/models, /v1/status, /v1/profile, /v1/completions, /v1/chat/completions, /v1/rewards) and the hand-off of
 // a completion to the Backend. The I/O loop that calls handle() is server.cpp's.
 // Does NOT: touch sockets other than through respond()/flush() (server.cpp).
 #include <fcntl.h>
@@ -93,6 +93,19 @@ void Server::Impl::handle(Conn& c, const HttpRequest& r) {
             respond_error(c, e);
         } else {
             respond(c, 200, body);
+        }
+    } else if ((p == "/v1/profile" || p.rfind("/v1/profile/", 0) == 0) && cfg.profile) {
+        // On-demand profiling of the job's ranks (share/doc/commands.md, `tagflow profile`).
+        const bool submit = p == "/v1/profile";
+        if (!need(submit ? "POST" : "GET")) return;
+        const ProfileAnswer a = cfg.profile(submit ? std::string() : p.substr(12), submit ? r.body : std::string());
+        if (a.status >= 400) {
+            ApiError e;
+            e.status = a.status;
+            e.message = a.error;
+            respond_error(c, e);
+        } else {
+            respond(c, a.status, a.body);
         }
     } else if (p == "/v1/completions") {
         if (need("POST")) handle_completion(c, r, Endpoint::kCompletions);

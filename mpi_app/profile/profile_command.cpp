@@ -28,6 +28,7 @@
 #include "common/safe_file.hpp"
 #include "health/status.hpp"
 #include "profile/on_demand.hpp"
+#include "profile/profile_request.hpp"
 
 namespace tagflow::profile {
 namespace {
@@ -119,12 +120,64 @@ nlohmann::json read_result(const std::string& path) {
 
 }  // namespace
 
+ProfileRequest submit_profile_request(const std::string& dir, const std::string& ranks, int64_t steps,
+                                      bool record_shapes, bool profile_memory) {
+    if (ranks.empty()) throw ConfigError("profile: --ranks is empty (e.g. --ranks 0,1 or --ranks all)");
+    if (steps < 1 || steps > kProfileMaxSteps)
+        throw ConfigError("profile: --steps " + std::to_string(steps) + " is not in [1, " +
+                          std::to_string(kProfileMaxSteps) + "]");
+    // The run directory of a running job: its live status record (one line, exit 2, otherwise).
+    const nlohmann::json st = health::load_status_record(dir);
+    if (!st.contains("world_size") || !st["world_size"].is_number_integer() || st["world_size"].get<int64_t>() < 1 ||
+        st["world_size"].get<int64_t>() > 1000000)
+        throw ConfigError(dir + "/status.json: malformed status record (world_size missing or not a rank count)");
+    if (st["run"]["done"].get<bool>())
+        throw ConfigError(dir + ": the run has finished (status.json says done): nothing left to profile");
+    ProfileRequest req;
+    req.ranks = parse_ranks(ranks, static_cast<int>(st["world_size"].get<int64_t>()));
+    req.steps = steps;
+    req.record_shapes = record_shapes;
+    req.profile_memory = profile_memory;
+    req.id = new_id();
+    req.t_unix = wall_now();
+    const std::string profiles = dir + "/" + kProfilesDir;
+    struct stat ps {};
+    if (::lstat(profiles.c_str(), &ps) == 0 && !S_ISDIR(ps.st_mode))
+        throw ConfigError(profiles +
+                          ": not a directory (a link or file is in the way; the ranks could not write there)");
+    try {
+        write_file_replace(dir + "/" + kProfileRequestFile, request_to_json(req));
+    } catch (const Error& e) {
+        throw ConfigError(std::string("profile: cannot write the request: ") + e.what());
+    }
+    return req;
+}
+
+std::vector<ProfileResult> read_profile_results(const std::string& dir, const std::string& id,
+                                                const std::vector<int>& ranks) {
+    std::vector<ProfileResult> out;
+    for (int r : ranks) {
+        ProfileResult pr;
+        pr.rank = r;
+        const nlohmann::json j = read_result(dir + "/" + kProfilesDir + "/" + result_file_name(id, r));
+        if (!j.empty()) {
+            pr.status = j.value("status", "") == "done" ? "done" : "failed";
+            pr.reason = j.value("reason", pr.status == "failed" ? "no reason given" : "");
+            pr.trace = j.value("trace", "");
+            pr.first_step = j.value("first_step", int64_t{-1});
+            pr.last_step = j.value("last_step", int64_t{-1});
+            pr.events = j.value("events", int64_t{0});
+        }
+        out.push_back(std::move(pr));
+    }
+    return out;
+}
+
 int profile_command(int argc, char** argv) {
     std::string dir, ranks_arg;
     int64_t steps = -1;
     double timeout = 300;
-    bool wait = true;
-    ProfileRequest req;
+    bool wait = true, record_shapes = true, profile_memory = false;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto value = [&](const char* what) -> std::string {
@@ -152,9 +205,9 @@ int profile_command(int argc, char** argv) {
         } else if (a == "--no-wait") {
             wait = false;
         } else if (a == "--no-shapes") {
-            req.record_shapes = false;
+            record_shapes = false;
         } else if (a == "--memory") {
-            req.profile_memory = true;
+            profile_memory = true;
         } else if (!a.empty() && a[0] == '-') {
             throw ConfigError("profile: unknown option " + a + " (try `tagflow profile --help`)");
         } else if (dir.empty()) {
@@ -168,28 +221,8 @@ int profile_command(int argc, char** argv) {
     if (steps < 0) throw ConfigError("profile: missing --steps N");
     if (log_rank() != 0) return 0;  // under mpirun: one process asks
 
-    // The run directory of a running job: its live status record (one line, exit 2, otherwise).
-    const nlohmann::json st = health::load_status_record(dir);
-    if (!st.contains("world_size") || !st["world_size"].is_number_integer() || st["world_size"].get<int64_t>() < 1 ||
-        st["world_size"].get<int64_t>() > 1000000)
-        throw ConfigError(dir + "/status.json: malformed status record (world_size missing or not a rank count)");
-    if (st["run"]["done"].get<bool>())
-        throw ConfigError(dir + ": the run has finished (status.json says done): nothing left to profile");
-    const int world = static_cast<int>(st["world_size"].get<int64_t>());
-    req.ranks = parse_ranks(ranks_arg, world);
-    req.steps = steps;
-    req.id = new_id();
-    req.t_unix = wall_now();
+    const ProfileRequest req = submit_profile_request(dir, ranks_arg, steps, record_shapes, profile_memory);
     const std::string profiles = dir + "/" + kProfilesDir;
-    struct stat ps {};
-    if (::lstat(profiles.c_str(), &ps) == 0 && !S_ISDIR(ps.st_mode))
-        throw ConfigError(profiles +
-                          ": not a directory (a link or file is in the way; the ranks could not write there)");
-    try {
-        write_file_replace(dir + "/" + kProfileRequestFile, request_to_json(req));
-    } catch (const Error& e) {
-        throw ConfigError(std::string("profile: cannot write the request: ") + e.what());
-    }
     std::string names;
     for (int r : req.ranks) names += (names.empty() ? "" : ",") + std::to_string(r);
     printf("profile: asked rank(s) %s for %lld step(s) (request %s)\n", names.c_str(), static_cast<long long>(steps),
@@ -199,35 +232,28 @@ int profile_command(int argc, char** argv) {
 
     // Wait for every asked rank's record.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-    std::vector<nlohmann::json> got(req.ranks.size());
+    std::vector<ProfileResult> got;
     for (;;) {
+        got = read_profile_results(dir, req.id, req.ranks);
         size_t have = 0;
-        for (size_t k = 0; k < req.ranks.size(); ++k) {
-            if (got[k].empty()) got[k] = read_result(profiles + "/" + result_file_name(req.id, req.ranks[k]));
-            have += !got[k].empty();
-        }
-        if (have == req.ranks.size() || std::chrono::steady_clock::now() >= deadline) break;
+        for (const ProfileResult& g : got) have += g.status != "pending";
+        if (have == got.size() || std::chrono::steady_clock::now() >= deadline) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     int bad = 0;
-    for (size_t k = 0; k < req.ranks.size(); ++k) {
-        const nlohmann::json& j = got[k];
-        const int r = req.ranks[k];
-        if (j.empty()) {
+    for (const ProfileResult& g : got) {
+        if (g.status == "pending") {
             printf(
                 "rank %d: NOT DELIVERED: no result within %.0f s (the rank is stopped or lost, the run ended, or "
                 "it started after the request)\n",
-                r, timeout);
+                g.rank, timeout);
             ++bad;
-        } else if (j.value("status", "") == "done") {
-            const std::string note = j.value("reason", "");
-            printf("rank %d: steps %lld-%lld, %lld events -> %s/%s%s%s\n", r,
-                   static_cast<long long>(j.value("first_step", int64_t{-1})),
-                   static_cast<long long>(j.value("last_step", int64_t{-1})),
-                   static_cast<long long>(j.value("events", int64_t{0})), profiles.c_str(),
-                   j.value("trace", "").c_str(), note.empty() ? "" : " (", note.empty() ? "" : (note + ")").c_str());
+        } else if (g.status == "done") {
+            printf("rank %d: steps %lld-%lld, %lld events -> %s/%s%s%s\n", g.rank, static_cast<long long>(g.first_step),
+                   static_cast<long long>(g.last_step), static_cast<long long>(g.events), profiles.c_str(),
+                   g.trace.c_str(), g.reason.empty() ? "" : " (", g.reason.empty() ? "" : (g.reason + ")").c_str());
         } else {
-            printf("rank %d: FAILED: %s\n", r, j.value("reason", "no reason given").c_str());
+            printf("rank %d: FAILED: %s\n", g.rank, g.reason.c_str());
             ++bad;
         }
     }

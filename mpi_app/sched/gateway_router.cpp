@@ -22,6 +22,7 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <list>
 #include <map>
@@ -30,12 +31,15 @@
 #include <thread>
 #include <unordered_map>
 
+#include <nlohmann/json.hpp>
+
 #include "common/error.hpp"
 #include "common/mpi_env.hpp"
 #include "common/safe_file.hpp"
 #include "gateway/backend.hpp"
 #include "gateway/server.hpp"
 #include "model/tokenizer.hpp"
+#include "profile/profile_request.hpp"
 #include "sched/gateway_link.hpp"
 #include "sched/gateway_queue.hpp"
 #include "sched/wire.hpp"
@@ -220,6 +224,84 @@ struct GatewayRouter::Impl {
     }
 };
 
+namespace {
+
+// POST /v1/profile {"ranks": "0,1" | "all" | [0, 1], "steps": N, "shapes": true, "memory": false}
+// -> 202 {"id", "ranks", "steps", "status_url"}; GET /v1/profile/ID -> 200 {"id", "done", "ranks":
+// [{"rank", "status": pending|done|failed, ...}]}. The same request file and result records as
+// `tagflow profile` (profile/profile_request.hpp). Only the gateway's I/O thread calls it.
+std::function<gateway::ProfileAnswer(const std::string&, const std::string&)> profile_endpoint(const std::string& out) {
+    using nlohmann::json;
+    auto asked = std::make_shared<std::deque<std::pair<std::string, std::vector<int>>>>();
+    return [out, asked](const std::string& id, const std::string& body) -> gateway::ProfileAnswer {
+        gateway::ProfileAnswer a;
+        auto fail = [&](int status, const std::string& why) {
+            a.status = status;
+            a.error = why;
+            return a;
+        };
+        if (!id.empty()) {  // GET /v1/profile/ID
+            auto it = std::find_if(asked->begin(), asked->end(), [&](const auto& q) { return q.first == id; });
+            if (it == asked->end())
+                return fail(404, "No profile request '" + id.substr(0, 64) + "' was made through this gateway");
+            json ranks = json::array();
+            bool done = true;
+            for (const profile::ProfileResult& r : profile::read_profile_results(out, id, it->second)) {
+                json j{{"rank", r.rank}, {"status", r.status}};
+                if (r.status == "done") {
+                    j["trace"] = std::string(profile::kProfilesDir) + "/" + r.trace;
+                    j["first_step"] = r.first_step;
+                    j["last_step"] = r.last_step;
+                    j["events"] = r.events;
+                }
+                if (!r.reason.empty()) j["reason"] = r.reason;
+                done = done && r.status != "pending";
+                ranks.push_back(std::move(j));
+            }
+            a.body = json{{"id", id}, {"done", done}, {"ranks", std::move(ranks)}}.dump();
+            return a;
+        }
+        const json b = json::parse(body, nullptr, false);
+        if (b.is_discarded() || !b.is_object()) return fail(400, "The body must be a JSON object");
+        for (const auto& kv : b.items())
+            if (kv.key() != "ranks" && kv.key() != "steps" && kv.key() != "shapes" && kv.key() != "memory")
+                return fail(400, "Unknown field '" + kv.key().substr(0, 64) + "' (ranks, steps, shapes, memory)");
+        std::string ranks;
+        if (b.contains("ranks") && b["ranks"].is_string()) {
+            ranks = b["ranks"].get<std::string>();
+        } else if (b.contains("ranks") && b["ranks"].is_array() && !b["ranks"].empty()) {
+            for (const json& r : b["ranks"]) {
+                if (!r.is_number_unsigned() || r.get<uint64_t>() > 1000000)
+                    return fail(400, "\"ranks\" must be \"all\", a list like \"0,2-3\" or an array of rank numbers");
+                ranks += (ranks.empty() ? "" : ",") + std::to_string(r.get<uint64_t>());
+            }
+        } else {
+            return fail(400, "\"ranks\" must be \"all\", a list like \"0,2-3\" or an array of rank numbers");
+        }
+        if (!b.contains("steps") || !b["steps"].is_number_integer())
+            return fail(400, "\"steps\" must be an integer in [1, " + std::to_string(profile::kProfileMaxSteps) + "]");
+        for (const char* k : {"shapes", "memory"})
+            if (b.contains(k) && !b[k].is_boolean())
+                return fail(400, std::string("\"") + k + "\" must be true or false");
+        profile::ProfileRequest req;
+        try {
+            req = profile::submit_profile_request(out, ranks, b["steps"].get<int64_t>(), b.value("shapes", true),
+                                                  b.value("memory", false));
+        } catch (const Error& e) {
+            return fail(400, e.what());
+        }
+        asked->emplace_back(req.id, req.ranks);
+        if (asked->size() > 64) asked->pop_front();
+        a.status = 202;
+        a.body =
+            json{{"id", req.id}, {"ranks", req.ranks}, {"steps", req.steps}, {"status_url", "/v1/profile/" + req.id}}
+                .dump();
+        return a;
+    };
+}
+
+}  // namespace
+
 GatewayRouter::GatewayRouter(const GatewayConfig& cfg) : impl_(std::make_unique<Impl>()) {
     Impl& m = *impl_;
     m.cfg = cfg;
@@ -233,6 +315,7 @@ GatewayRouter::GatewayRouter(const GatewayConfig& cfg) : impl_(std::make_unique<
     sc.port = cfg.port;
     sc.token = gateway::generate_token();
     sc.status_file = cfg.out + "/status.json";  // GET /v1/status: the live status record (health/status.hpp)
+    sc.profile = profile_endpoint(cfg.out);
     std::filesystem::create_directories(cfg.out);
     // A restarted job (resume) finds the last job's files: the URL goes first, so a client that
     // reads gateway.url and then gateway.token never pairs the new URL with the old token.

@@ -22,6 +22,12 @@ it NOT DELIVERED (exit 1); after SIGCONT it answers. Ranks out of the job's rang
 CASE `hostile`: bad usage and bad run directories for the command (missing, a file, no status.json,
 garbage/foreign status records, a finished run, profiles/ a link, a directory the user cannot write):
 exit 2, one line naming the problem, no request file written.
+CASE `gateway`: the same through the gateway of a running `train --gateway` job (disaggregated, rank 0
+serving, built-in prompts keep it training): POST /v1/profile {"ranks": [1], "steps": 2} answers 202
+with an id; GET /v1/profile/ID reports rank 1 pending, then done with its trace, which is in profiles/
+and valid. Without the token 401; GET /v1/profile and POST /v1/profile/ID 405; bodies that are not
+a JSON object, ranks the job lacks, steps 0, an unknown field, "shapes" not a boolean: 400 with a
+message naming the problem; an unknown id 404. The job goes on (SIGUSR1: exit 75).
 Each case prints what it measured and exits non-zero on failure.
 """
 import argparse
@@ -354,6 +360,84 @@ def case_hostile(a):
           req["format"] == "tagflow-profile-request", f"control: a good request is written (exit {p.returncode})")
 
 
+# ---------------------------------------------------------------- case: the gateway's /v1/profile
+def http(port, method, path, body=None, token=None):
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    h = {"Content-Type": "application/json"}
+    if token:
+        h["Authorization"] = "Bearer " + token
+    c.request(method, path, body=body if body is None or isinstance(body, bytes) else json.dumps(body).encode(),
+              headers=h)
+    r = c.getresponse()
+    raw = r.read()
+    c.close()
+    try:
+        return r.status, json.loads(raw)
+    except ValueError:
+        return r.status, {}
+
+
+def case_gateway(a):
+    out = fresh(a, "gateway")
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "disaggregated", "--rank-tags",
+           "0=rollout;1=rollout,train", "--gateway", "127.0.0.1:0", "--task", "reverse", "--digits", "3",
+           "--max-new-tokens", "8", "--steps", "2000", "--group-size", "2", "--train-threshold", "4",
+           "--eval-every", "0", "--gemm-check", "false", "--max-batch", "8", "--threads", "1", "--seed", "5",
+           "--heartbeat-timeout", "120"]
+    log_path = os.path.join(a.workdir, "gateway.log")
+    log = open(log_path, "w")
+    job = subprocess.Popen(cmd, env=ENV, stdout=log, stderr=subprocess.STDOUT)
+    rc = None
+    try:
+        wait_step(out, 2, job)
+        url = open(os.path.join(out, "gateway.url")).read().strip()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        token = open(os.path.join(out, "gateway.token")).read().strip()
+        s, j = http(port, "POST", "/v1/profile", {"ranks": [1], "steps": 2})
+        check(s == 401, f"POST /v1/profile without the token -> 401 ({s})")
+        bad = [(b"[1, 2]", "JSON object"), (b"{not json", "JSON object"),
+               ({"ranks": [5], "steps": 2}, "rank 5 is out of range"), ({"ranks": "1", "steps": 0}, "not in [1,"),
+               ({"ranks": [1], "steps": 2, "when": "now"}, "Unknown field 'when'"),
+               ({"ranks": [1], "steps": 2, "shapes": "yes"}, '"shapes" must be true or false'),
+               ({"ranks": [-1], "steps": 2}, '"ranks" must be'), ({"steps": 2}, '"ranks" must be'),
+               ({"ranks": "all", "steps": "2"}, '"steps" must be an integer')]
+        for body, words in bad:
+            s, j = http(port, "POST", "/v1/profile", body, token)
+            msg = j.get("error", {}).get("message", "")
+            check(s == 400 and words in msg and "\n" not in msg, f"POST /v1/profile {body!r} -> 400 naming it ({s}: {msg})")
+        check(not os.path.exists(os.path.join(out, "profile.request")), "no request file written by a bad body")
+        s, _ = http(port, "GET", "/v1/profile", token=token)
+        check(s == 405, f"GET /v1/profile -> 405 ({s})")
+        s, _ = http(port, "GET", "/v1/profile/p0000", token=token)
+        check(s == 404, f"GET /v1/profile/<an id nobody asked for> -> 404 ({s})")
+        s, j = http(port, "POST", "/v1/profile", {"ranks": [1], "steps": 2, "shapes": False}, token)
+        check(s == 202 and j.get("ranks") == [1] and j.get("steps") == 2 and j.get("status_url") == "/v1/profile/" +
+              j.get("id", "?"), f"POST /v1/profile -> 202 with an id ({s}: {j})")
+        s2, _ = http(port, "POST", "/v1/profile/" + j.get("id", "x"), {}, token)
+        check(s2 == 405, f"POST /v1/profile/ID -> 405 ({s2})")
+        st, t_end = {}, time.time() + 90
+        while time.time() < t_end:
+            s, st = http(port, "GET", j["status_url"], token=token)
+            if s != 200 or st.get("done"):
+                break
+            time.sleep(0.3)
+        r1 = (st.get("ranks") or [{}])[0]
+        check(s == 200 and st.get("done") and r1.get("rank") == 1 and r1.get("status") == "done" and
+              r1.get("last_step", 0) - r1.get("first_step", 0) == 1, f"GET /v1/profile/ID: rank 1 done, 2 steps ({st})")
+        trace = os.path.join(out, r1.get("trace", "none"))
+        check(os.path.isfile(trace), f"its trace is in the run directory ({r1.get('trace')})")
+        if os.path.isfile(trace):
+            valid_chrome_trace(trace)
+        check(job.poll() is None, "the job still runs after the profile")
+        job.send_signal(signal.SIGUSR1)
+        rc = job.wait(timeout=120)
+    finally:
+        stop(job)
+        log.close()
+    check(rc == 75, f"the job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case")
@@ -362,7 +446,7 @@ def main():
     a = ap.parse_args()
     a.workdir = os.path.join(a.workdir, "profile_" + a.case)
     os.makedirs(a.workdir, exist_ok=True)
-    case = {"midrun": case_midrun, "deliver": case_deliver, "hostile": case_hostile}[a.case]
+    case = {"midrun": case_midrun, "deliver": case_deliver, "hostile": case_hostile, "gateway": case_gateway}[a.case]
     t0 = time.time()
     try:
         case(a)
