@@ -7,8 +7,8 @@
 Every case writes a small JSON Lines data set (chat and string prompts, ground truths, extra_info),
 a small byte-level BPE tokenizer (tests/ckpt/export_tests.py's, 264 ids, so the model is tiny) and
 a fresh 1-layer qwen3, a --reward-fn file in veRL's signature that returns a dict with a score and
-two extra keys, and runs `mpirun -n 2 tagflow train --data --epochs 2 --staleness 0`, so samples go
-stale and groups are dropped. Each run file is read back with h5py (share/python/tagflow_run.py):
+two extra keys, and runs `mpirun -n 2 tagflow train --data --epochs 2 --staleness 0 --admission off`, so
+samples go stale and groups are dropped (admission would keep them from going stale). Each run file is read back with h5py (share/python/tagflow_run.py):
   - stale drops happened (consumed with weight 0), and dropped groups were dropped whole;
   - every (epoch, row) of the 2 epochs has exactly one prompt group trained, all its G samples
     consumed once with weight > 0; no other group trained (a dropped row was requeued, not burned);
@@ -97,7 +97,8 @@ class Setup:
         return (["mpirun", "-n", "2", self.a.tagflow, "train", "--out", out, "--model", self.model, "--data", self.data,
                  "--epochs", str(EPOCHS), "--prompts-per-step", str(P), "--group-size", str(G), "--max-new-tokens",
                  "6", "--gemm-check", "false", "--threads", "1", "--max-batch", "4", "--seed", "3", "--ckpt-every",
-                 "1", "--staleness", "0", "--reward-fn", self.fn, "--reward-workers", "1"] + MODES[mode])
+                 "1", "--staleness", "0", "--admission", "off", "--reward-fn", self.fn, "--reward-workers", "1"]
+                + MODES[mode])
 
     def run(self, out, mode):
         t = time.time()
