@@ -234,6 +234,10 @@ po::options_description describe(Options& o) {
         ("staleness", val(&o.staleness),
          "disaggregated/multiplex: samples whose oldest token is more than this many versions behind the "
          "trained version are stale")
+        ("admission", val(&o.admission),
+         "disaggregated/multiplex: staleness (a generating rank starts a new prompt group only while, at the "
+         "measured samples trained per policy version, it will be trained within --staleness versions; "
+         "otherwise it waits, idle) or off (generate without bound; what goes stale is dropped)")
         ("stale", val(&o.stale), "what happens to stale samples: drop (consumed with weight 0) or weight "
                                  "(trained with advantage weight (staleness + 1) / (age + 1), age = versions behind; "
                                  "dropped below 0.25)")
@@ -351,6 +355,7 @@ void validate(const Options& o) {
     check_range<double>("rollout-ahead", o.rollout_ahead, 0.0, 1000.0);
     check_range<int32_t>("staleness", o.staleness, 0, 1 << 20);
     check_choice("stale", o.stale, {"drop", "weight"});
+    check_choice("admission", o.admission, {"staleness", "off"});
     parse_response_lengths(o.response_lengths);
     check_range<int32_t>("digits", o.digits, 0, 32);
     check_range<int32_t>("threads", o.threads, 0, 1024);

@@ -22,6 +22,7 @@ void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
             pool_.add(std::move(r));
             continue;
         }
+        admit_arrived(r.group);               // generated again or not, a granted sample is no longer in flight
         if (!first_receipt(r.id, r.group)) {  // generated again after a resume, already recorded
             ++regenerated_;
             continue;
@@ -118,6 +119,7 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
             if (sampler_->finished()) break;  // every row of every epoch trained
             assign_work();
         }
+        admit();  // --admission staleness: grants within the budget (built-in tasks)
         // --train-timeout: a step also starts when the oldest wait is long enough and at
         // least one usable sample is there (e.g. a slow agent behind the gateway). --data: the
         // last groups of the data train below the threshold.
@@ -153,10 +155,12 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
     }
     std::vector<MPI_Request> v;
     for (auto& c : ctl_) v.push_back(c.req);
-    for (auto& c : asg_sends_) v.push_back(c.req);  // every generator drained its assignments at STOP
+    for (auto& c : asg_sends_) v.push_back(c.req);    // every generator drained its assignments at STOP
+    for (auto& c : admit_sends_) v.push_back(c.req);  // and its grants
     wait_all(v);
     ctl_.clear();
     asg_sends_.clear();
+    admit_sends_.clear();
     if (engine_) discarded_ += engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size());
     seen_[coord_] = my_log_;
     int64_t leftover = finished_ - consumed_count_;
@@ -216,6 +220,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     my_log_.push_back({s, std::vector<int64_t>(members_.begin(), members_.end())});
     // The batch: complete groups, oldest first; stale samples dropped (weight 0) or weighted.
     PoolBatch pb = pool_.take_batch(threshold_, version_);
+    measure_rate(static_cast<int64_t>(pb.samples.size() + pb.dropped_ids.size()));  // consumed per version
     if (data_) data_settle(pb);  // trained groups' tickets done, dropped ones requeued
     std::vector<RolloutSample>& batch = pb.samples;
     std::vector<io::ConsumedRecord> consumed;

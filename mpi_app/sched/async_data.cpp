@@ -36,11 +36,15 @@ void AsyncScheduler::assign_work() {
     const int64_t G = opt_.group_size;
     // A generator's engine holds max_batch sequences; one group more keeps it from waiting for the next.
     const int64_t cap = (opt_.max_batch + G - 1) / G + 1;
+    // --admission staleness: no more started-and-unconsumed samples than the budget (async_admission.cpp).
+    const int64_t budget = admission_ ? sched_policy::admission_budget(opt_, rate_, threshold_) : 0;
+    int64_t out = admission_ ? outstanding() : 0;
     for (size_t i = 0; i < gens_.size(); ++i) {
         std::vector<int64_t> groups;
-        while (gen_load_[i] < cap) {
+        while (gen_load_[i] < cap && (!admission_ || out + G <= budget)) {
             std::optional<data::Ticket> t = sampler_->take();
             if (!t) break;
+            out += G;
             auto a = attempt_.find(*t);
             const int64_t g = data_group(*t, rows_, a == attempt_.end() ? 0 : a->second);
             ticket_of_[g] = *t;

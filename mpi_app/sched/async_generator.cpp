@@ -31,7 +31,10 @@ void AsyncScheduler::fill_engine() {
         }
         return;
     }
-    while (engine_->active() + engine_->waiting() < opt_.max_batch && (quota_ == 0 || started_ < quota_)) {
+    // --admission staleness: only the groups the coordinator granted (async_admission.cpp).
+    const int64_t allowed = admitted();
+    while (engine_->active() + engine_->waiting() < opt_.max_batch && (quota_ == 0 || started_ < quota_) &&
+           next_local_ < allowed) {
         started_ += G;
         const int64_t g = next_local_++ * n + gen_index_;
         auto prompt = task_->train_prompt(g);
@@ -50,8 +53,10 @@ void AsyncScheduler::fill_engine() {
 
 void AsyncScheduler::gen_step(std::vector<RolloutSample>& out) {
     fill_engine();
-    if (data_ && engine_->active() + engine_->waiting() == 0) {  // only rewards to wait for
-        collect_rewards(out);
+    // Nothing to step: only rewards to wait for (--data), or no group admitted yet (the caller
+    // books the wait as idle). A gateway rank steps anyway (its relays flush after the step).
+    if (engine_->active() + engine_->waiting() == 0 && (data_ || (!gw_router_ && !gw_worker_))) {
+        if (data_) collect_rewards(out);
         return;
     }
     enter(SpanKind::kRollout);

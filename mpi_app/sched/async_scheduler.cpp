@@ -172,6 +172,12 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
         have_ckpt_ = true;
     }
     if (plan && plan->resume) restore(plan->manifest, plan->dir);
+    // --admission staleness (async_admission.cpp): grants restart where the generators resume.
+    admission_ = sched_policy::admission_budget(opt, static_cast<double>(threshold_), threshold_) > 0;
+    granted_ = lo_;
+    arrived_.clear();
+    for (int64_t k : lo_) arrived_.push_back(k * opt.group_size);
+    if (is_gen_) admit_k_ = next_local_;
 }
 
 RunSummary AsyncScheduler::run() {

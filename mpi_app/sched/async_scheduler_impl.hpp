@@ -68,6 +68,9 @@ inline constexpr int kTagCritic = 7106;  // the critic's state (int64 step + byt
 inline constexpr int kTagAssign = 7107;
 // --data, --reward-error fail: generator -> C, once, the failed reward's one-line cause.
 inline constexpr int kTagRewardError = 7108;
+// --admission staleness: C -> generator, int64 pairs (version V, K): holding version >= V, the
+// generator may start its local prompt groups below K (async_admission.cpp).
+inline constexpr int kTagAdmit = 7109;
 // kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
 inline constexpr int64_t kCtlTrain = 1, kCtlStop = 2, kCtlTrainCkpt = 3;
 
@@ -177,6 +180,23 @@ private:
     void restore_data(const ckpt::Manifest& m, std::vector<RolloutSample>& pooled, std::vector<int64_t>& ready);
     void test_sends();
     void finish_sends();
+
+    // ------------------------------------------------------------------ admission (async_admission.cpp)
+    // --admission staleness, built-in tasks (--data: assign_work applies the same budget). The
+    // coordinator grants each generator its next local groups while the samples started and not
+    // yet consumed stay within sched_policy::admission_budget at the measured samples per version;
+    // a generator starts only granted groups, and waits (idle) for more.
+    // Coordinator: the samples started (granted) and not yet consumed by a step.
+    int64_t outstanding() const;
+    // Coordinator: the measured samples consumed per policy version (before the first step: the threshold).
+    void measure_rate(int64_t taken);
+    // Coordinator: grants within the budget to the generators below their load cap (never waits).
+    void admit();
+    // Coordinator: a sample of generator `g`'s group arrived.
+    void admit_arrived(int64_t group);
+    // Generators: grants that arrived (never waits); the groups they allow at this rank's version.
+    void poll_admit();
+    int64_t admitted();
 
     // ------------------------------------------------------------------ weights
     // Rollout-only ranks: a header and every bucket, received into the shadow buffer.
@@ -379,6 +399,14 @@ private:
     std::vector<io::ConsumedRecord> purged_;      // coordinator: dropped by purge_stale, for the next write
     int64_t purged_since_step_ = 0;               // coordinator: their count since the last step's row
     std::string reward_error_;                    // coordinator: a failed reward stops the run (fail)
+
+    // --admission staleness
+    bool admission_ = false;                          // on (async modes, --admission staleness, not --data)
+    double rate_ = 0;                                 // coordinator: samples consumed per version (measured)
+    std::vector<int64_t> granted_, arrived_;          // coordinator: per generator, groups granted, samples arrived
+    std::list<Pending> admit_sends_;                  // coordinator: grants in flight
+    std::deque<std::pair<int64_t, int64_t>> grants_;  // generator: (version, K) not yet usable
+    int64_t admit_k_ = 0;                             // generator: local groups below this may start
 };
 
 }  // namespace tagflow::sched::async

@@ -40,7 +40,8 @@ void AsyncScheduler::worker_loop() {
     for (;;) {
         // A requeue signal here: tell the coordinator once (it checkpoints and STOPs all).
         if (!sig_sent_ && ckpt::requeue_signal() != 0) send_signal(ckpt::requeue_signal());
-        if (data_ && is_gen_) poll_assign();  // --data: the coordinator's prompt groups
+        if (data_ && is_gen_) poll_assign();      // --data: the coordinator's prompt groups
+        if (admission_ && is_gen_) poll_admit();  // --admission staleness: the groups it may start
         if (poll_ctl(ctl)) {
             if (ctl[0] == kCtlStop) break;
             if ((ctl[0] != kCtlTrain && ctl[0] != kCtlTrainCkpt) || !in_step_)
@@ -96,7 +97,8 @@ void AsyncScheduler::worker_loop() {
     if (gw_router_) gw_router_->stop();  // the HTTP thread ends; requests in flight end "abort"
     if (gw_worker_) gw_worker_->finish_sends();
     if (is_recv_) cancel_weight_recv();
-    if (data_ && is_gen_) poll_assign();  // sent before STOP: received, so the coordinator's sends complete
+    if (data_ && is_gen_) poll_assign();      // sent before STOP: received, so the coordinator's sends complete
+    if (admission_ && is_gen_) poll_admit();  // likewise the grants
     if (data_ && rewards_failed_ > 0)
         log_warn("rank %d: %llu rewards failed and were scored 0 (--reward-error zero)", me_,
                  static_cast<unsigned long long>(rewards_failed_));

@@ -111,6 +111,14 @@ int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t gen
     return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(share / static_cast<double>(G) - 1e-9))) * G;
 }
 
+int64_t admission_budget(const config::Options& opt, double rate, int64_t threshold) {
+    if (opt.admission == "off" || !opt.mode.is_async()) return 0;
+    const int64_t G = opt.group_size;
+    const int64_t floor_groups = (threshold + G - 1) / G * G;
+    const double want = static_cast<double>(opt.staleness + 1) * std::max(rate, static_cast<double>(threshold));
+    return std::max<int64_t>(floor_groups, static_cast<int64_t>(std::floor(want + 1e-9)));
+}
+
 // Rounded down: the default 10% keeps one rank in every ten out of training and none in a job of
 // under ten (rounding a 2-rank colocated job's 0.2 up to a whole rank halved its training group and
 // made multiplex 1.7x slower than sync on the main job).

@@ -46,6 +46,16 @@ config::Mode default_mode(const std::string& ckpt_mode, std::string& why);
 /// ranks' extra samples shorten the wait for complete groups: no cap. 0 = no cap.
 int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t generators, int64_t training_generators);
 
+/// --admission staleness: how many samples may be started and not yet consumed by a training
+/// step (in flight on the generators, or pooled) before a generating rank waits. Consumed in the
+/// order they start at `rate` samples per policy version (measured by the caller), the sample at
+/// position p behind the next step's first is trained p / rate versions after the version it starts
+/// under, so a new group of G samples is trained within --staleness (eta) versions while
+/// started-and-unconsumed + G <= (eta + 1) x rate. Never below the threshold rounded up to whole
+/// groups (a step must be able to fill). Returns 0 (no bound) under --admission off or outside
+/// the async modes.
+int64_t admission_budget(const config::Options& opt, double rate, int64_t threshold);
+
 /// A sample's response-length draw is a hash of the seed and the sample id (so every mode, rank
 /// count and the simulator see the same lengths): sample_hash and its uniform in (0, 1).
 uint64_t mix64(uint64_t x);

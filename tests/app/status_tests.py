@@ -151,7 +151,9 @@ def case_skew(a):
 # ---------------------------------------------------------------- case: roles change as the run goes
 def case_roles(a):
     out = fresh(a, "roles")
-    job, log = start_job(a, out)
+    # --admission off: with admission the rollout-only rank waits (idle) most of the run, and the
+    # record, sampled once a second, may never catch it rolling out.
+    job, log = start_job(a, out, extra=["--admission", "off"])
     polls, watch = [], None
     watch_out = os.path.join(a.workdir, "watch.txt")
     try:

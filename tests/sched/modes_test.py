@@ -11,6 +11,8 @@ group at every switch), bad_usage (tags a mode cannot run with, bad option value
 (PPO with the critic on ranks tagged critic in the async modes, checkpointed and resumed),
 fixed_lengths (--response-lengths lognormal:M:R: every sample, in every mode, is exactly the
 length sched_policy::lognormal_length draws for its id, as `tagflow sim --lengths lognormal` draws it),
+admission (--admission staleness vs off with a rollout-only rank much faster than training: < 1% of
+finished samples dropped as stale against many; every step still trains in full),
 offpolicy (--old-logprobs recompute with --rollout-is token in multiplex with a rollout-only rank:
 sane /steps is_weight_mean/is_weight_max/rs_rejected; a tiny --rollout-rs band rejects; bad values).
 Each case prints what it checked and exits non-zero on failure.
@@ -104,7 +106,10 @@ def common_checks(f, name, train_ranks, nsteps, staleness=1):
 
 def case_two_ranks(a):
     for mode in ("sync", "disaggregated", "multiplex"):
-        out = train_ok(a, f"two_{mode}", 2, ["--mode", mode, "--rank-tags", TWO, "--steps", "3", "--seed", "5"])
+        # --admission off: the last check (the rollout-only rank never waits long, e.g. for weights)
+        # is about unbounded generation; admission's waits are Sched.admission's.
+        out = train_ok(a, f"two_{mode}", 2, ["--mode", mode, "--rank-tags", TWO, "--steps", "3", "--seed", "5",
+                                            "--admission", "off"])
         with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
             rank, kind, t0, t1 = common_checks(f, mode, {1}, 3)
             check(tagflow_run.config(f)["mode"] == mode, f"{mode}: mode recorded in the config attribute")
@@ -128,6 +133,52 @@ def case_two_ranks(a):
                       f"{mode}: weight syncs to the rollout rank in version order {syncs}")
                 check(not np.any((rank == 0) & (kind == "idle") & (t1 - t0 > 0.5)),
                       f"{mode}: the rollout-only rank never waits long")
+
+
+def case_admission(a):
+    """--admission staleness against off, with the README's tags: the rollout-only rank generates far
+    faster than the coordinator trains. With admission it waits (idle) instead of generating samples
+    that go stale: < 1% of finished samples dropped at --staleness 1, while off drops many; both train
+    every step in full, and the rollout-only rank still generates its share."""
+    n = 12
+    base = ["--rank-tags", TWO, "--steps", str(n), "--seed", "5", "--staleness", "1"]
+    got = {}
+    for adm in ("off", "staleness"):
+        out, p, wall = train(a, f"admission_{adm}", 2, base + ["--admission", adm])
+        sys.stdout.write(p.stdout[-1200:])
+        if p.returncode != 0:
+            sys.stdout.write(p.stderr[-3000:])
+        check(p.returncode == 0, f"--admission {adm}: 2-rank multiplex run exits 0 ({wall:.1f}s)")
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            rank, kind, t0, t1 = common_checks(f, f"admission {adm}", {1}, n)
+            finished = len(f["samples"]["id"][()])
+            cw = f["consumed"]["weight"][()]
+            cid = f["consumed"]["id"][()]
+            st = f["steps"]
+            dropped = int(np.sum(cw == 0))
+            trained = int(np.sum(cw > 0))
+            check(int(np.sum(st["stale_dropped"][()])) == dropped,
+                  f"--admission {adm}: /steps stale_dropped sums to the dropped /consumed rows ({dropped})")
+            thr = 8  # FAST: 2 prompts x 4 samples
+            check(np.all(st["samples"][()] >= thr), f"--admission {adm}: every step trains >= {thr} samples "
+                  f"({st['samples'][()].tolist()})")
+            srank = dict(zip(f["samples"]["id"][()].tolist(), f["samples"]["rank"][()].tolist()))
+            from0 = sum(1 for i, w in zip(cid.tolist(), cw.tolist()) if w > 0 and srank[i] == 0)
+            idle0 = float(np.sum((t1 - t0)[(rank == 0) & (kind == "idle")]))
+            got[adm] = (finished, dropped, trained, from0, wall, idle0)
+            print(f"--admission {adm}: {finished} finished, {dropped} dropped as stale "
+                  f"({100.0 * dropped / max(1, finished):.1f}%), {trained} trained ({from0} from the rollout-only "
+                  f"rank), rank 0 idle {idle0:.1f}s, wall {wall:.1f}s")
+    fo, do, to, _, wo, _ = got["off"]
+    fs, ds, ts, f0, ws, i0 = got["staleness"]
+    check(do >= 0.2 * fo, f"--admission off: the fast rollout-only rank's surplus goes stale ({do} of {fo} "
+          "finished samples dropped, >= 20%)")
+    check(ds < 0.01 * fs, f"--admission staleness: fewer than 1% of finished samples dropped ({ds} of {fs})")
+    check(fs < fo, f"--admission staleness: fewer samples generated for the same steps ({fs} < {fo})")
+    check(f0 >= ts // 3, f"--admission staleness: the rollout-only rank still generates a share of what trains "
+          f"({f0} of {ts})")
+    check(i0 > 0, "--admission staleness: the rollout-only rank's waits are idle spans in /timeline")
+    print(f"wall time staleness/off: {ws / max(1e-9, wo):.2f} (not asserted)")
 
 
 def case_multiplex4(a):
@@ -159,8 +210,10 @@ def case_multiplex4(a):
 
 def case_stale_weight(a):
     # --stale weight: stale samples are trained with weight (eta+1)/(age+1), dropped below 0.25.
+    # --admission off: admission would keep the two rollout-only ranks from producing stale samples.
     out = train_ok(a, "weight", 3, ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train;2=rollout",
-                                    "--steps", "6", "--seed", "2", "--stale", "weight", "--staleness", "0"])
+                                    "--steps", "6", "--seed", "2", "--stale", "weight", "--staleness", "0",
+                                    "--admission", "off"])
     with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
         bad = tagflow_run.check_invariants(f)
         check(not bad, f"weight: schema v1 invariants hold {bad}")
@@ -208,6 +261,7 @@ def case_bad_usage(a):
         (["--mode", "multiplex", "--rank-tags", "0=rollout,train;1=train", "--min-rollout-frac", "0.5"],
          "--min-rollout-frac"),
         (["--stale", "bogus"], "--stale"),
+        (["--admission", "always"], "--admission"),
         (["--min-rollout-frac", "2"], "--min-rollout-frac"),
         (["--staleness", "-1"], "--staleness"),
         (["--mode", "multiplex", "--rank-tags", "0=rollout,train;1=rollout", "--train-priority", "0=0"], "coordinator"),

@@ -2,7 +2,8 @@
 // test_sample_pool: the async coordinator's pool (sched/sample_pool.hpp) on hand-built samples:
 // a group is trainable only when complete, batches take ready groups in completion order up to
 // the threshold (whole groups), staleness drops or weights by the oldest token's version, and a
-// checkpointed pool restores to the same batches. Expected values are worked out by hand here.
+// checkpointed pool restores to the same batches; and the admission budget
+// (sched_policy::admission_budget). Expected values are worked out by hand here.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -10,6 +11,7 @@
 #include "common/error.hpp"
 #include "config/options.hpp"
 #include "sched/sample_pool.hpp"
+#include "sched/sched_policy.hpp"
 
 using tagflow::config::Options;
 using tagflow::sched::PoolBatch;
@@ -184,4 +186,24 @@ TEST(SamplePool, RestoreGivesTheSameBatches) {
     EXPECT_THROW(b.restore(saved, ready), tagflow::InternalError);  // only into an empty pool
     SamplePool c(o);
     EXPECT_THROW(c.restore({}, {8}), tagflow::InternalError);  // a ready group with no sample
+}
+
+// --admission staleness (sched_policy::admission_budget): (eta+1) x the measured rate, never below
+// the threshold rounded up to whole groups; 0 (no bound) with --admission off or in sync.
+TEST(Admission, BudgetIsStalenessPlusOneRatesOfSamples) {
+    Options o = opts(1, "drop");
+    o.mode = tagflow::config::Mode::kMultiplex;
+    o.group_size = 4;
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 8.0, 8), 16);   // 2 x 8
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 12.0, 8), 24);  // the measured rate, not the threshold
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 0.0, 8), 16);   // before the first step: the threshold
+    o.staleness = 0;
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 8.0, 10), 12);  // a step must fill: 3 whole groups
+    o.staleness = 3;
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 9.5, 8), 38);
+    o.admission = "off";
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 8.0, 8), 0);
+    o.admission = "staleness";
+    o.mode = tagflow::config::Mode::kSync;
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 8.0, 8), 0);
 }

@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// async_admission: --admission staleness in the asynchronous modes (share/doc/architecture.md,
+// "Admission"). The coordinator measures the samples a training step consumes per policy version and
+// keeps the samples started but not yet consumed (in flight on the generators, or pooled) within
+// sched_policy::admission_budget, so a group that starts now is trained within --staleness versions
+// instead of being generated only to be dropped. Built-in tasks: the coordinator grants each generator
+// its next local groups (kTagAdmit: version, K), at most a few groups ahead of what it has delivered,
+// and a generator starts only granted groups; without a grant it waits (idle spans). --data: assign_work
+// (async_data.cpp) hands out groups within the same budget. Nothing here is checkpointed: after a resume
+// the grants restart at the generators' marks (lo_), which is where they resume generating.
+// Part of the async scheduler (sched/async_scheduler_impl.hpp). Does NOT decide when to train.
+#include "sched/async_scheduler_impl.hpp"
+
+namespace tagflow::sched::async {
+
+int64_t AsyncScheduler::outstanding() const {
+    // Pooled: every sample of an incomplete group, and of the ready ones those a step can still
+    // train (a ready sample already too stale is dropped by the next step, whatever is admitted:
+    // counting it could hold admission below the threshold for good).
+    int64_t n = pool_.usable(version_);
+    const std::set<int64_t> ready(pool_.ready().begin(), pool_.ready().end());
+    for (const auto& [g, v] : pool_.groups())
+        if (!ready.count(g)) n += static_cast<int64_t>(v.size());
+    if (data_) {
+        for (const auto& [g, left] : group_left_) n += left;
+        return n;
+    }
+    for (size_t i = 0; i < granted_.size(); ++i) n += std::max<int64_t>(0, granted_[i] * opt_.group_size - arrived_[i]);
+    return n;
+}
+
+void AsyncScheduler::measure_rate(int64_t taken) {
+    // A moving mean over the last few steps: the rate follows the run, one odd step moves it little.
+    const double x = static_cast<double>(taken);
+    rate_ = rate_ <= 0 ? x : 0.7 * rate_ + 0.3 * x;
+}
+
+void AsyncScheduler::admit() {
+    for (auto it = admit_sends_.begin(); it != admit_sends_.end();) {
+        int done = 0;
+        TAGFLOW_MPI_CHECK(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE));
+        it = done ? admit_sends_.erase(it) : std::next(it);
+    }
+    if (!admission_ || data_ || opt_.gateway_only || gens_.empty()) return;
+    const int64_t G = opt_.group_size;
+    const int64_t budget = sched_policy::admission_budget(opt_, rate_, threshold_);
+    // A generator's engine holds max_batch sequences; one group more keeps it from waiting for the next.
+    const int64_t cap = ((opt_.max_batch + G - 1) / G + 1) * G;
+    int64_t out = outstanding();
+    std::vector<int64_t> before = granted_;
+    for (bool any = true; any && out + G <= budget;) {
+        any = false;
+        // One group at a time to the generator with the fewest samples in flight (the fastest
+        // delivers, so it is granted more).
+        size_t best = gens_.size();
+        int64_t best_load = cap;
+        for (size_t i = 0; i < gens_.size(); ++i) {
+            const int64_t load = granted_[i] * G - arrived_[i];
+            if (load + G <= cap && load < best_load) {
+                best = i;
+                best_load = load;
+            }
+        }
+        if (best == gens_.size()) break;
+        ++granted_[best];
+        out += G;
+        any = true;
+    }
+    for (size_t i = 0; i < gens_.size(); ++i) {
+        if (granted_[i] == before[i]) continue;
+        if (gens_[i] == me_) {
+            admit_k_ = granted_[i];
+            continue;
+        }
+        wire::Writer w;
+        w.put<int64_t>(version_);
+        w.put<int64_t>(granted_[i]);
+        admit_sends_.push_back({MPI_REQUEST_NULL, w.take()});
+        auto& m = admit_sends_.back();
+        TAGFLOW_MPI_CHECK(
+            MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, gens_[i], kTagAdmit, p2p_.get(), &m.req));
+    }
+}
+
+void AsyncScheduler::admit_arrived(int64_t group) {
+    if (!admission_ || data_ || gens_.empty() || group < 0) return;
+    const auto n = static_cast<int64_t>(gens_.size());
+    ++arrived_[static_cast<size_t>(group % n)];
+}
+
+void AsyncScheduler::poll_admit() {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        TAGFLOW_MPI_CHECK(MPI_Iprobe(coord_, kTagAdmit, p2p_.get(), &flag, &st));
+        if (!flag) break;
+        int64_t m[2] = {0, 0};
+        TAGFLOW_MPI_CHECK(
+            MPI_Recv(m, static_cast<int>(sizeof m), MPI_CHAR, coord_, kTagAdmit, p2p_.get(), MPI_STATUS_IGNORE));
+        grants_.emplace_back(m[0], m[1]);
+    }
+}
+
+int64_t AsyncScheduler::admitted() {
+    if (!admission_ || data_) return std::numeric_limits<int64_t>::max();
+    // A grant counts from the version it was made at: generating with older weights would make the
+    // group staler than the coordinator counted.
+    while (!grants_.empty() && grants_.front().first <= version_) {
+        admit_k_ = std::max(admit_k_, grants_.front().second);
+        grants_.pop_front();
+    }
+    return admit_k_;
+}
+
+}  // namespace tagflow::sched::async
