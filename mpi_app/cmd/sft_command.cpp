@@ -58,6 +58,15 @@ namespace fs = std::filesystem;
 namespace tagflow::cmd {
 namespace {
 
+// The progress line's loss over a logging window: per response token of the steps that were
+// applied, or a note when every step of the window was skipped (a NaN/inf loss or gradient).
+std::string window_loss(double loss_acc, double tok_acc) {
+    if (tok_acc <= 0) return "loss n/a (every step since the last line skipped: non-finite loss or gradient)";
+    char b[64];
+    std::snprintf(b, sizeof b, "loss %.4f per response token", loss_acc / tok_acc);
+    return b;
+}
+
 std::vector<int32_t> before_eos(const std::vector<int32_t>& r, int32_t eos) {
     return {r.begin(), std::find(r.begin(), r.end(), eos)};
 }
@@ -294,10 +303,10 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
         const bool eval_now = (o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last;
         const std::string v = eval_now ? do_eval(step + 1) : std::string();
         if ((step + 1) % log_every == 0 || last || !v.empty()) {
-            print0("step %ld/%ld: loss %.4f per response token, lr %.2e, epoch %lu%s%s, %.1fs\n",
-                   static_cast<long>(step + 1), static_cast<long>(o.steps), loss_acc / std::max(1.0, tok_acc),
-                   lr_at(o, step), static_cast<unsigned long>(d.sampler().completed_epochs()),
-                   v.empty() ? "" : ", val ", v.c_str(), seconds());
+            print0("step %ld/%ld: %s, lr %.2e, epoch %lu%s%s, %.1fs\n", static_cast<long>(step + 1),
+                   static_cast<long>(o.steps), window_loss(loss_acc, tok_acc).c_str(), lr_at(o, step),
+                   static_cast<unsigned long>(d.sampler().completed_epochs()), v.empty() ? "" : ", val ", v.c_str(),
+                   seconds());
             loss_acc = tok_acc = 0;
         }
         if (!eval_now) run.flush();
@@ -524,8 +533,8 @@ int sft_command(int argc, char** argv) {
             tok_acc += r.tokens;
         }
         if ((step + 1) % log_every == 0 || step + 1 == o.steps) {
-            print0("step %ld/%ld: loss %.4f per response token, lr %.2e, %.1fs\n", static_cast<long>(step + 1),
-                   static_cast<long>(o.steps), loss_acc / std::max(1.0, tok_acc), lr, seconds());
+            print0("step %ld/%ld: %s, lr %.2e, %.1fs\n", static_cast<long>(step + 1), static_cast<long>(o.steps),
+                   window_loss(loss_acc, tok_acc).c_str(), lr, seconds());
             loss_acc = tok_acc = 0;
         }
         if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 && step + 1 != o.steps) do_eval(step + 1);

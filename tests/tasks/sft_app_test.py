@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -151,6 +152,9 @@ def case_nan(a):
     check(p.returncode == 0, f"one poisoned step: exit 0 (rc {p.returncode}) {p.stderr[-1500:]}")
     check("step 2: the loss or gradient norm is NaN/inf; the update is skipped" in p.stdout + p.stderr,
           "the skipped step is reported")
+    check("step 2/5: loss n/a (every step since the last line skipped" in p.stdout and
+          re.search(r"step 3/5: loss \d+\.\d+ per response token", p.stdout) is not None,
+          "the progress line of a window of skipped steps says so instead of a loss of 0")
     check(os.path.isfile(os.path.join(out, "model", "model.safetensors")),
           "OUT/model written: its weights are finite (the export refuses NaN/inf)")
     out = fresh(a, "three")
