@@ -18,6 +18,7 @@
 #include "common/log.hpp"
 #include "common/malloc_tuning.hpp"
 #include "common/mpi_env.hpp"
+#include "config/options.hpp"
 #include "data/data_command.hpp"
 #include "health/status.hpp"
 #include "profile/on_demand.hpp"
@@ -26,6 +27,7 @@
 #include "rollout/generate_command.hpp"
 #include "cmd/gemm_check.hpp"
 #include "cmd/sft_command.hpp"
+#include "cmd/sft_options.hpp"
 #include "cmd/train_command.hpp"
 #include "sim/sim_command.hpp"
 #include "tagflow/config.hpp"
@@ -75,6 +77,32 @@ bool needs_mpi(int argc, char** argv) {
                           "data", "reward", "sim"})
         if (std::strcmp(argv[1], c) == 0) return false;
     return true;
+}
+
+// `train` and `sft` with bad usage (or --help) are answered before MPI starts: their option
+// parsers are pure, so a typo costs no singleton MPI_Init (seconds) and no collective. Returns the
+// exit status, or -1 to go on (the command parses again, the same way, under MPI).
+int answer_usage_without_mpi(int argc, char** argv) {
+    if (argc < 2) return -1;
+    const std::string cmd = argv[1];
+    try {
+        if (cmd == "train") {
+            const tagflow::config::ParseResult pr =
+                tagflow::config::parse_train(argc - 1, argv + 1, tagflow::config::tagflow_environment());
+            if (!pr.help) return -1;
+            tagflow::print0("%s", pr.help_text.c_str());
+            return 0;
+        }
+        if (cmd == "sft") {
+            tagflow::cmd::SftOptions o;
+            boost::program_options::variables_map vm;
+            return tagflow::cmd::parse_sft_options(argc - 1, argv + 1, o, vm) ? -1 : 0;
+        }
+    } catch (const tagflow::ConfigError& e) {
+        if (tagflow::log_rank() == 0 && e.what()[0] != '\0') tagflow::log_error("%s", e.what());
+        return 2;
+    }
+    return -1;
 }
 
 int dispatch(int argc, char** argv, int rank) {
@@ -131,15 +159,16 @@ int main(int argc, char** argv) {
         return 1;
     };
     try {
+        launcher_rank(rank, size);
+        tagflow::set_log_rank(rank, size);
+        if (const int status = answer_usage_without_mpi(argc, argv); status >= 0) return status;
         std::unique_ptr<tagflow::MpiEnvironment> env;
         if (needs_mpi(argc, argv)) {
             env = std::make_unique<tagflow::MpiEnvironment>(argc, argv);
             MPI_Comm_rank(MPI_COMM_WORLD, &rank);
             MPI_Comm_size(MPI_COMM_WORLD, &size);
-        } else {
-            launcher_rank(rank, size);
+            tagflow::set_log_rank(rank, size);
         }
-        tagflow::set_log_rank(rank, size);
         try {
             return dispatch(argc, argv, rank);
         } catch (const tagflow::ConfigError& e) {
