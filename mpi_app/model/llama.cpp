@@ -128,7 +128,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const HfConfig& c)
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                          torch::Tensor* k_cache, torch::Tensor* v_cache) {
+                                          torch::Tensor* k_cache, torch::Tensor* v_cache,
+                                          const torch::Tensor& blocked) {
     const int64_t B = x.size(0), T = x.size(1);
     torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_});
     torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_});
@@ -156,7 +157,9 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
         v = v.repeat_interleave(groups, 1);
     }
     torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim_));
-    if (T > 1) {  // query t (absolute position S-T+t) sees keys 0..S-T+t
+    if (blocked.defined()) {  // packed rows: the caller's block-diagonal causal mask
+        scores = scores.masked_fill(blocked, -std::numeric_limits<float>::infinity());
+    } else if (T > 1) {  // query t (absolute position S-T+t) sees keys 0..S-T+t
         const torch::Tensor mask =
             torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(S - T + 1);
         scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
@@ -183,8 +186,9 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const HfConfig& c) {
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                             torch::Tensor* k_cache, torch::Tensor* v_cache) {
-    torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin, k_cache, v_cache);
+                                             torch::Tensor* k_cache, torch::Tensor* v_cache,
+                                             const torch::Tensor& blocked) {
+    torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin, k_cache, v_cache, blocked);
     return h + mlp(post_attention_layernorm(h));
 }
 
@@ -205,6 +209,34 @@ torch::Tensor LlamaBackboneImpl::embed(const torch::Tensor& tokens, int64_t star
     return h + embed_positions(
                    torch::arange(start, start + T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device())))
                    .unsqueeze(0);
+}
+
+torch::Tensor LlamaBackboneImpl::embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) {
+    torch::Tensor h = embed_tokens(tokens);
+    return embed_positions ? h + embed_positions(positions) : h;
+}
+
+torch::Tensor packed_hidden_states(LlamaBackboneImpl& m, const HfConfig& c, const torch::Tensor& tokens,
+                                   const torch::Tensor& positions, const torch::Tensor& segments) {
+    TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes() && segments.sizes() == tokens.sizes(),
+                "packed forward: tokens, positions and segments must be [B, T] alike");
+    const int64_t T = tokens.size(1);
+    if (tokens.numel() > 0)
+        TORCH_CHECK(positions.max().item<int64_t>() < c.max_position_embeddings, "packed forward: position ",
+                    positions.max().item<int64_t>(), " beyond max_position_embeddings ", c.max_position_embeddings);
+    // The same fp32 products as the padded forward's outer(arange(T), inv_freq), per slot.
+    const torch::Tensor inv_freq = rope_inv_freq(c).to(tokens.device());
+    const torch::Tensor freqs = positions.to(torch::kFloat).unsqueeze(-1) * inv_freq;  // [B,T,D/2]
+    const torch::Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B,1,T,D]
+    const torch::Tensor cos = emb.cos(), sin = emb.sin();
+    // Slot t sees slot s when s <= t and both hold the same sequence.
+    const torch::Tensor causal =
+        torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(tokens.device())).tril();
+    const torch::Tensor blocked = (segments.unsqueeze(2).eq(segments.unsqueeze(1)) & causal).logical_not().unsqueeze(1);
+    torch::Tensor h = m.embed_at(tokens, positions);
+    for (size_t l = 0; l < m.layers->size(); ++l)
+        h = m.layers[l]->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin, nullptr, nullptr, blocked);
+    return m.norm(h);
 }
 
 LlamaModelImpl::LlamaModelImpl(const HfConfig& cfg, uint64_t seed) : cfg_(cfg) {
@@ -259,10 +291,19 @@ torch::Tensor LlamaModelImpl::run(const torch::Tensor& tokens, LlamaKVCache* cac
     }
     h = model->norm(h);
     if (cache) cache->len += T;
-    return cfg_.tie_word_embeddings ? F::linear(h, model->embed_tokens->weight) : lm_head(h);
+    return head(h);
+}
+
+torch::Tensor LlamaModelImpl::head(const torch::Tensor& hidden) {
+    return cfg_.tie_word_embeddings ? F::linear(hidden, model->embed_tokens->weight) : lm_head(hidden);
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) { return run(tokens, nullptr); }
+
+torch::Tensor LlamaModelImpl::forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                             const torch::Tensor& segments) {
+    return head(packed_hidden_states(*model, cfg_, tokens, positions, segments));
+}
 
 LlamaKVCache LlamaModelImpl::make_cache() const { return LlamaKVCache{}; }
 
