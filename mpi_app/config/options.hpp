@@ -88,7 +88,7 @@ struct Options {
     bool allow_shared_dir = false;   // accept an --out others may write to (check_run_dir)
     int32_t micro_batch = 0;         // 0 = whole local batch at once
     int64_t micro_batch_tokens = 0;  // token slots per forward/backward (0 = by --micro-batch)
-    std::string pack = "off";        // on: several sequences per row, no padding (train/engine.hpp)
+    std::string pack = "on";         // on: several sequences per row, no padding (train/engine.hpp)
     bool bf16 = false;
     bool shuffle_advantages = false;
     // ---- data and rewards (issue 18; share/doc/data.md, rewards.md) ----
