@@ -158,6 +158,11 @@ po::options_description describe(Options& o) {
          "stop the run (after a checkpoint of the last good weights) when this many steps in a row had "
          "an update dropped for a NaN/inf loss or gradient norm")
         ("micro-batch", val(&o.micro_batch), "sequences per forward/backward (0 = the whole local batch)")
+        ("micro-batch-tokens", val(&o.micro_batch_tokens),
+         "token slots (rows x row length, padding included) per forward/backward; with --pack on it replaces "
+         "--micro-batch and must hold the longest sequence (0 = by --micro-batch)")
+        ("pack", val(&o.pack), "on: pack several sequences per row (attention and positions per sequence, no "
+                               "padding); off: one right-padded sequence per row")
         ("bf16", val(&o.bf16)->implicit_value(true), "bf16 autocast for the trainer's matmuls")
         ("shuffle-advantages", val(&o.shuffle_advantages)->implicit_value(true),
          "control experiment: shuffle advantages across samples (must not learn)")
@@ -403,6 +408,12 @@ void validate(const Options& o) {
     check_range<double>("grad-clip", o.grad_clip, 0.0, 1e6);
     check_range<int32_t>("max-bad-steps", o.max_bad_steps, 1, 1 << 20);
     check_range<int32_t>("micro-batch", o.micro_batch, 0, 1 << 20);
+    check_range<int64_t>("micro-batch-tokens", o.micro_batch_tokens, 0, int64_t{1} << 32);
+    check_choice("pack", o.pack, {"on", "off"});
+    if (o.pack == "on" && o.micro_batch_tokens > 0 && o.micro_batch_tokens < o.max_new_tokens)
+        throw ConfigError("--micro-batch-tokens " + std::to_string(o.micro_batch_tokens) + " is smaller than " +
+                          "--max-new-tokens " + std::to_string(o.max_new_tokens) +
+                          ": a full-length response would not fit one packed micro-batch");
     check_range<int32_t>("eval-every", o.eval_every, 0, 1000000000);
     check_range<int32_t>("eval-prompts", o.eval_prompts, 1, 1 << 20);
     check_range<int32_t>("val-samples", o.val_samples, 1, 1024);

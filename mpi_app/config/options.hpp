@@ -84,9 +84,11 @@ struct Options {
     double entropy_coef = 0.01;  // without it some seeds sit at 0.833 (no EOS) for ~1000 steps
     double weight_decay = 0.0;
     double grad_clip = 1.0;
-    int32_t max_bad_steps = 3;      // consecutive steps with a dropped (non-finite) update that stop the run
-    bool allow_shared_dir = false;  // accept an --out others may write to (check_run_dir)
-    int32_t micro_batch = 0;        // 0 = whole local batch at once
+    int32_t max_bad_steps = 3;       // consecutive steps with a dropped (non-finite) update that stop the run
+    bool allow_shared_dir = false;   // accept an --out others may write to (check_run_dir)
+    int32_t micro_batch = 0;         // 0 = whole local batch at once
+    int64_t micro_batch_tokens = 0;  // token slots per forward/backward (0 = by --micro-batch)
+    std::string pack = "on";         // on: several sequences per row, no padding (train/engine.hpp)
     bool bf16 = false;
     bool shuffle_advantages = false;
     // ---- data and rewards (issue 18; share/doc/data.md, rewards.md) ----

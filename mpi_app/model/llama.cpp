@@ -3,6 +3,7 @@
 // checkpoint-directory I/O (config.json + safetensors, single or sharded). See llama.hpp.
 #include "model/llama.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -128,7 +129,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const HfConfig& c)
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                          torch::Tensor* k_cache, torch::Tensor* v_cache) {
+                                          torch::Tensor* k_cache, torch::Tensor* v_cache,
+                                          const torch::Tensor& blocked) {
     const int64_t B = x.size(0), T = x.size(1);
     torch::Tensor q = q_proj(x).view({B, T, heads_, head_dim_});
     torch::Tensor k = k_proj(x).view({B, T, kv_heads_, head_dim_});
@@ -156,7 +158,9 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
         v = v.repeat_interleave(groups, 1);
     }
     torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim_));
-    if (T > 1) {  // query t (absolute position S-T+t) sees keys 0..S-T+t
+    if (blocked.defined()) {  // packed rows: the caller's block-diagonal causal mask
+        scores = scores.masked_fill(blocked, -std::numeric_limits<float>::infinity());
+    } else if (T > 1) {  // query t (absolute position S-T+t) sees keys 0..S-T+t
         const torch::Tensor mask =
             torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(S - T + 1);
         scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
@@ -183,8 +187,9 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const HfConfig& c) {
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                                             torch::Tensor* k_cache, torch::Tensor* v_cache) {
-    torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin, k_cache, v_cache);
+                                             torch::Tensor* k_cache, torch::Tensor* v_cache,
+                                             const torch::Tensor& blocked) {
+    torch::Tensor h = x + self_attn(input_layernorm(x), cos, sin, k_cache, v_cache, blocked);
     return h + mlp(post_attention_layernorm(h));
 }
 
@@ -205,6 +210,85 @@ torch::Tensor LlamaBackboneImpl::embed(const torch::Tensor& tokens, int64_t star
     return h + embed_positions(
                    torch::arange(start, start + T, torch::TensorOptions().dtype(torch::kLong).device(tokens.device())))
                    .unsqueeze(0);
+}
+
+torch::Tensor LlamaBackboneImpl::embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) {
+    torch::Tensor h = embed_tokens(tokens);
+    return embed_positions ? h + embed_positions(positions) : h;
+}
+
+namespace {
+
+// Self-attention of one layer on packed rows, per run of slots: run i = (row, first slot, length)
+// attends causally within itself only, so its cost is length^2, not row length^2 (a block-diagonal
+// mask over whole rows would cost the latter). Same ops per run as LlamaAttentionImpl::forward.
+torch::Tensor attention_runs(LlamaAttentionImpl& a, const torch::Tensor& x, const torch::Tensor& cos,
+                             const torch::Tensor& sin, const std::vector<std::array<int64_t, 3>>& runs) {
+    const int64_t B = x.size(0), T = x.size(1), D = cos.size(-1);
+    const int64_t H = a.q_proj->weight.size(0) / D, KV = a.k_proj->weight.size(0) / D;
+    torch::Tensor q = a.q_proj(x).view({B, T, H, D});
+    torch::Tensor k = a.k_proj(x).view({B, T, KV, D});
+    if (a.q_norm) {
+        q = a.q_norm(q);
+        k = a.k_norm(k);
+    }
+    q = apply_rope(q.transpose(1, 2), cos, sin);
+    k = apply_rope(k.transpose(1, 2), cos, sin);
+    torch::Tensor v = a.v_proj(x).view({B, T, KV, D}).transpose(1, 2);
+    if (H / KV > 1) {
+        k = k.repeat_interleave(H / KV, 1);
+        v = v.repeat_interleave(H / KV, 1);
+    }
+    std::vector<std::vector<torch::Tensor>> rows(static_cast<size_t>(B));
+    for (const auto& [b, o, n] : runs) {
+        const torch::Tensor qs = q[b].narrow(1, o, n), ks = k[b].narrow(1, o, n), vs = v[b].narrow(1, o, n);
+        torch::Tensor scores = torch::matmul(qs, ks.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+        if (n > 1)
+            scores = scores.masked_fill(
+                torch::ones({n, n}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(1),
+                -std::numeric_limits<float>::infinity());
+        const torch::Tensor p = torch::softmax(scores.to(torch::kFloat), -1).to(qs.scalar_type());
+        rows[static_cast<size_t>(b)].push_back(torch::matmul(p, vs));  // [H,n,D]
+    }
+    std::vector<torch::Tensor> out;
+    for (auto& r : rows) out.push_back(torch::cat(r, 1));
+    return a.o_proj(torch::stack(out).transpose(1, 2).reshape({B, T, H * D}));
+}
+
+}  // namespace
+
+torch::Tensor packed_hidden_states(LlamaBackboneImpl& m, const HfConfig& c, const torch::Tensor& tokens,
+                                   const torch::Tensor& positions, const torch::Tensor& segments) {
+    TORCH_CHECK(tokens.dim() == 2 && positions.sizes() == tokens.sizes() && segments.sizes() == tokens.sizes(),
+                "packed forward: tokens, positions and segments must be [B, T] alike");
+    const int64_t B = tokens.size(0), T = tokens.size(1);
+    if (tokens.numel() > 0)
+        TORCH_CHECK(positions.max().item<int64_t>() < c.max_position_embeddings, "packed forward: position ",
+                    positions.max().item<int64_t>(), " beyond max_position_embeddings ", c.max_position_embeddings);
+    // Runs of equal segment ids in each row (padding at a row's end is a run of its own).
+    const torch::Tensor ids = segments.to(torch::kCPU).contiguous();
+    const auto id = ids.accessor<int64_t, 2>();
+    std::vector<std::array<int64_t, 3>> runs;
+    for (int64_t b = 0; b < B; ++b) {
+        int64_t start = 0;
+        for (int64_t t = 1; t <= T; ++t)
+            if (t == T || id[b][t] != id[b][t - 1]) {
+                runs.push_back({b, start, t - start});
+                start = t;
+            }
+    }
+    // The same fp32 products as the padded forward's outer(arange(T), inv_freq), per slot.
+    const torch::Tensor inv_freq = rope_inv_freq(c).to(tokens.device());
+    const torch::Tensor freqs = positions.to(torch::kFloat).unsqueeze(-1) * inv_freq;  // [B,T,D/2]
+    const torch::Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B,1,T,D]
+    const torch::Tensor cos = emb.cos(), sin = emb.sin();
+    torch::Tensor h = m.embed_at(tokens, positions);
+    for (size_t l = 0; l < m.layers->size(); ++l) {
+        auto& layer = *m.layers[l]->as<LlamaDecoderLayerImpl>();
+        h = h + attention_runs(*layer.self_attn, layer.input_layernorm(h), cos, sin, runs);
+        h = h + layer.mlp(layer.post_attention_layernorm(h));
+    }
+    return m.norm(h);
 }
 
 LlamaModelImpl::LlamaModelImpl(const HfConfig& cfg, uint64_t seed) : cfg_(cfg) {
@@ -259,10 +343,19 @@ torch::Tensor LlamaModelImpl::run(const torch::Tensor& tokens, LlamaKVCache* cac
     }
     h = model->norm(h);
     if (cache) cache->len += T;
-    return cfg_.tie_word_embeddings ? F::linear(h, model->embed_tokens->weight) : lm_head(h);
+    return head(h);
+}
+
+torch::Tensor LlamaModelImpl::head(const torch::Tensor& hidden) {
+    return cfg_.tie_word_embeddings ? F::linear(hidden, model->embed_tokens->weight) : lm_head(hidden);
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& tokens) { return run(tokens, nullptr); }
+
+torch::Tensor LlamaModelImpl::forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                             const torch::Tensor& segments) {
+    return head(packed_hidden_states(*model, cfg_, tokens, positions, segments));
+}
 
 LlamaKVCache LlamaModelImpl::make_cache() const { return LlamaKVCache{}; }
 

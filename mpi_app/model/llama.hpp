@@ -66,9 +66,11 @@ struct LlamaKVCache {
 class LlamaAttentionImpl : public torch::nn::Module {
 public:
     explicit LlamaAttentionImpl(const HfConfig& c);
-    /// x [B,T,H*D]; cos/sin [T,D]; `k_cache`/`v_cache` (may be undefined) are extended in place.
+    /// x [B,T,H*D]; cos/sin [T,D] (or [B,1,T,D]: per-row positions); `k_cache`/`v_cache` (may be
+    /// undefined) are extended in place. `blocked` (bool [B,1,T,S], true = not visible) replaces the
+    /// causal mask when defined (packed rows: see packed_hidden_states).
     torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                          torch::Tensor* k_cache, torch::Tensor* v_cache);
+                          torch::Tensor* k_cache, torch::Tensor* v_cache, const torch::Tensor& blocked = {});
     torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
     RMSNorm q_norm{nullptr}, k_norm{nullptr};  ///< [head_dim] per-head norms; null unless HfConfig::qk_norm
 
@@ -89,7 +91,7 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
 public:
     explicit LlamaDecoderLayerImpl(const HfConfig& c);
     torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                          torch::Tensor* k_cache, torch::Tensor* v_cache);
+                          torch::Tensor* k_cache, torch::Tensor* v_cache, const torch::Tensor& blocked = {});
     RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
     LlamaAttention self_attn{nullptr};
     LlamaMLP mlp{nullptr};
@@ -103,12 +105,24 @@ public:
     /// Token embeddings of tokens [B,T] at positions start..start+T-1, plus the learned
     /// absolute position embeddings when the config has them (HfConfig::abs_positions).
     torch::Tensor embed(const torch::Tensor& tokens, int64_t start);
+    /// The same with an explicit position per token (positions [B,T] int64; packed rows).
+    torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions);
     torch::nn::Embedding embed_tokens{nullptr};
     torch::nn::Embedding embed_positions{nullptr};  ///< null unless HfConfig::abs_positions
     torch::nn::ModuleList layers{nullptr};
     RMSNorm norm{nullptr};
 };
 TORCH_MODULE(LlamaBackbone);
+
+/// The backbone on PACKED rows (training without padding): tokens, positions, segments [B,T]
+/// int64, several sequences concatenated in one row. Slot t attends to the slots s <= t of its own
+/// segment only (a block-diagonal causal mask), and RoPE (and absolute position embeddings) take
+/// `positions`, which restart at 0 for each sequence; padding slots at a row's end get a segment
+/// of their own. Returns the final hidden states [B,T,hidden] (after the last norm): per sequence
+/// the same numbers as the padded forward on that sequence alone, within float rounding.
+/// Throws c10::Error when a position reaches c.max_position_embeddings.
+torch::Tensor packed_hidden_states(LlamaBackboneImpl& m, const HfConfig& c, const torch::Tensor& tokens,
+                                   const torch::Tensor& positions, const torch::Tensor& segments);
 
 class LlamaModelImpl : public torch::nn::Module {
 public:
@@ -117,6 +131,11 @@ public:
 
     /// Full causal forward: tokens [B,T] int64 (positions 0..T-1) -> logits [B,T,V] fp32.
     torch::Tensor forward(const torch::Tensor& tokens);
+    /// Packed rows (see packed_hidden_states) -> logits [B,T,V] fp32.
+    torch::Tensor forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& segments);
+    /// The output head on hidden states (lm_head, or the tied embeddings).
+    torch::Tensor head(const torch::Tensor& hidden);
     /// An empty cache for this model.
     LlamaKVCache make_cache() const;
     /// Appends tokens [B,t] at positions cache.len.. and returns their logits [B,t,V];

@@ -45,6 +45,11 @@ torch::Tensor ValueModelImpl::forward(const torch::Tensor& tokens) {
     return score(hidden_states(tokens)).squeeze(-1).to(torch::kFloat32);
 }
 
+torch::Tensor ValueModelImpl::forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                             const torch::Tensor& segments) {
+    return score(packed_hidden_states(*model, cfg_, tokens, positions, segments)).squeeze(-1).to(torch::kFloat32);
+}
+
 void ValueModelImpl::init_from_policy(const LlamaModelImpl& policy) {
     std::map<std::string, torch::Tensor> backbone;
     for (const auto& [name, t] : policy.hf_state_dict())

@@ -28,6 +28,9 @@ public:
 
     /// tokens [B,T] int64 (positions 0..T-1) -> values [B,T] fp32.
     torch::Tensor forward(const torch::Tensor& tokens);
+    /// Packed rows (model/llama.hpp's packed_hidden_states) -> values [B,T] fp32.
+    torch::Tensor forward_packed(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                 const torch::Tensor& segments);
     /// The backbone's final hidden states [B,T,hidden] (after the last norm).
     torch::Tensor hidden_states(const torch::Tensor& tokens);
 

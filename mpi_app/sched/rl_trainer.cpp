@@ -162,6 +162,8 @@ struct RlTrainer::Impl {
         ec.optim.grad_clip = opt.grad_clip;
         ec.micro_batch = opt.micro_batch > 0 ? opt.micro_batch : std::numeric_limits<int32_t>::max();
         ec.bf16 = opt.bf16;
+        ec.micro_batch_tokens = opt.micro_batch_tokens;
+        ec.pack = opt.pack == "on";
         if (in_train) {
             train_comm = std::make_unique<WaitTimedCollectives>(train_c, bucket, wait_hook);
             if (opt.kl_coef > 0) {
@@ -263,6 +265,13 @@ struct RlTrainer::Impl {
             critic_owner[i] = critic_ranks[static_cast<size_t>(((j % n_critic) + n_critic) % n_critic)];
         }
         const std::vector<size_t> my_train = mine(train_owner);
+        if (opt.pack == "on" && opt.micro_batch_tokens > 0)  // the same decision on every rank (`all` is)
+            for (size_t i = 0; i < N; ++i)
+                if (static_cast<int64_t>(seqs[i].tokens.size()) - 1 > opt.micro_batch_tokens)
+                    throw ConfigError("--micro-batch-tokens " + std::to_string(opt.micro_batch_tokens) +
+                                      " is smaller than sample " + std::to_string(all[i].id) + "'s " +
+                                      std::to_string(seqs[i].tokens.size() - 1) +
+                                      " token slots (prompt + response - 1); packed sequences are never split");
 
         // Reference log-probs: by the sample's train rank; everyone needs them for KL-in-reward.
         std::vector<std::vector<float>> ref_lp(N);
@@ -333,6 +342,8 @@ struct RlTrainer::Impl {
             rep.grad_norm = st.grad_norm;
             if (me == train_ranks.front()) rep.skipped_updates += st.skipped_steps;
             rep.tokens = st.tokens;
+            rep.real_tokens = st.real_tokens;
+            rep.token_slots = st.token_slots;
             for (size_t i : my_train) rep.consumed.push_back({all[i].id, s, seq_adv[i], all[i].weight});
         }
         rep.advantages = seq_adv;

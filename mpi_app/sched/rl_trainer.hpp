@@ -58,6 +58,9 @@ struct TrainReport {
     double value_loss = 0, explained_var = 0;
     double kl_coef = 0;  ///< the KL coefficient in force after this step (--kl-ctrl adaptive changes it)
     int64_t tokens = 0;
+    /// The actor update's input slots over the train group (train::ActorStats): holding a token,
+    /// and all of them, padding included (--pack on removes most of it). 0 without an actor.
+    int64_t real_tokens = 0, token_slots = 0;
     /// Optimiser updates dropped for a non-finite loss or gradient norm (train::ActorStats::
     /// skipped_steps): the actor's on the train root plus the critic's on the critic group's
     /// first rank, 0 elsewhere, so a sum over all ranks counts each group once.

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // engine: the backend-independent half of the TrainEngine interface — building and counting
-// training sequences, splitting them into micro-batches, packing them right-padded onto a
-// device and back, and the directory form of save/load. See engine.hpp.
+// training sequences, splitting them into micro-batches, packing them right-padded or several
+// per row (plan_packed_micro_batches) onto a device and back, and the directory form of save/load. See engine.hpp.
 #include "train/engine.hpp"
 
 #include <algorithm>
@@ -91,49 +91,83 @@ const Field kFields[] = {
 
 }  // namespace
 
-MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, size_t end, const torch::Device& device) {
-    if (begin >= end || end > batch.size()) throw InternalError("pack_micro_batch: bad range");
-    size_t lmax = 0;
-    for (size_t i = begin; i < end; ++i) {
-        const TrainSeq& s = batch[i];
-        if (s.prompt_len < 1 || static_cast<size_t>(s.prompt_len) > s.tokens.size())
-            throw Error("engine: sample " + std::to_string(i) + " has prompt_len " + std::to_string(s.prompt_len) +
-                        " for " + std::to_string(s.tokens.size()) + " tokens (need 1 <= prompt_len <= tokens)");
-        if (!s.loss_mask.empty() && s.loss_mask.size() != s.n_resp())
-            throw Error("engine: sample " + std::to_string(i) + " has " + std::to_string(s.loss_mask.size()) +
-                        " loss_mask entries for " + std::to_string(s.n_resp()) + " response tokens");
-        lmax = std::max(lmax, s.tokens.size());
-    }
-    const int64_t n = static_cast<int64_t>(end - begin);
-    const int64_t T = std::max<int64_t>(static_cast<int64_t>(lmax) - 1, 1);
+namespace {
+
+void check_seq(const std::vector<TrainSeq>& batch, size_t i) {
+    const TrainSeq& s = batch[i];
+    if (s.prompt_len < 1 || static_cast<size_t>(s.prompt_len) > s.tokens.size())
+        throw Error("engine: sample " + std::to_string(i) + " has prompt_len " + std::to_string(s.prompt_len) +
+                    " for " + std::to_string(s.tokens.size()) + " tokens (need 1 <= prompt_len <= tokens)");
+    if (!s.loss_mask.empty() && s.loss_mask.size() != s.n_resp())
+        throw Error("engine: sample " + std::to_string(i) + " has " + std::to_string(s.loss_mask.size()) +
+                    " loss_mask entries for " + std::to_string(s.n_resp()) + " response tokens");
+}
+
+// Input slots of a sequence: tokens - 1 (its last token is only a target).
+int64_t seq_slots(const TrainSeq& s) { return std::max<int64_t>(static_cast<int64_t>(s.tokens.size()) - 1, 0); }
+
+// rows[r] = batch indices concatenated in row r; `packed` adds positions, seq ids, per-slot weights.
+MicroBatch pack_layout(const std::vector<TrainSeq>& batch, const std::vector<std::vector<size_t>>& rows, bool packed,
+                       const torch::Device& device) {
+    int64_t T = 1;
     MicroBatch mb;
-    mb.begin = begin;
-    mb.end = end;
+    mb.packed = packed;
+    for (size_t r = 0; r < rows.size(); ++r) {
+        int64_t off = 0;
+        for (size_t i : rows[r]) {
+            if (i >= batch.size()) throw InternalError("pack_micro_batch: bad index");
+            check_seq(batch, i);
+            mb.index.push_back(i);
+            mb.row.push_back(static_cast<int64_t>(r));
+            mb.offset.push_back(off);
+            off += seq_slots(batch[i]);
+        }
+        T = std::max(T, off);
+        mb.real_tokens += off;
+    }
+    const int64_t n = static_cast<int64_t>(rows.size());
+    const auto K = static_cast<int64_t>(mb.index.size());
     torch::Tensor inputs = torch::zeros({n, T}, torch::kInt64);
     torch::Tensor targets = torch::zeros({n, T}, torch::kInt64);
     torch::Tensor mask = torch::zeros({n, T}, torch::kFloat32);
-    torch::Tensor weight = torch::ones({n, 1}, torch::kFloat32);
+    torch::Tensor weight = torch::ones({n, packed ? T : 1}, torch::kFloat32);
+    torch::Tensor positions, seq_id;
+    if (packed) {
+        positions = torch::zeros({n, T}, torch::kInt64);
+        seq_id = torch::full({n, T}, K, torch::kInt64);
+    }
     auto in = inputs.accessor<int64_t, 2>();
     auto tg = targets.accessor<int64_t, 2>();
     auto mk = mask.accessor<float, 2>();
-    for (int64_t b = 0; b < n; ++b) {
-        const TrainSeq& s = batch[begin + static_cast<size_t>(b)];
-        weight[b][0] = s.weight;
-        for (size_t t = 0; t + 1 < s.tokens.size(); ++t) {
-            in[b][static_cast<int64_t>(t)] = s.tokens[t];
-            tg[b][static_cast<int64_t>(t)] = s.tokens[t + 1];
+    auto wt = weight.accessor<float, 2>();
+    for (int64_t k = 0; k < K; ++k) {
+        const TrainSeq& s = batch[mb.index[static_cast<size_t>(k)]];
+        const int64_t b = mb.row[static_cast<size_t>(k)], o = mb.offset[static_cast<size_t>(k)];
+        const int64_t len = seq_slots(s);
+        if (packed) {
+            for (int64_t t = 0; t < len; ++t) wt[b][o + t] = s.weight;
+            positions[b].narrow(0, o, len).copy_(torch::arange(len, torch::kInt64));
+            seq_id[b].narrow(0, o, len).fill_(k);
+        } else {
+            wt[b][0] = s.weight;
+        }
+        for (int64_t t = 0; t < len; ++t) {
+            in[b][o + t] = s.tokens[static_cast<size_t>(t)];
+            tg[b][o + t] = s.tokens[static_cast<size_t>(t) + 1];
         }
         for (size_t j = 0; j < s.n_resp(); ++j)
-            mk[b][s.prompt_len - 1 + static_cast<int64_t>(j)] = (s.loss_mask.empty() || s.loss_mask[j]) ? 1.0f : 0.0f;
+            mk[b][o + s.prompt_len - 1 + static_cast<int64_t>(j)] =
+                (s.loss_mask.empty() || s.loss_mask[j]) ? 1.0f : 0.0f;
     }
     for (const Field& f : kFields) {
         bool any = false;
-        for (size_t i = begin; i < end; ++i) any = any || !(batch[i].*f.member).empty();
+        for (size_t i : mb.index) any = any || !(batch[i].*f.member).empty();
         if (!any) continue;
         torch::Tensor x = torch::zeros({n, T}, torch::kFloat32);
         auto xa = x.accessor<float, 2>();
-        for (int64_t b = 0; b < n; ++b) {
-            const size_t i = begin + static_cast<size_t>(b);
+        for (int64_t k = 0; k < K; ++k) {
+            const size_t i = mb.index[static_cast<size_t>(k)];
+            const int64_t b = mb.row[static_cast<size_t>(k)], o = mb.offset[static_cast<size_t>(k)];
             const TrainSeq& s = batch[i];
             const std::vector<float>& v = s.*f.member;
             const size_t nr = s.n_resp();
@@ -141,7 +175,8 @@ MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, si
             if (!scalar && v.size() != nr)
                 throw Error("engine: sample " + std::to_string(i) + " has " + std::to_string(v.size()) + " " + f.name +
                             " for " + std::to_string(nr) + " response tokens" + (f.allow_scalar ? " (or 1)" : ""));
-            for (size_t j = 0; j < nr; ++j) xa[b][s.prompt_len - 1 + static_cast<int64_t>(j)] = scalar ? v[0] : v[j];
+            for (size_t j = 0; j < nr; ++j)
+                xa[b][o + s.prompt_len - 1 + static_cast<int64_t>(j)] = scalar ? v[0] : v[j];
         }
         mb.*f.dest = x.to(device);
     }
@@ -149,7 +184,71 @@ MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, si
     mb.targets = targets.to(device);
     mb.mask = mask.to(device);
     mb.weight = weight.to(device);
+    if (packed) {
+        mb.positions = positions.to(device);
+        mb.seq_id = seq_id.to(device);
+    }
     return mb;
+}
+
+}  // namespace
+
+MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, size_t end, const torch::Device& device) {
+    if (begin >= end || end > batch.size()) throw InternalError("pack_micro_batch: bad range");
+    std::vector<std::vector<size_t>> rows;
+    for (size_t i = begin; i < end; ++i) rows.push_back({i});
+    MicroBatch mb = pack_layout(batch, rows, /*packed=*/false, device);
+    mb.begin = begin;
+    mb.end = end;
+    return mb;
+}
+
+std::vector<PackPlan> plan_packed_micro_batches(const std::vector<TrainSeq>& batch, int64_t max_seqs,
+                                                int64_t max_tokens) {
+    if (max_seqs < 1) throw ConfigError("engine: micro_batch must be >= 1");
+    if (max_tokens < 0) throw ConfigError("engine: micro_batch_tokens must be >= 0");
+    std::vector<size_t> order(batch.size());
+    int64_t L = 1;
+    size_t longest = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+        order[i] = i;
+        if (seq_slots(batch[i]) > L) {
+            L = seq_slots(batch[i]);
+            longest = i;
+        }
+    }
+    if (max_tokens > 0 && max_tokens < L)
+        throw ConfigError("--micro-batch-tokens " + std::to_string(max_tokens) + " is smaller than sample " +
+                          std::to_string(longest) + "'s " + std::to_string(L) +
+                          " token slots (prompt + response - 1); packed sequences are never split");
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return seq_slots(batch[a]) > seq_slots(batch[b]); });
+    // First fit by decreasing length: few rows, all nearly L long.
+    std::vector<std::vector<size_t>> rows;
+    std::vector<int64_t> fill;
+    for (size_t i : order) {
+        const int64_t len = seq_slots(batch[i]);
+        size_t r = 0;
+        while (r < rows.size() && fill[r] + len > L) ++r;
+        if (r == rows.size()) {
+            rows.emplace_back();
+            fill.push_back(0);
+        }
+        rows[r].push_back(i);
+        fill[r] += len;
+    }
+    const int64_t per_mb = max_tokens > 0 ? std::max<int64_t>(max_tokens / L, 1) : max_seqs;
+    std::vector<PackPlan> out;
+    for (size_t r = 0; r < rows.size(); ++r) {
+        if (r % static_cast<size_t>(per_mb) == 0) out.emplace_back();
+        out.back().rows.push_back(std::move(rows[r]));
+    }
+    return out;
+}
+
+MicroBatch pack_rows(const std::vector<TrainSeq>& batch, const PackPlan& plan, const torch::Device& device) {
+    if (plan.rows.empty()) throw InternalError("pack_rows: empty plan");
+    return pack_layout(batch, plan.rows, /*packed=*/true, device);
 }
 
 void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>& batch, size_t begin,
@@ -161,6 +260,20 @@ void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>&
         std::vector<float> v(s.n_resp());
         for (size_t j = 0; j < v.size(); ++j) v[j] = a[b][s.prompt_len - 1 + static_cast<int64_t>(j)];
         out.push_back(std::move(v));
+    }
+}
+
+void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>& batch, const MicroBatch& mb,
+                     std::vector<std::vector<float>>& out) {
+    torch::Tensor c = per_slot.detach().to(torch::kCPU).to(torch::kFloat32).contiguous();
+    auto a = c.accessor<float, 2>();
+    if (out.size() < batch.size()) out.resize(batch.size());
+    for (size_t k = 0; k < mb.index.size(); ++k) {
+        const TrainSeq& s = batch[mb.index[k]];
+        std::vector<float> v(s.n_resp());
+        for (size_t j = 0; j < v.size(); ++j)
+            v[j] = a[mb.row[k]][mb.offset[k] + s.prompt_len - 1 + static_cast<int64_t>(j)];
+        out[mb.index[k]] = std::move(v);
     }
 }
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // engine: the ONE interface every training backend implements (veRL 0.7's BaseEngine): given
 // a module (policy or critic) and its forward, a TrainEngine runs micro-batched forward/backward
-// with gradient accumulation over right-padded sequences, sums gradients over a data-parallel
+// with gradient accumulation over right-padded or packed sequences (TrainEngineConfig::pack), sums gradients over a data-parallel
 // group through train::Collectives, takes clipped AdamW steps, and saves/loads weights plus
 // optimiser state. Also here: the training-sequence type every worker consumes, its packing
 // into micro-batches, and the global counts losses are normalised by.
@@ -31,6 +31,11 @@ struct ModelHandle {
     /// Optional: the output at some positions only (tokens [B,T], rows [N] indexing [B*T]) -> [N,...];
     /// forward_backward(..., rows_only) uses it (a policy: the projection on the response tokens only).
     std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)> forward_rows;
+    /// Optional: packed rows (TrainEngineConfig::pack): tokens, positions, segments [B,T] int64 and
+    /// rows (undefined = every position) -> the output at those positions ([B,T,...] or [N,...]).
+    /// Each segment is one sequence: it sees only itself, its positions restart at 0.
+    std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>
+        forward_packed;
     std::string kind = "model";  ///< "policy", "value", ... (messages only)
 };
 
@@ -44,11 +49,17 @@ struct OptimConfig {
 
 struct TrainEngineConfig {
     OptimConfig optim;
-    int64_t micro_batch = 8;         ///< sequences per forward/backward (>= 1)
-    int64_t micro_batch_tokens = 0;  ///< padded tokens (rows x longest) per micro-batch; 0 = no budget
-    bool bf16 = false;               ///< bf16 autocast for the forward (CPU or CUDA autocast by device)
-    std::string device = "cpu";      ///< a torch device string, e.g. "cuda:0" in a CUDA LibTorch build
-    bool trainable = true;           ///< false: frozen (reference model): no gradients, no optimiser
+    int64_t micro_batch = 8;  ///< sequences per forward/backward (>= 1)
+    /// Token slots (rows x row length, padding included) per micro-batch; 0 = no budget. Padded:
+    /// a longer sequence goes alone. Packed: replaces micro_batch, and a sequence longer than the
+    /// budget is an error.
+    int64_t micro_batch_tokens = 0;
+    /// Packed micro-batches (plan_packed_micro_batches): several sequences per row, no padding but
+    /// at a row's end; needs ModelHandle::forward_packed. false: right-padded, in batch order.
+    bool pack = false;
+    bool bf16 = false;           ///< bf16 autocast for the forward (CPU or CUDA autocast by device)
+    std::string device = "cpu";  ///< a torch device string, e.g. "cuda:0" in a CUDA LibTorch build
+    bool trainable = true;       ///< false: frozen (reference model): no gradients, no optimiser
 };
 
 /// One training sequence: prompt + response. Per-response-token fields have one entry per
@@ -86,16 +97,26 @@ BatchCounts count_batch(const std::vector<TrainSeq>& batch);
 /// through a tensor on `device` (the engine's; NCCL collectives need device tensors).
 BatchCounts allreduce_counts(const BatchCounts& local, Collectives* comm, const torch::Device& device = torch::kCPU);
 
-/// One right-padded micro-batch on the engine's device. Slot t of row b holds input token t
-/// and predicts token t + 1, so response token j of a row sits at slot prompt_len - 1 + j.
-/// Float fields are [n,T] (0 outside the response) and undefined when the batch lacks them.
+/// One micro-batch on the engine's device. Right-padded: row b holds batch[begin + b]. Packed:
+/// row `row[k]` holds sequence batch[index[k]] from slot `offset[k]` on, after the ones before it.
+/// Slot offset + t holds the sequence's input token t and predicts token t + 1, so response token j
+/// sits at slot offset + prompt_len - 1 + j. Float fields are [n,T] (0 outside the response) and
+/// undefined when the batch lacks them.
 struct MicroBatch {
     torch::Tensor inputs, targets;  ///< [n,T] int64
     torch::Tensor mask;             ///< [n,T] float: 1 at response tokens with loss_mask 1
     torch::Tensor old_logp, rollout_logp, ref_logp, adv, returns, old_values;
-    torch::Tensor is_w;         ///< importance weights of the policy loss (undefined: none)
-    torch::Tensor weight;       ///< [n,1] float
-    size_t begin = 0, end = 0;  ///< rows are batch[begin, end)
+    torch::Tensor is_w;                ///< importance weights of the policy loss (undefined: none)
+    torch::Tensor weight;              ///< [n,1] float (packed: [n,T], each sequence's weight on its slots)
+    size_t begin = 0, end = 0;         ///< padded: rows are batch[begin, end)
+    std::vector<size_t> index;         ///< batch index of each sequence here (padded: begin..end-1)
+    std::vector<int64_t> row, offset;  ///< where each sequence's slot 0 is (padded: row k, offset 0)
+    bool packed = false;
+    /// Packed only: [n,T] int64. positions restart at 0 per sequence; seq_id is k (the sequence's
+    /// place in `index`) on its slots and index.size() on padding slots.
+    torch::Tensor positions, seq_id;
+    int64_t real_tokens = 0;  ///< slots holding a token of some sequence (the rest is padding)
+    int64_t slots() const { return inputs.defined() ? inputs.numel() : 0; }
 };
 
 /// Splits [0, batch.size()) into consecutive micro-batches of at most `max_seqs` sequences
@@ -108,6 +129,24 @@ MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, si
 /// The response part of per-slot values [n,T] (any device) appended to `out`, one vector per row.
 void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>& batch, size_t begin,
                      std::vector<std::vector<float>>& out);
+/// The same for any micro-batch (padded or packed): out[mb.index[k]] gets sequence k's response
+/// values; `out` is grown to batch.size() when shorter.
+void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>& batch, const MicroBatch& mb,
+                     std::vector<std::vector<float>>& out);
+
+/// Rows of one packed micro-batch: rows[r] lists the batch indices concatenated in row r.
+struct PackPlan {
+    std::vector<std::vector<size_t>> rows;
+};
+/// The packed micro-batches of `batch`: every sequence (its tokens - 1 input slots) goes whole into
+/// a row of L slots, L = the longest sequence's, first-fit by decreasing length (ties in batch
+/// order); consecutive rows form a micro-batch of at most max_tokens / L rows (max_tokens = 0: at
+/// most max_seqs rows). Deterministic. Throws ConfigError when 0 < max_tokens < L, naming both.
+std::vector<PackPlan> plan_packed_micro_batches(const std::vector<TrainSeq>& batch, int64_t max_seqs,
+                                                int64_t max_tokens);
+/// Packs one plan (rows as long as the fullest row) with the same fields and checks as
+/// pack_micro_batch.
+MicroBatch pack_rows(const std::vector<TrainSeq>& batch, const PackPlan& plan, const torch::Device& device);
 
 /// Called once per micro-batch with the module's fp32 output (logits [n,T,V] or values
 /// [n,T]); returns the micro-batch loss (already normalised by global counts) or an
@@ -125,7 +164,7 @@ public:
     /// The module's forward on tokens [B,T] (moved to device), bf16 autocast when configured;
     /// output in fp32. Gradients flow unless the caller holds a NoGradGuard.
     virtual torch::Tensor forward(const torch::Tensor& tokens) = 0;
-    /// Micro-batches `batch` (TrainEngineConfig::micro_batch / micro_batch_tokens), runs forward and
+    /// Micro-batches `batch` (TrainEngineConfig::micro_batch / micro_batch_tokens / pack), runs forward and
     /// `fn` on each, and with `train` adds the gradient of each returned loss to the gradients
     /// (gradient accumulation); without `train` runs under NoGradGuard. Returns the sum of the
     /// returned losses (0 for undefined ones). With `rows_only`, when the model handle has

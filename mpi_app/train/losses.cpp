@@ -34,7 +34,7 @@ torch::Tensor kl_penalty(const torch::Tensor& logp, const torch::Tensor& ref_log
 }
 
 torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, LossAgg mode, const BatchCounts& global,
-                       double norm_tokens) {
+                       double norm_tokens, const torch::Tensor& seq_id, int64_t n_seq) {
     // where(), not loss * mask: a non-finite loss on a masked slot must not become NaN (0 * inf).
     const torch::Tensor masked = torch::where(mask > 0, loss * mask, torch::zeros_like(loss));
     switch (mode) {
@@ -46,6 +46,13 @@ torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, Los
             return masked.sum() / global.seqs;
         case LossAgg::kSeqMeanTokenMean: {
             if (!(global.seqs > 0)) throw Error("agg_loss: seq-mean modes need a global sequence count > 0");
+            if (seq_id.defined()) {  // packed rows: sums per sequence id (the last bin is padding)
+                const torch::Tensor id = seq_id.reshape({-1});
+                const torch::Tensor zero = torch::zeros({n_seq + 1}, masked.options());
+                const torch::Tensor num = zero.index_add(0, id, masked.reshape({-1})).narrow(0, 0, n_seq);
+                const torch::Tensor den = zero.index_add(0, id, mask.reshape({-1}).to(masked.scalar_type()));
+                return (num / den.narrow(0, 0, n_seq).clamp_min(1.0)).sum() / global.seqs;
+            }
             const torch::Tensor per_seq = masked.sum(-1) / mask.sum(-1).clamp_min(1.0);
             return per_seq.sum() / global.seqs;
         }
@@ -55,6 +62,12 @@ torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, Los
             return masked.sum() / (global.seqs * norm_tokens);
     }
     return masked.sum();
+}
+
+torch::Tensor agg_loss(const torch::Tensor& loss, const MicroBatch& mb, LossAgg mode, const BatchCounts& global,
+                       double norm_tokens) {
+    return agg_loss(loss, mb.mask, mode, global, norm_tokens, mb.packed ? mb.seq_id : torch::Tensor(),
+                    static_cast<int64_t>(mb.index.size()));
 }
 
 PolicyLossTerms ppo_policy_loss(const torch::Tensor& logp, const torch::Tensor& old_logp, const torch::Tensor& adv,

@@ -23,8 +23,13 @@ torch::Tensor kl_penalty(const torch::Tensor& logp, const torch::Tensor& ref_log
 /// loss [n,T] x mask [n,T] -> scalar by `mode` (see LossAgg), over GLOBAL counts: summing
 /// the results of every micro-batch on every rank gives the loss of the whole batch.
 /// `norm_tokens` is seq-mean-token-sum-norm's constant (the response token limit; unused otherwise).
-/// Masked slots contribute exactly 0 even when their loss is not finite.
+/// Masked slots contribute exactly 0 even when their loss is not finite. A sequence is a row,
+/// or, when `seq_id` is defined (packed rows: MicroBatch::seq_id, n_seq = MicroBatch::index.size()),
+/// the slots with one id in 0..n_seq-1 (padding slots hold n_seq); only seq-mean-token-mean needs it.
 torch::Tensor agg_loss(const torch::Tensor& loss, const torch::Tensor& mask, LossAgg mode, const BatchCounts& global,
+                       double norm_tokens = 0.0, const torch::Tensor& seq_id = {}, int64_t n_seq = 0);
+/// agg_loss over one micro-batch (its mask and, packed, its sequence ids).
+torch::Tensor agg_loss(const torch::Tensor& loss, const MicroBatch& mb, LossAgg mode, const BatchCounts& global,
                        double norm_tokens = 0.0);
 
 struct PolicyLossTerms {

@@ -102,16 +102,19 @@ torch::Tensor TorchEngine::forward(const torch::Tensor& tokens) {
 
 double TorchEngine::forward_backward(const std::vector<TrainSeq>& batch, const LossFn& fn, bool train, bool rows_only) {
     if (train) require_trainable("forward_backward(train)");
-    rows_only = rows_only && static_cast<bool>(model_.forward_rows);
+    if (cfg_.pack && !model_.forward_packed)
+        throw ConfigError("engine: packing needs a packed forward, and the " + model_.kind + " handle has none");
+    rows_only = rows_only && (cfg_.pack || static_cast<bool>(model_.forward_rows));
     double total = 0.0;
-    for (const auto& [b, e] : split_micro_batches(batch, cfg_.micro_batch, cfg_.micro_batch_tokens)) {
-        MicroBatch mb = pack_micro_batch(batch, b, e, device_);
+    auto one = [&](const MicroBatch& mb) {
         auto run = [&] {
-            if (!rows_only) return fn(mb, forward(mb.inputs));
             torch::Tensor out;
             {
                 AutocastScope autocast(cfg_.bf16, device_);
-                out = model_.forward_rows(mb.inputs, mb.mask.reshape({-1}).nonzero().squeeze(1));
+                const torch::Tensor rows = rows_only ? mb.mask.reshape({-1}).nonzero().squeeze(1) : torch::Tensor();
+                if (mb.packed) out = model_.forward_packed(mb.inputs, mb.positions, mb.seq_id, rows);
+                else if (rows_only) out = model_.forward_rows(mb.inputs, rows);
+                else out = model_.forward(mb.inputs);
             }
             return fn(mb, out.to(torch::kFloat32));
         };
@@ -119,12 +122,19 @@ double TorchEngine::forward_backward(const std::vector<TrainSeq>& batch, const L
             torch::NoGradGuard no_grad;
             torch::Tensor loss = run();
             if (loss.defined()) total += loss.item<double>();
-            continue;
+            return;
         }
         torch::Tensor loss = run();
-        if (!loss.defined()) continue;
+        if (!loss.defined()) return;
         loss.backward();
         total += loss.item<double>();
+    };
+    if (cfg_.pack) {
+        for (const PackPlan& plan : plan_packed_micro_batches(batch, cfg_.micro_batch, cfg_.micro_batch_tokens))
+            one(pack_rows(batch, plan, device_));
+    } else {
+        for (const auto& [b, e] : split_micro_batches(batch, cfg_.micro_batch, cfg_.micro_batch_tokens))
+            one(pack_micro_batch(batch, b, e, device_));
     }
     if (cfg_.bf16) at::autocast::clear_cache();
     return total;

@@ -39,6 +39,12 @@ ModelHandle policy_handle(model::LlamaModel m) {
     h.forward_rows = [m](const torch::Tensor& tokens, const torch::Tensor& rows) mutable {
         return policy_logits_rows(*m, tokens, rows);
     };
+    h.forward_packed = [m](const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments,
+                           const torch::Tensor& rows) mutable {
+        if (!rows.defined()) return m->forward_packed(tokens, positions, segments);
+        const torch::Tensor h = model::packed_hidden_states(*m->model, m->config(), tokens, positions, segments);
+        return m->head(h.reshape({-1, h.size(-1)}).index_select(0, rows));
+    };
     h.kind = "policy";
     return h;
 }
@@ -47,6 +53,11 @@ ModelHandle value_handle(model::ValueModel m) {
     ModelHandle h;
     h.module = m.ptr();
     h.forward = [m](const torch::Tensor& tokens) mutable { return m->forward(tokens); };
+    h.forward_packed = [m](const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments,
+                           const torch::Tensor& rows) mutable {
+        const torch::Tensor v = m->forward_packed(tokens, positions, segments);
+        return rows.defined() ? v.reshape({-1}).index_select(0, rows) : v;
+    };
     h.kind = "value";
     return h;
 }
@@ -81,7 +92,7 @@ void require(const std::vector<TrainSeq>& batch, std::vector<float> TrainSeq::*f
 }
 
 // Sums over tokens/steps, reduced in one collective at the end of an update.
-enum ActorSum { aLoss, aPg, aKl, aEnt, aClip, aClipLow, aPpoKl, aDiff, aTok, aNumSums };
+enum ActorSum { aLoss, aPg, aKl, aEnt, aClip, aClipLow, aPpoKl, aDiff, aTok, aReal, aSlots, aNumSums };
 enum CriticSum { cLoss, cClip, cV, cR, cR2, cE, cE2, cTokEv, cTok, cNumSums };
 
 std::vector<double> reduce_sums(std::vector<double> s, Collectives* comm, const torch::Device& dev) {
@@ -160,8 +171,8 @@ std::vector<std::vector<float>> ActorWorker::compute_log_probs(const std::vector
         [&](const MicroBatch& mb, const torch::Tensor& logits) {
             torch::Tensor ent;
             torch::Tensor lp = token_log_probs(logits, mb.targets, cfg_.temperature, entropy ? &ent : nullptr);
-            unpack_response(lp, batch, mb.begin, out);
-            if (entropy) unpack_response(ent, batch, mb.begin, *entropy);
+            unpack_response(lp, batch, mb, out);
+            if (entropy) unpack_response(ent, batch, mb, *entropy);
             return torch::Tensor();
         },
         /*train=*/false);
@@ -182,6 +193,8 @@ ActorStats actor_stats(const std::vector<double>& s, double steps) {
     st.ppo_kl = safe_div(s[aPpoKl], tok);
     st.logprob_diff_mean = safe_div(s[aDiff], tok);
     st.tokens = static_cast<int64_t>(tok);
+    st.real_tokens = static_cast<int64_t>(s[aReal] + 0.5);
+    st.token_slots = static_cast<int64_t>(s[aSlots] + 0.5);
     return st;
 }
 
@@ -216,14 +229,15 @@ std::vector<double> actor_sums(TrainEngine& engine, const ActorConfig& cfg, cons
             PolicyLossTerms pg =
                 ppo_policy_loss(logp, mb.old_logp, mb.adv, cfg.clip_eps, clip_high, cfg.dual_clip, mb.is_w);
             const double nt = cfg.loss_norm_tokens;
-            const torch::Tensor pg_agg = agg_loss(pg.loss * w, m, cfg.loss_agg, global, nt);
+            const torch::Tensor pg_agg = agg_loss(pg.loss * w, mb, cfg.loss_agg, global, nt);
             torch::Tensor loss = pg_agg;
-            if (cfg.entropy_coef > 0.0) loss = loss - cfg.entropy_coef * agg_loss(ent * w, m, cfg.loss_agg, global, nt);
+            if (cfg.entropy_coef > 0.0)
+                loss = loss - cfg.entropy_coef * agg_loss(ent * w, mb, cfg.loss_agg, global, nt);
             torch::Tensor kl;
             if (mb.ref_logp.defined()) {
                 kl = kl_penalty(logp, mb.ref_logp, cfg.kl_loss_mode);
                 if (cfg.kl_loss_coef > 0.0)
-                    loss = loss + cfg.kl_loss_coef * agg_loss(kl * w, m, cfg.loss_agg, global, nt);
+                    loss = loss + cfg.kl_loss_coef * agg_loss(kl * w, mb, cfg.loss_agg, global, nt);
             }
             torch::NoGradGuard no_grad;
             const torch::Tensor lpd = logp.detach();
@@ -237,6 +251,8 @@ std::vector<double> actor_sums(TrainEngine& engine, const ActorConfig& cfg, cons
             s[aPpoKl] += ((mb.old_logp - lpd) * m).sum().item<double>();
             s[aDiff] += ((roll - lpd).abs() * m).sum().item<double>();
             s[aTok] += m.sum().item<double>();
+            s[aReal] += static_cast<double>(mb.real_tokens);
+            s[aSlots] += static_cast<double>(mb.slots());
             return loss;
         },
         /*train=*/true, /*rows_only=*/true);
@@ -286,7 +302,7 @@ std::vector<std::vector<float>> CriticWorker::compute_values(const std::vector<T
     engine_->forward_backward(
         batch,
         [&](const MicroBatch& mb, const torch::Tensor& values) {
-            unpack_response(values, batch, mb.begin, out);
+            unpack_response(values, batch, mb, out);
             return torch::Tensor();
         },
         /*train=*/false);
@@ -306,7 +322,7 @@ std::vector<double> critic_sums(TrainEngine& engine, const CriticConfig& cfg, co
         const torch::Tensor& m = mb.mask;
         const torch::Tensor old = mb.old_values.defined() ? mb.old_values : values.detach();
         ValueLossTerms vl = value_loss(values, old, mb.returns, cfg.clip_range);
-        torch::Tensor loss = agg_loss(vl.loss * mb.weight, m, cfg.loss_agg, global, cfg.loss_norm_tokens);
+        torch::Tensor loss = agg_loss(vl.loss * mb.weight, mb, cfg.loss_agg, global, cfg.loss_norm_tokens);
         torch::NoGradGuard no_grad;
         const torch::Tensor v = values.detach();
         s[cLoss] += loss.item<double>();
@@ -384,7 +400,7 @@ std::vector<std::vector<float>> ReferenceWorker::compute_ref_log_probs(const std
     engine_->forward_backward(
         batch,
         [&](const MicroBatch& mb, const torch::Tensor& logits) {
-            unpack_response(token_log_probs(logits, mb.targets, temperature_), batch, mb.begin, out);
+            unpack_response(token_log_probs(logits, mb.targets, temperature_), batch, mb, out);
             return torch::Tensor();
         },
         /*train=*/false);

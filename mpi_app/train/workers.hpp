@@ -50,8 +50,11 @@ struct ActorStats {
     double logprob_diff_mean = 0.0;  ///< mean |rollout logprob - trainer logprob|
     double grad_norm = 0.0;          ///< mean over optimiser steps, before clipping
     int64_t tokens = 0;              ///< response tokens of the batch (each epoch counted once)
-    int32_t optimizer_steps = 0;     ///< updates applied
-    int32_t skipped_steps = 0;       ///< updates dropped: non-finite loss or gradient norm (same on every rank)
+    /// Input slots of the training forward/backward passes (every epoch): those holding a token,
+    /// and all of them (padding included; TrainEngineConfig::pack removes most of it).
+    int64_t real_tokens = 0, token_slots = 0;
+    int32_t optimizer_steps = 0;  ///< updates applied
+    int32_t skipped_steps = 0;    ///< updates dropped: non-finite loss or gradient norm (same on every rank)
 };
 
 struct CriticStats {

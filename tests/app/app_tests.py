@@ -73,6 +73,9 @@ BAD = [
     ([], {"TAGFLOW_STEPS": "x"}, "TAGFLOW_STEPS"),
     ([], {"TAGFLOW_BOGUS": "1"}, "TAGFLOW_BOGUS"),
     ([], {"TAGFLOW_TAGS": "gpu"}, "'gpu'"),
+    (["--pack", "maybe"], {}, "--pack 'maybe'"),
+    (["--pack", "on", "--micro-batch-tokens", "4", "--max-new-tokens", "8"], {},
+     "--micro-batch-tokens 4 is smaller than --max-new-tokens 8"),
 ]
 
 
@@ -393,6 +396,25 @@ def case_objectives(a):
     p = mpirun(a, 2, ["train", "--out", fresh(a, "bad"), "--loss-agg", "seq-mean-token-sum-norm"] + FAST)
     check(p.returncode == 2 and "--loss-agg seq-mean-token-sum-norm: needs a constant token count" in p.stderr,
           "seq-mean-token-sum-norm without a constant: one line, exit 2")
+    # Packed training (issue 22) with a critic, a reference and PPO epochs: the first step (same
+    # samples: sync, same seed) trains the same real tokens in fewer slots than the padded run.
+    slots = {}
+    for pack in ("off", "on"):
+        out = fresh(a, "pack_" + pack)
+        p = mpirun(a, 2, ["train", "--out", out, "--mode", "sync", "--seed", "3", "--algo", "ppo", "--kl-coef",
+                          "0.01", "--ppo-epochs", "2", "--micro-batch", "3", "--pack", pack] + FAST)
+        check(p.returncode == 0, f"ppo --pack {pack} exits 0 ({p.stderr.strip()[-300:]})")
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            st = tagflow_run.table(f, "steps")
+            real, slot = st["train_real_tokens"].to_numpy(), st["train_token_slots"].to_numpy()
+            check((real > 0).all() and (slot >= real).all(),
+                  f"--pack {pack}: /steps train_real_tokens {real.tolist()} <= train_token_slots {slot.tolist()}")
+            slots[pack] = (int(real[0]), int(slot[0]))
+    check(slots["on"][0] == slots["off"][0] and slots["on"][1] < slots["off"][1],
+          f"step 0: the same real tokens in fewer slots packed (real, slots): {slots}")
+    p = mpirun(a, 2, ["train", "--out", fresh(a, "bad"), "--pack", "on", "--micro-batch-tokens", "9"] + FAST)
+    errs = [l for l in p.stderr.splitlines() if "--micro-batch-tokens 9 is smaller than sample" in l]
+    check(p.returncode != 0 and errs, f"a sample longer than --micro-batch-tokens: named in one line, exit {p.returncode}")
 
 
 def main():

@@ -4,6 +4,9 @@
 // clipped loss, bucketed gradient all-reduce over the ranks, clipped AdamW) — per batch size, in
 // fp32 or bf16 autocast (-O dtype=). Baseline in the same run: this rank's fp32 GEMM rate; the
 // ratio `util` = achieved model FLOP/s (6 x params x tokens) / GEMM FLOP/s.
+// -O lengths=lognormal draws `longtail`-like response lengths (p99/median 10) and -O pack=on trains
+// them packed (train/engine.hpp); then the padded step on the same batch is timed in the same run
+// (the baseline, after the timed loop) and `x_pad` = packed real tokens/s / padded real tokens/s.
 // #wrong = non-finite losses + ranks whose weights differ after the step.
 #include <ATen/ATen.h>
 #include <torch/torch.h>
@@ -16,6 +19,7 @@
 #include "common/error.hpp"
 #include "model/llama.hpp"
 #include "cmd/gemm_check.hpp"
+#include "sched/sched_policy.hpp"
 #include "train/collectives_mpi.hpp"
 #include "train/workers.hpp"
 
@@ -27,10 +31,14 @@ namespace {
 struct Data {
     model::LlamaModel policy{nullptr};
     std::unique_ptr<train::ActorWorker> actor;
+    std::unique_ptr<train::ActorWorker> padded;  // -O pack=on: the baseline (same weights at the start)
     std::unique_ptr<train::MpiCollectives> comm;
     std::vector<train::TrainSeq> batch;
     double loss = 0, gemm_gflops = 0, params = 0;
     int64_t seq = 0, vocab = 0;
+    bool lognormal = false;
+    int64_t median = 32, prompt = 16;
+    double real = 0, slots = 0;  // all ranks' tokens and token slots of the last timed step
 };
 
 void setup(BenchState& s) {
@@ -47,7 +55,15 @@ void setup(BenchState& s) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
     c.intermediate_size = s.args->opt_int("d_ff", 2 * c.hidden_size);
     d.vocab = c.vocab_size = s.args->opt_int("vocab", 64);
-    d.seq = s.args->opt_int("seq", 32);
+    d.lognormal = s.args->opt("lengths", "fixed") == "lognormal";
+    if (!d.lognormal && s.args->opt("lengths", "fixed") != "fixed") throw ConfigError("-O lengths=fixed|lognormal");
+    d.seq = s.args->opt_int("seq", d.lognormal ? 512 : 32);
+    d.median = s.args->opt_int("median", 32);
+    d.prompt = s.args->opt_int("prompt", 16);
+    if (d.lognormal && (d.prompt < 1 || d.median < 1 || d.prompt + 1 >= d.seq))
+        throw ConfigError("-O lengths=lognormal needs prompt >= 1, median >= 1 and prompt + 1 < seq");
+    const std::string pack = s.args->opt("pack", "off");
+    if (pack != "on" && pack != "off") throw ConfigError("-O pack=on|off");
     c.max_position_embeddings = d.seq;
     c.abs_positions = s.args->opt_int("abs_positions", 0) != 0;
     d.policy = model::LlamaModel(c, 1);
@@ -56,6 +72,8 @@ void setup(BenchState& s) {
     ec.optim.lr = 1e-4;
     ec.micro_batch = s.args->opt_int("micro_batch", 1 << 20);
     ec.bf16 = dtype == "bf16";
+    ec.micro_batch_tokens = s.args->opt_int("micro_tokens", 0);
+    ec.pack = pack == "on";
     train::ActorConfig ac;
     const std::string ent = s.args->opt("entropy", "0");
     char* end = nullptr;
@@ -63,6 +81,13 @@ void setup(BenchState& s) {
     if (end == ent.c_str() || *end != '\0' || !(ac.entropy_coef >= 0))
         throw ConfigError("-O entropy=" + ent + ": expected a number >= 0");
     d.actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(d.policy), ec), ac);
+    if (ec.pack) {
+        train::TrainEngineConfig pc = ec;
+        pc.pack = false;
+        pc.micro_batch_tokens = 0;
+        d.padded = std::make_unique<train::ActorWorker>(
+            train::make_engine(train::policy_handle(train::clone_llama(d.policy)), pc), ac);
+    }
     d.comm = std::make_unique<train::MpiCollectives>(MPI_COMM_WORLD, size_t{32} << 20);
     d.gemm_gflops = cmd::measure_gemm_gflops(0.2);
 }
@@ -70,8 +95,24 @@ void setup(BenchState& s) {
 void init(BenchState& s, int rep) {
     Data& d = s.data<Data>();
     auto [first, n] = s.share(s.count);  // this rank's tokens
-    size_t seqs = std::max<size_t>(1, n / static_cast<size_t>(d.seq));
     d.batch.clear();
+    if (d.lognormal) {  // prompt + lognormal response (p99/median 10, capped at seq) until n tokens;
+        // the same lengths at every repetition (the check run and the baseline train the timed batch)
+        size_t total = 0;
+        for (int64_t id = static_cast<int64_t>(first); total < std::max<size_t>(n, 1); ++id) {
+            const int32_t r = sched::sched_policy::lognormal_length(static_cast<double>(d.median), 10.0,
+                                                                    static_cast<double>(d.seq - d.prompt), 17, id);
+            std::vector<int32_t> prompt, response;
+            for (int64_t k = 0; k < d.prompt; ++k) prompt.push_back(static_cast<int32_t>((id * 7 + k * 3) % d.vocab));
+            for (int32_t k = 0; k < r; ++k) response.push_back(static_cast<int32_t>((id * 5 + k * 11) % d.vocab));
+            train::TrainSeq t = train::make_train_seq(prompt, response, std::vector<float>(response.size(), -2.5f));
+            t.advantages.assign(1, (id % 2) ? 1.f : -1.f);
+            total += t.tokens.size();
+            d.batch.push_back(std::move(t));
+        }
+        return;
+    }
+    size_t seqs = std::max<size_t>(1, n / static_cast<size_t>(d.seq));
     for (size_t i = 0; i < seqs; ++i) {
         std::vector<int32_t> tokens;
         for (int64_t k = 0; k < d.seq; ++k)
@@ -89,7 +130,10 @@ void init(BenchState& s, int rep) {
 
 void run(BenchState& s) {
     Data& d = s.data<Data>();
-    d.loss = d.actor->update(d.batch, d.comm.get()).loss;
+    const train::ActorStats st = d.actor->update(d.batch, d.comm.get());
+    d.loss = st.loss;
+    d.real = static_cast<double>(st.real_tokens);  // the whole group's
+    d.slots = static_cast<double>(st.token_slots);
 }
 
 int64_t check(BenchState& s) {
@@ -109,7 +153,22 @@ void extras(BenchState& s, double sec) {
     Data& d = s.data<Data>();
     double tok_s = static_cast<double>(s.count) / sec;
     double gflops = 6.0 * d.params * tok_s / 1e9 / s.nranks;  // per rank
-    s.extra = {tok_s, gflops, d.gemm_gflops, gflops / d.gemm_gflops};
+    // Real tokens/s: input slots holding a token (the last target of each sequence is not one).
+    const double real_s = d.real / sec, fill = d.slots > 0 ? d.real / d.slots : 0.0;
+    double pad_s = 0;
+    if (d.padded) {  // the baseline: the padded step on the same batch, same number of repetitions
+        const long reps = std::max<long>(1, s.args->opt_int("base_reps", 2));
+        d.padded->update(d.batch, d.comm.get());  // warm-up
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        double real = 0;
+        for (long i = 0; i < reps; ++i) real = static_cast<double>(d.padded->update(d.batch, d.comm.get()).real_tokens);
+        double dt = (MPI_Wtime() - t0) / reps;
+        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        pad_s = real / dt;
+    }
+    s.extra = {tok_s,  gflops, d.gemm_gflops, gflops / d.gemm_gflops,
+               real_s, fill,   pad_s,         pad_s > 0 ? real_s / pad_s : 0};
 }
 
 BenchOp make_op() {
@@ -117,7 +176,8 @@ BenchOp make_op() {
     op.name = "train_step";
     op.description =
         "one actor step of the Llama policy (fwd+bwd+allreduce+AdamW), tokens/s; "
-        "-O dtype=fp32|bf16 d_model= layers= heads= kv_heads= d_ff= vocab= seq= micro_batch= entropy= abs_positions=";
+        "-O dtype=fp32|bf16 d_model= layers= heads= kv_heads= d_ff= vocab= seq= micro_batch= entropy= abs_positions= "
+        "lengths=fixed|lognormal median= prompt= pack=on|off micro_tokens= base_reps=";
     op.type = "token";
     op.elem_size = 4;  // -b/-e are bytes: 4 bytes per token id
     op.setup = setup;
@@ -130,8 +190,12 @@ BenchOp make_op() {
         "-O seq=N               tokens per sequence, half prompt and half response (default 32)",
         "-O micro_batch=N       sequences per forward/backward (default: all of the rank's share)",
         "-O entropy=C           entropy bonus coefficient (default 0; tagflow train's default is 0.01)",
-        "-O abs_positions=0|1   learned absolute positions beside RoPE (default 0; tagflow train's model: 1)"};
-    op.extra_columns = {"tokens/s", "GFLOP/s/rk", "gemm/rk", "util"};
+        "-O abs_positions=0|1   learned absolute positions beside RoPE (default 0; tagflow train's model: 1)",
+        "-O lengths=lognormal   prompt= tokens + a response of lognormal length (median=, p99/median 10, capped at",
+        "                       seq - prompt; defaults 16, 32, seq 512) until the rank's share of tokens",
+        "-O pack=on             packed micro-batches (micro_tokens= slots each, 0 = all rows); the padded step on",
+        "                       the same batch is timed after the loop (base_reps=, default 2): pad_real/s, x_pad"};
+    op.extra_columns = {"tokens/s", "GFLOP/s/rk", "gemm/rk", "util", "real/s", "fill", "pad_real/s", "x_pad"};
     op.extras = extras;
     return op;
 }
