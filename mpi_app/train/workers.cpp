@@ -42,8 +42,8 @@ ModelHandle policy_handle(model::LlamaModel m) {
     h.forward_packed = [m](const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& segments,
                            const torch::Tensor& rows) mutable {
         if (!rows.defined()) return m->forward_packed(tokens, positions, segments);
-        const torch::Tensor h = model::packed_hidden_states(*m->model, m->config(), tokens, positions, segments);
-        return m->head(h.reshape({-1, h.size(-1)}).index_select(0, rows));
+        const torch::Tensor hidden = model::packed_hidden_states(*m->model, m->config(), tokens, positions, segments);
+        return m->head(hidden.reshape({-1, hidden.size(-1)}).index_select(0, rows));
     };
     h.kind = "policy";
     return h;
