@@ -110,7 +110,7 @@ private:
     int32_t resume_from(RunSummary& sum, double& total_samples);
 
     // COLLECTIVE over MPI_COMM_WORLD (and the run file's communicator): new /ranks rows with the
-    // clock offsets measured now (profile/clock_sync.hpp).
+    // clock offsets measured now (profile/clock_sync.hpp), flushed before the checkpoint records sizes.
     void remeasure_clocks();
 
     // COLLECTIVE over MPI_COMM_WORLD, after a flush of the run file: `done` steps trained. The

@@ -95,6 +95,10 @@ void SyncScheduler::remeasure_clocks() {
             rows.push_back(rr);
         }
     run_.append_ranks(rows);
+    // On disk before the manifest records the sizes: a job killed after the checkpoint's commit and
+    // before the next step's flush otherwise leaves a file with fewer /ranks rows than the manifest,
+    // which resume refuses as another run's file (App.ckpt_kill_3 in CI, 2026-12-02).
+    run_.flush();
 }
 
 // COLLECTIVE over MPI_COMM_WORLD, after a flush of the run file: `done` steps trained. The
