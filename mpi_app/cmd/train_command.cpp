@@ -185,9 +185,6 @@ int train_command(int argc, char** argv) {
             if (name == "mode") value = std::string("\"") + opt.mode.name() + "\"";
         if (!why.empty()) print0("tagflow: no --mode given: %s\n", why.c_str());
     }
-    if (!opt.val_data.empty() && opt.mode.is_async())
-        throw ConfigError("--val-data: --mode " + std::string(opt.mode.name()) +
-                          " does not validate on a data set yet; use --mode sync");
     // Same verdict on every rank (it depends only on the options and every rank's tags).
     sched::check_async_roles(opt, roles);
     const bool async = opt.mode.is_async();
@@ -208,9 +205,11 @@ int train_command(int argc, char** argv) {
     std::unique_ptr<rollout::Task> task;
     if (!opt.data.empty()) {
         // --data: rank 0 indexes the file (every row checked: FILE:LINE), the others get the index;
-        // the rollout ranks start their reward scorers (a --reward-fn that does not import stops here).
+        // the rollout ranks start their reward scorers (a --reward-fn that does not import stops here),
+        // and an asynchronous mode's coordinator, which answers --val-data alone, its validation scorer.
         sched::load_run_tokenizer_on_every_rank(opt);
-        std::unique_ptr<sched::DataTask> dt = sched::open_data_task_on_every_rank(opt, roles.is_rollout());
+        const bool val_rank = opt.mode.is_async() && roles.world_rank == sched::async_coordinator(roles);
+        std::unique_ptr<sched::DataTask> dt = sched::open_data_task_on_every_rank(opt, roles.is_rollout(), val_rank);
         // Sync mode trains --prompts-per-step rows a step; an asynchronous one may take more steps
         // (a group dropped as stale is trained again later) and ends when the last epoch is trained.
         const int64_t steps = opt.mode.is_async() ? opt.steps : sched::data_steps(opt, dt->dataset().size());

@@ -196,6 +196,10 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
                   have_ckpt_ ? "checkpoint written, the run resumes at this step" : "no checkpoint");
         sum.exit_code = 1;
     }
+    if (rewards_failed_ + val_failed_ > 0)  // this rank's (the other ranks report theirs at STOP)
+        log_warn("rank %d: %llu rewards (%llu of them validation's) failed and were scored 0 (--reward-error zero)",
+                 me_, static_cast<unsigned long long>(rewards_failed_ + val_failed_),
+                 static_cast<unsigned long long>(val_failed_));
     if (data_ && sampler_->finished())
         say("%s: --data %s: %llu epoch%s, every row trained once\n", opt_.mode.name(), opt_.data.c_str(),
             static_cast<unsigned long long>(sampler_->completed_epochs()),
@@ -244,7 +248,9 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     ++step_;
     // The evaluation (generation, on the coordinator) falls between steps, not inside one.
     const double t_end = clock_.now();
-    const bool eval_now = (opt_.eval_every > 0 && step_ % opt_.eval_every == 0) || step_ == opt_.steps;
+    // --data: the step that trained the last row of the last epoch ends the run, so it evaluates too.
+    const bool eval_now =
+        (opt_.eval_every > 0 && step_ % opt_.eval_every == 0) || step_ == opt_.steps || (data_ && sampler_->finished());
     const double ev = eval_now ? evaluate(static_cast<int32_t>(step_)) : -1;
 
     io::StepRecord row;
@@ -301,12 +307,13 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     }
     enter(SpanKind::kIo);
     write(consumed, {row}, spans);
-    char evs[32] = "";
-    if (ev >= 0) snprintf(evs, sizeof evs, "  eval %.3f", ev);
+    char evb[32] = "";
+    if (ev >= 0) snprintf(evb, sizeof evb, "  eval %.3f", ev);
+    const std::string evs = ev >= 0 && data_ ? "  val " + val_line_ : std::string(evb);  // --val-data: as sync's
     say("step %5d/%-5lld reward %.3f ± %.3f%s  loss %+.4f  samples/s %7.1f  staleness %.2f/%d  idle %4.1f%%  "
         "elapsed %6.1fs\n",
-        s + 1, static_cast<long long>(opt_.steps), row.reward_mean, row.reward_std, evs, row.loss, row.samples_per_s,
-        row.staleness_mean, row.staleness_max, 100.0 * row.idle_frac, clock_.now());
+        s + 1, static_cast<long long>(opt_.steps), row.reward_mean, row.reward_std, evs.c_str(), row.loss,
+        row.samples_per_s, row.staleness_mean, row.staleness_max, 100.0 * row.idle_frac, clock_.now());
     // --max-bad-steps: the loop stops at this boundary and the end of the run checkpoints.
     std::string warning;
     if (bad_steps_.record(s + 1, row.skipped_updates, &warning)) bad_stop_ = true;

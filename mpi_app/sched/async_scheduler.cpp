@@ -207,9 +207,18 @@ RunSummary AsyncScheduler::run() {
         if (resumed_) {
             resume_summary(sum);
         } else {
+            if (data_ && data_->has_val())
+                say("step %5d/%-5lld --val-data %s: %llu rows (%llu skipped over --max-prompt-tokens), greedy%s; "
+                    "answered by the coordinator\n",
+                    0, static_cast<long long>(opt_.steps), opt_.val_data.c_str(),
+                    static_cast<unsigned long long>(data_->val().size()),
+                    static_cast<unsigned long long>(data_->val().skipped_over_limit()),
+                    opt_.val_samples > 1 ? (" and mean@" + std::to_string(opt_.val_samples)).c_str() : "");
             double e0 = evaluate(0);
             sum.first_eval = sum.best_eval = sum.last_eval = std::max(0.0, e0);
-            if (e0 >= 0)
+            if (e0 >= 0 && data_)
+                say("step %5d/%-5lld val %s\n", 0, static_cast<long long>(opt_.steps), val_line_.c_str());
+            else if (e0 >= 0)
                 say("step %5d/%-5lld eval %.3f (held-out greedy; best constant output %.3f)\n", 0,
                     static_cast<long long>(opt_.steps), e0, sum.best_constant);
             // A fresh run checkpoints its start too, so a job killed at any later moment can resume.
@@ -282,7 +291,8 @@ std::vector<io::SpanRecord> AsyncScheduler::take_spans() {
 }
 
 double AsyncScheduler::evaluate(int32_t step) {
-    if (!roles_.is_rollout() || data_) return -1;  // no rollout tag: never generates; --data: no held-out set
+    if (data_) return data_->has_val() ? validate_data(step) : -1;  // --data: no held-out set; --val-data's rows
+    if (!roles_.is_rollout()) return -1;                            // no rollout tag: never generates
     enter(SpanKind::kRollout);
     torch::NoGradGuard ng;
     double e = 0;
@@ -299,6 +309,35 @@ double AsyncScheduler::evaluate(int32_t step) {
     cut();  // the evaluation's span ends here, not at the next enter()
     if (run_) evals_.push_back({step, task_->name(), static_cast<float>(e), opt_.eval_prompts});
     return e;
+}
+
+double AsyncScheduler::validate_data(int32_t step) {
+    if (!reward_error_.empty()) return -1;  // the run stops at this boundary anyway
+    enter(SpanKind::kRollout);
+    torch::NoGradGuard ng;
+    ValOptions vo;
+    vo.max_tokens = opt_.val_max_tokens > 0 ? opt_.val_max_tokens : max_new_;
+    vo.samples = opt_.val_samples;
+    vo.temperature = opt_.val_temperature;
+    vo.seed = static_cast<uint64_t>(opt_.seed);
+    vo.positions = policy_->config().max_position_embeddings;
+    if (val_rows_.empty()) val_rows_ = data_->val_rows(0, 1);
+    rollout::InferenceConfig ec;
+    ec.max_batch = opt_.max_batch;
+    rollout::InferenceEngine eng(policy_, ec);
+    ValResult v;
+    try {
+        v = validate(eng, data_->tokenizer(), val_rows_, data_->val_scorer(), vo);
+    } catch (const Error& e) {
+        cut();
+        reward_error_ = e.what();
+        return -1;
+    }
+    cut();  // the validation's span ends here, not at the next enter()
+    val_failed_ += static_cast<uint64_t>(v.failed);
+    for (io::EvalRecord& e : eval_records(v, step, val_task_name(opt_.val_data))) evals_.push_back(e);
+    val_line_ = describe(v);
+    return v.overall.greedy();
 }
 
 }  // namespace tagflow::sched::async

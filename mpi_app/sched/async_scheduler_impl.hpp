@@ -52,6 +52,7 @@
 #include "sched/rl_trainer.hpp"
 #include "sched/sample_pool.hpp"
 #include "sched/sample_row.hpp"
+#include "sched/validation.hpp"
 #include "sched/wire.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
@@ -122,7 +123,15 @@ private:
     void cut();
     std::vector<io::SpanRecord> take_spans();
 
+    // Coordinator, between steps: the built-in task's held-out greedy evaluation, or with --data
+    // the --val-data validation (validate_data); -1 when there is none.
     double evaluate(int32_t step);
+    // --val-data (coordinator alone, no collective): every validation row answered with the newest
+    // weights on an engine of its own (engine_ may hold generations in flight) and scored by the
+    // rank's validation scorer (sched/validation.hpp); the /eval rows of `step` go to evals_ and
+    // val_line_ holds the progress line's text. A reward that fails under --reward-error fail sets
+    // reward_error_ (the loop stops at this boundary with a checkpoint) and returns -1.
+    double validate_data(int32_t step);
 
     // ------------------------------------------------------------------ gateway (--gateway)
     // The gateway rank is the first rank that only rolls out (never preempted); requests go to
@@ -399,6 +408,9 @@ private:
     std::vector<io::ConsumedRecord> purged_;      // coordinator: dropped by purge_stale, for the next write
     int64_t purged_since_step_ = 0;               // coordinator: their count since the last step's row
     std::string reward_error_;                    // coordinator: a failed reward stops the run (fail)
+    std::vector<data::Row> val_rows_;             // coordinator: every --val-data row
+    std::string val_line_;                        // coordinator: describe() of the last validation, for its line
+    uint64_t val_failed_ = 0;                     // coordinator: validation rewards scored 0 (--reward-error zero)
 
     // --admission staleness
     bool admission_ = false;                          // on (async modes, --admission staleness, not --data)

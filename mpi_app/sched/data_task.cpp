@@ -106,7 +106,10 @@ reward::Request DataTask::reward_request(uint64_t id, uint64_t row, const std::v
     return q;
 }
 
-void DataTask::start_scorer() {
+void DataTask::start_scorer() { scorer_ = new_scorer(); }
+void DataTask::start_val_scorer() { val_scorer_ = new_scorer(); }
+
+std::unique_ptr<reward::Scorer> DataTask::new_scorer() const {
     const reward::ErrorPolicy policy = reward::parse_error_policy(opt_.reward_error);
     if (!opt_.reward_fn.empty() || !opt_.reward_url.empty()) {
         reward::Options ro;
@@ -116,13 +119,12 @@ void DataTask::start_scorer() {
         ro.timeout_s = opt_.reward_timeout;
         ro.workers = opt_.reward_workers;
         ro.on_error = policy;
-        scorer_ = reward::make_scorer(ro);
-        return;
+        return reward::make_scorer(ro);
     }
     // Built-in: --reward builtin:NAME for every row, else each row's data_source (checked to have one).
     const data::ScoreFn fixed = opt_.reward.empty() ? nullptr : data::parse_reward_spec(opt_.reward);
     const std::string name = fixed ? data::scorer_name(fixed) : std::string("builtin by data_source");
-    scorer_ = reward::make_function_scorer(
+    return reward::make_function_scorer(
         name,
         [fixed](const reward::Request& q, std::string&) {
             const data::ScoreFn fn = fixed ? fixed : data::default_scorer(q.data_source);
@@ -138,7 +140,12 @@ reward::Scorer& DataTask::scorer() {
     return *scorer_;
 }
 
-std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& opt, bool rollout_rank) {
+reward::Scorer& DataTask::val_scorer() {
+    if (!val_scorer_) throw InternalError("DataTask::val_scorer: not started on this rank");
+    return *val_scorer_;
+}
+
+std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& opt, bool rollout_rank, bool val_rank) {
     Comm world = Comm::world();
     std::shared_ptr<const text::Tokenizer> tok = run_tokenizer(opt);
     const bool text_tokenizer = !opt.tokenizer.empty() || (!opt.model.empty() && text::has_hf_tokenizer(opt.model));
@@ -193,6 +200,7 @@ std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& op
     });
     agree([&] {
         if (rollout_rank) task->start_scorer();
+        if (val_rank && task->has_val()) task->start_val_scorer();
     });
     return task;
 }

@@ -3,9 +3,11 @@
 // set"). Holds the indexed data set (data/dataset.hpp; rank 0 indexes the file, the others get the
 // index as bytes and read rows by offset), the run's text tokenizer, and on rollout ranks the reward
 // scorer (reward/scorer.hpp: a built-in rule scorer per data_source or --reward builtin:NAME, a
-// --reward-fn worker pool, or a --reward-url client). A prompt group is a data-set Ticket (epoch,
-// row), not an index into a prompt stream: train_prompt() is not used, the scheduler asks
-// ticket_prompt(). The vocabulary and stop ids are the tokenizer's.
+// --reward-fn worker pool, or a --reward-url client); in the asynchronous modes with --val-data the
+// coordinator also holds a second scorer of the same kind for validation alone (its rewards never
+// mix with the training samples' rewards that rank's generation drains). A prompt group is a
+// data-set Ticket (epoch, row), not an index into a prompt stream: train_prompt() is not used, the
+// scheduler asks ticket_prompt(). The vocabulary and stop ids are the tokenizer's.
 // With --val-data it also holds the indexed validation set (the same way: rank 0 indexes, the others
 // get the index); validation itself is sched/validation.hpp's, called by the scheduler.
 // Does NOT: decide which ticket a group trains (the schedulers own the data::EpochSampler), write the
@@ -67,6 +69,10 @@ public:
     void start_scorer();
     reward::Scorer& scorer();
     bool has_scorer() const { return scorer_ != nullptr; }
+    /// The asynchronous modes' coordinator with --val-data: a scorer of its own for validation (the
+    /// same options; a --reward-fn pool of its own). Not collective.
+    void start_val_scorer();
+    reward::Scorer& val_scorer();
 
 private:
     data::Dataset ds_;
@@ -75,7 +81,8 @@ private:
     const config::Options& opt_;
     std::vector<int32_t> stop_ids_;
     int32_t max_prompt_ = 1, max_new_ = kDataDefaultMaxNew;
-    std::unique_ptr<reward::Scorer> scorer_;
+    std::unique_ptr<reward::Scorer> scorer_, val_scorer_;
+    std::unique_ptr<reward::Scorer> new_scorer() const;  // the one the --reward* options ask for
 };
 
 /// A --data prompt group names its ticket and its attempt: group = attempt x kAttemptStride + epoch
@@ -108,9 +115,11 @@ inline const DataTask* as_data_task(const rollout::Task& t) { return dynamic_cas
 /// opt.val_data) with the run tokenizer (every row checked, prompts counted and limited by
 /// --max-prompt-tokens), the others receive the index (Dataset::to_bytes) and reopen the file;
 /// checks that every row (of both files) has a scorer (a data_source with a built-in one, or --reward/--reward-fn/--reward-url); then the
-/// rollout ranks start their scorers (`start_scorer`). The same ConfigError (FILE:LINE, or the
-/// option) on every rank.
-std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& opt, bool rollout_rank);
+/// rollout ranks start their scorers (`start_scorer`), and `val_rank` (an asynchronous mode's
+/// coordinator with --val-data) its validation scorer (`start_val_scorer`). The same ConfigError
+/// (FILE:LINE, or the option) on every rank.
+std::unique_ptr<DataTask> open_data_task_on_every_rank(const config::Options& opt, bool rollout_rank,
+                                                       bool val_rank = false);
 
 /// Steps a --data run makes: --steps, or fewer when --epochs ends it first
 /// (ceil(rows x epochs / prompts-per-step)).

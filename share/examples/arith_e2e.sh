@@ -10,8 +10,9 @@
 #   bash share/examples/arith_e2e.sh            # from the repository root, after the build
 #
 # Every setting is an environment variable (defaults: the documented run). MODE is the training mode
-# (sync today; the asynchronous modes take --data once they do). CONTROL=1 adds --shuffle-advantages:
-# the same run with each step's advantages given to the wrong samples (a control that must not learn).
+# (sync, the measured runs; multiplex and disaggregated validate too, not measured). CONTROL=1 adds
+# --shuffle-advantages: the same run with each step's advantages given to the wrong samples (a control
+# that must not learn).
 # The warm start is reused when OUT/sft/model exists (RUN names the RL run directory under OUT).
 # Does not: install anything or download anything; it needs the build and the npm test references
 # (share/setup.sh --tests) for the tokenizer files.

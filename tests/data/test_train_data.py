@@ -28,9 +28,9 @@ CASE val (--val-data, issue 18 point 4): a --reward-fn scoring each validation r
   alone (so the expected means are known whatever the model says): /eval has, at steps 0, 2 and 3
   (--eval-every 2 and the end), one row per data_source and one overall, greedy (k 0) and mean@3
   (k 3), each the mean of its rows' scores, task "val"; the progress lines show them; the function saw
-  every validation row's data_source and ground truth. Bad --val-data (not JSON, a missing prompt, an
-  empty file), --val-data without --data, and with an asynchronous mode: exit 2, one line naming
-  FILE:LINE or the option, no run directory.
+  every validation row's data_source and ground truth (tests/data/val_checks.py, shared with the
+  asynchronous modes' test). Bad --val-data (not JSON, a missing prompt, an empty file), --val-data
+  without --data: exit 2, one line naming FILE:LINE or the option, no run directory.
 Exits non-zero on failure."""
 import argparse
 import gzip
@@ -56,6 +56,7 @@ import mini_tokenizer  # noqa: E402
 import tagflow_run  # noqa: E402
 from app_tests import rank_pids  # noqa: E402
 from generate_text import write_qwen3  # noqa: E402
+from val_checks import VAL_BRANCH, VAL_ROWS, check_eval, eval_rows, write_val  # noqa: E402
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", RAYON_NUM_THREADS="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -352,12 +353,8 @@ import json, os
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     with open(os.environ["REWARD_LOG"], "a") as f:
         f.write(json.dumps({"ds": data_source, "gt": ground_truth, "x": extra_info}) + "\\n")
-    if "v" in extra_info:        # a validation row: its score is in the row
-        return float(extra_info["v"])
-    return 0.5
+''' + VAL_BRANCH + '''    return 0.5
 '''
-VAL_ROWS = [("openai/gsm8k", 1.0), ("openai/gsm8k", 0.0), ("openai/gsm8k", 1.0), ("openai/gsm8k", 1.0),
-            ("lighteval/MATH", 0.0), ("lighteval/MATH", 0.25), ("lighteval/MATH", 1.0)]
 
 
 def case_val(s):
@@ -368,38 +365,16 @@ def case_val(s):
     log = os.path.join(w, "val_log.jsonl")
     ENV["REWARD_LOG"] = log
     val = os.path.join(w, "val.jsonl")
-    with open(val, "w") as f:
-        for i, (ds, v) in enumerate(VAL_ROWS):
-            prompt = f"Check {i}: what is {i} times two?"
-            f.write(json.dumps({"prompt": prompt if i % 2 else [{"role": "user", "content": prompt}],
-                                "data_source": ds, "reward_model": {"ground_truth": str(2 * i)},
-                                "extra_info": {"v": v, "i": i}}) + "\n")
+    write_val(val)
     out = os.path.join(w, "val")
     p = s.run(out, "--mode", "sync", "--reward-fn", fn, "--reward-workers", "1", "--val-data", val,
               "--val-samples", "3", "--eval-every", "2")
     if not check(p.returncode == 0, f"--val-data run exits 0 (rc {p.returncode})" +
                  ("" if p.returncode == 0 else p.stderr[-3000:])):
         return
-    want = {}
-    for ds in ("openai/gsm8k", "lighteval/MATH", ""):
-        vs = [v for d, v in VAL_ROWS if ds in ("", d)]
-        want[ds] = (sum(vs) / len(vs), len(vs))
     with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
-        e = f["eval"]
-        rows = [(int(st), t.decode(), src.decode(), int(k), float(sc), int(n)) for st, t, src, k, sc, n in
-                zip(e["step"][()], e["task"][()], e["data_source"][()], e["k"][()], e["score"][()], e["n"][()])]
-    steps = sorted({r[0] for r in rows})
-    check(steps == [0, 2, STEPS], f"/eval at steps 0, 2 and {STEPS} (--eval-every 2, the end): {steps}")
-    check(all(r[1] == "val" for r in rows), f"/eval task is the file's name 'val' {sorted({r[1] for r in rows})}")
-    for st in steps:
-        got = {(r[2], r[3]): (r[4], r[5]) for r in rows if r[0] == st}
-        exp = {(ds, k): want[ds] for ds in want for k in (0, 3)}
-        check(set(got) == set(exp) and all(abs(got[x][0] - exp[x][0]) < 1e-6 and got[x][1] == exp[x][1] for x in exp),
-              f"step {st}: greedy and mean@3 per data_source and overall are the means of the rows' scores "
-              f"(got {sorted(got.items())}, want {sorted(exp.items())})")
-    lines = [l for l in p.stdout.splitlines() if " val 0.607 (lighteval/MATH 0.417, openai/gsm8k 0.750) mean@3 0.607" in l]
-    check(len(lines) == 3, f"the progress lines show the validation at steps 0, 2 and {STEPS} ({len(lines)} lines: "
-          f"{[l for l in p.stdout.splitlines() if ' val ' in l][:4]})")
+        rows = eval_rows(f)
+    check_eval(check, rows, p.stdout, [0, 2, STEPS], 3, "sync")  # --eval-every 2 and the end
     calls = [json.loads(l) for l in open(log)]
     vcalls = [c for c in calls if "v" in c["x"]]
     check(len(vcalls) == 3 * len(VAL_ROWS) * 4 and
@@ -428,8 +403,6 @@ def case_val(s):
     lines = err_lines(p.stderr)
     check(p.returncode == 2 and lines and "--val-data: needs --data FILE" in lines[0] and not os.path.exists(out),
           f"--val-data without --data: exit 2, one line, no run directory (rc {p.returncode}: {lines[:2]})")
-    expect_refused(s, "val_async", ["--mode", "multiplex", "--val-data", val], r"--(val-)?data: --mode multiplex",
-                   "--val-data with --mode multiplex")
 
 
 def main():

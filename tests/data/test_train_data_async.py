@@ -15,11 +15,19 @@ samples go stale and groups are dropped (admission would keep them from going st
   - prompt_index is the row (group = attempt x 2^32 + epoch x rows + row), each prompt text holds
     its row's question, each reward is the function's (row / 100 + a small length term);
   - every sample's reward extras read back by tagflow_run equal what the function returned.
-CASE multiplex: --mode multiplex, rank 0 rollout only, rank 1 rollout and train.
-CASE disaggregated: --mode disaggregated, rank 0 generates, rank 1 trains.
+CASE multiplex: --mode multiplex, rank 0 rollout only, rank 1 rollout and train; with --val-data
+  (tests/data/val_checks.py: rows that carry their score) --val-samples 2 --eval-every 5: /eval at step 0,
+  every 5th and the last, greedy and mean@2 per data_source and overall, the means of the rows' scores, the
+  progress lines show them (the coordinator, rank 1, validates between steps).
+CASE disaggregated: --mode disaggregated, rank 0 generates, rank 1 trains; the same --val-data checks (the
+  coordinator, rank 1, only trains otherwise: it answers the validation rows on an engine of its own).
 CASE admission: the multiplex run with --admission staleness: at most 10% dropped, every row trained once.
 CASE kill: the multiplex run SIGKILLed on both ranks after its checkpoint at step 2, then resumed
   with the same command line: the same checks across the kill, one /resumes row.
+CASE valfail: --reward-error fail on a validation reward in multiplex: the function refuses every
+  validation row after the step-0 validation's, so the validation after step 2 fails: exit 1, one line
+  naming the validation reward and the cause, the coordinator's checkpoint at step 2; resumed with the
+  function repaired, the run completes with every (epoch, row) trained exactly once and validates on.
 CASE url: the multiplex run scored by --reward-url (an HTTP endpoint in this process computing the
   same function, with a bearer token) instead of --reward-fn: the same checks, and the endpoint saw
   every sample once. Then --reward-error fail through the endpoint in multiplex: it refuses row 4,
@@ -48,6 +56,7 @@ import tagflow_run  # noqa: E402
 from app_tests import rank_pids  # noqa: E402
 from export_tests import write_small_tokenizer  # noqa: E402
 from generate_text import write_qwen3  # noqa: E402
+from val_checks import VAL_BRANCH, check_eval, eval_rows, write_val  # noqa: E402
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", RAYON_NUM_THREADS="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -61,8 +70,14 @@ MODES = {"multiplex": ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollou
 failures = []
 
 REWARD_FN = '''
+import os
+VAL_CALLS = [0]
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    k = extra_info["k"]
+    if "v" in extra_info:        # case valfail: validation rows fail after the first BREAK_VAL_AFTER
+        VAL_CALLS[0] += 1
+        if VAL_CALLS[0] > int(os.environ.get("BREAK_VAL_AFTER", "1000000")):
+            raise ValueError("validation row %d refused" % extra_info["i"])
+''' + VAL_BRANCH + '''    k = extra_info["k"]
     return {"score": k / 100.0 + (len(solution_str) % 5) / 1000.0, "gt_len": len(ground_truth), "tag": "k%d" % k}
 '''
 
@@ -95,20 +110,22 @@ class Setup:
                 prompt = question(r) if r % 2 else [{"role": "user", "content": question(r)}]
                 f.write(json.dumps({"prompt": prompt, "data_source": "my/src",
                                     "reward_model": {"ground_truth": str(2 * r + 3)}, "extra_info": {"k": r}}) + "\n")
+        self.val = os.path.join(a.work, "val.jsonl")
+        write_val(self.val)
         self.fn = os.path.join(a.work, "reward.py")
         with open(self.fn, "w") as f:
             f.write(REWARD_FN)
 
-    def cmd(self, out, mode, admission="off"):
+    def cmd(self, out, mode, admission="off", val=()):
         return (["mpirun", "-n", "2", self.a.tagflow, "train", "--out", out, "--model", self.model, "--data", self.data,
                  "--epochs", str(EPOCHS), "--prompts-per-step", str(P), "--group-size", str(G), "--max-new-tokens",
                  "6", "--gemm-check", "false", "--threads", "1", "--max-batch", "4", "--seed", "3", "--ckpt-every",
                  "1", "--staleness", "0", "--admission", admission, "--reward-fn", self.fn, "--reward-workers", "1"]
-                + MODES[mode])
+                + MODES[mode] + list(val))
 
-    def run(self, out, mode, admission="off"):
+    def run(self, out, mode, admission="off", val=()):
         t = time.time()
-        p = subprocess.run(self.cmd(out, mode, admission), capture_output=True, text=True, env=ENV, timeout=600)
+        p = subprocess.run(self.cmd(out, mode, admission, val), capture_output=True, text=True, env=ENV, timeout=600)
         print(f"     ({mode}: {time.time() - t:.1f} s)", flush=True)
         return p
 
@@ -122,6 +139,7 @@ def read(out):
         d["cons_id"], d["cons_w"] = f["consumed"]["id"][()], f["consumed"]["weight"][()]
         d["resumes"] = f["resumes"]["from_step"][()]
         d["steps"] = f["steps"]["step"][()]
+        d["eval"] = eval_rows(f)
         d["prompt_text"], d["response_text"] = tagflow_run.sample_texts(f)
         d["extras"] = tagflow_run.sample_extras(f)
         d["table_extras"] = tagflow_run.table(f, "samples")["reward_extras"].tolist()
@@ -194,12 +212,17 @@ def case_admission(s):
 
 def case_mode(s, mode):
     out = os.path.join(s.a.work, mode)
-    p = s.run(out, mode)
+    K, EVERY = 2, 5  # a run takes 6 or more steps: the validation after the last is one of its own
+    p = s.run(out, mode, val=["--val-data", s.val, "--val-samples", str(K), "--eval-every", str(EVERY)])
     if not check(p.returncode == 0, f"{mode} --data run exits 0 (rc {p.returncode})" +
                  ("" if p.returncode == 0 else p.stdout[-2000:] + p.stderr[-3000:])):
         return
     check("every row trained once" in p.stdout, f"{mode}: the run says it ended after the epochs")
-    check_once(read(out), mode)
+    d = read(out)
+    check_once(d, mode)
+    # --val-data: at the start, every EVERY steps and after the step that trained the last row.
+    n = len(d["steps"])
+    check_eval(check, d["eval"], p.stdout, sorted({0, n} | set(range(EVERY, n + 1, EVERY))), K, mode)
     if mode != "multiplex":
         return
     # A file written before the reward extras columns still reads: extras None, invariants hold.
@@ -255,6 +278,30 @@ def case_kill(s):
     d = read(out)
     check(len(d["resumes"]) == 1, f"one /resumes row {d['resumes'].tolist()}")
     check_once(d, "kill + resume")
+
+
+def case_valfail(s):
+    out = os.path.join(s.a.work, "valfail")
+    val = ["--val-data", s.val, "--eval-every", "2"]
+    env = dict(ENV, BREAK_VAL_AFTER="7")  # the step-0 validation's 7 rows pass, then every one fails
+    p = subprocess.run(s.cmd(out, "multiplex", val=val), capture_output=True, text=True, env=env, timeout=600)
+    lines = [l for l in p.stderr.splitlines() if "--reward-error fail" in l]
+    check(p.returncode == 1 and len(lines) == 1 and "validation reward" in lines[0] and "refused" in lines[0],
+          f"a failed validation reward in multiplex: exit 1, one line naming it and the cause "
+          f"(rc {p.returncode}: {lines[:2]} {p.stderr.splitlines()[-3:]})")
+    at = manifest_step(out)
+    check(at == 2, f"the coordinator's checkpoint at the failed validation's step 2 (at {at})")
+    p = s.run(out, "multiplex", val=val)
+    if not check(p.returncode == 0,
+                 f"resumed with the function repaired: exit 0 (rc {p.returncode}) {p.stderr[-2000:]}"):
+        return
+    d = read(out)
+    check(len(d["resumes"]) == 1, f"one /resumes row {d['resumes'].tolist()}")
+    check_once(d, "validation reward failure + resume")
+    n = len(d["steps"])
+    steps = sorted({r[0] for r in d["eval"]})
+    check(steps == sorted({0, n} | set(range(4, n + 1, 2))), f"/eval at step 0 and after the resume at every 2nd "
+          f"step and the last {n} (the failed step 2's validation is not repeated): {steps}")
 
 
 class Endpoint:
@@ -345,7 +392,7 @@ def case_url(s):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["multiplex", "disaggregated", "kill", "admission", "url"])
+    ap.add_argument("case", choices=["multiplex", "disaggregated", "kill", "admission", "url", "valfail"])
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
@@ -356,6 +403,8 @@ def main():
         case_admission(s)
     elif a.case == "url":
         case_url(s)
+    elif a.case == "valfail":
+        case_valfail(s)
     else:
         case_mode(s, a.case)
     print(f"{len(failures)} failure(s)" if failures else "all checks passed")
