@@ -19,27 +19,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
 import tagflow_run  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+# ENV: mpirun as root, no TAGFLOW_*; check() stops the case with a Failure. Other scripts import these from here.
+from testlib import ENV, Failure, check, rank_pids  # noqa: E402,F401
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
 # Small and fast: these tests check plumbing, not learning.
 FAST = ["--steps", "4", "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "2",
         "--eval-prompts", "16", "--gemm-check", "false"]
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-    print("ok:", msg, flush=True)
 
 
 def mpirun(a, np, args, env=None, timeout=300):
@@ -276,26 +264,6 @@ def case_reproducible(a):
 
 
 # ---------------------------------------------------------------- crash behaviour
-def rank_pids(mpirun_pid):
-    """pid of each rank (OMPI_COMM_WORLD_RANK) started by this mpirun (its direct children)."""
-    out = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = open(f"/proc/{pid}/stat").read()
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] == "Z" or int(fields[1]) != mpirun_pid:
-            continue
-        for kv in env:
-            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                out[int(kv.split(b"=")[1])] = int(pid)
-    return out
-
-
 def case_sigkill(a):
     out = fresh(a, "sigkill")
     log = open(os.path.join(a.workdir, "sigkill.log"), "w")

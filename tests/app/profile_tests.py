@@ -30,11 +30,9 @@ a JSON object, ranks the job lacks, steps 0, an unknown field, "shapes" not a bo
 message naming the problem; an unknown id 404. The job goes on (SIGUSR1: exit 75).
 Each case prints what it measured and exits non-zero on failure.
 """
-import argparse
 import glob
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -42,24 +40,12 @@ import time
 
 import h5py
 
-from app_tests import ENV, Failure, check
-from trace_tests import rank_pid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from testlib import (ENV, Failure, as_nobody, case_main, check, fresh_dir, http_json,  # noqa: E402
+                     one_line_error, run_tagflow, stop_job)
+from trace_tests import rank_pid  # noqa: E402
 
 SKEW = {1: 0.30}
-
-
-def fresh(a, name):
-    d = os.path.join(a.workdir, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    return d
-
-
-def tagflow(a, args, timeout=120, **kw):
-    t0 = time.time()
-    p = subprocess.run([a.tagflow] + args, env=ENV, capture_output=True, text=True, timeout=timeout, **kw)
-    p.wall = time.time() - t0
-    return p
 
 
 def start_job(a, out, steps, extra=(), env=None):
@@ -90,16 +76,6 @@ def wait_step(out, n, job, timeout=90):
     raise Failure(f"timed out waiting for step {n}")
 
 
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def valid_chrome_trace(path):
     with open(path, encoding="utf-8") as fh:
         j = json.load(fh)
@@ -116,19 +92,19 @@ def valid_chrome_trace(path):
 
 # ---------------------------------------------------------------- case: a profile requested mid-run
 def case_midrun(a):
-    out = fresh(a, "midrun")
+    out = fresh_dir(a, "midrun")
     spec = ",".join(f"{r}:{s}" for r, s in SKEW.items())
     job, log, log_path = start_job(a, out, 2000, ["--ckpt-every", "4"], env={"TAGFLOW_TEST_CLOCK_SKEW_S": spec})
     try:
         wait_step(out, 2, job)
-        p = tagflow(a, ["profile", out, "--ranks", "1", "--steps", "3", "--timeout", "60"])
+        p = run_tagflow(a, ["profile", out, "--ranks", "1", "--steps", "3", "--timeout", "60"])
         sys.stdout.write(p.stdout + p.stderr)
         check(p.returncode == 0, f"tagflow profile --ranks 1 --steps 3 exits 0 ({p.wall:.1f} s)")
         check(job.poll() is None, "the job still runs after the profile")
         job.send_signal(signal.SIGUSR1)  # checkpoint at the next step, exit 75
         rc = job.wait(timeout=120)
     finally:
-        stop(job)
+        stop_job(job)
         log.close()
     check(rc == 75, f"the profiled job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
     prof = os.path.join(out, "profiles")
@@ -172,7 +148,7 @@ def case_midrun(a):
     other = dict(j, otherData=dict(j["otherData"], t0_unix=j["otherData"]["t0_unix"] + 100))
     json.dump(other, open(os.path.join(prof, "rank.1.step.900-901.json"), "w"))
     trace = os.path.join(a.workdir, "midrun.trace.json")
-    p = tagflow(a, ["trace", h5, "-o", trace])
+    p = run_tagflow(a, ["trace", h5, "-o", trace])
     sys.stdout.write(p.stdout)
     check(p.returncode == 0 and "1 LibTorch profile(s)" in p.stdout, f"tagflow trace merges the profile ({p.stderr})")
     notes = [l for l in p.stdout.splitlines() if l.startswith("note: skipped")]
@@ -203,7 +179,7 @@ def case_midrun(a):
 
 # ---------------------------------------------------------------- case: bad requests, a rank that does not deliver
 def case_deliver(a):
-    out = fresh(a, "deliver")
+    out = fresh_dir(a, "deliver")
     job, log, log_path = start_job(a, out, 3000)
     req = os.path.join(out, "profile.request")
     try:
@@ -245,7 +221,7 @@ def case_deliver(a):
         s0 = run_step(out)
         for k in range(max(0, s0 - 2), s0 + 400):
             os.makedirs(os.path.join(prof, f"rank.1.step.{k}-{k}.json"), exist_ok=True)
-        p = tagflow(a, ["profile", out, "--ranks", "0,1", "--steps", "1", "--timeout", "60"])
+        p = run_tagflow(a, ["profile", out, "--ranks", "0,1", "--steps", "1", "--timeout", "60"])
         sys.stdout.write(p.stdout + p.stderr)
         lines = p.stdout.splitlines()
         check(p.returncode == 1, f"a rank failed: exit 1 ({p.returncode})")
@@ -259,7 +235,7 @@ def case_deliver(a):
         check(pid1 is not None, "found rank 1's process")
         os.kill(pid1, signal.SIGSTOP)
         try:
-            p = tagflow(a, ["profile", out, "--ranks", "1", "--steps", "1", "--timeout", "5"])
+            p = run_tagflow(a, ["profile", out, "--ranks", "1", "--steps", "1", "--timeout", "5"])
         finally:
             os.kill(pid1, signal.SIGCONT)
         sys.stdout.write(p.stdout + p.stderr)
@@ -273,31 +249,18 @@ def case_deliver(a):
         check(os.path.exists(os.path.join(prof, f"{rid}.rank.1.json")), "after SIGCONT rank 1 answers the request")
         check(job.poll() is None, "the job runs on")
         for rng, needle in [("2", "rank 2 is out of range"), ("0-7", "rank 7 is out of range")]:
-            p = tagflow(a, ["profile", out, "--ranks", rng, "--steps", "1"])
+            p = run_tagflow(a, ["profile", out, "--ranks", rng, "--steps", "1"])
             lines = p.stderr.strip().splitlines()
             check(p.returncode == 2 and len(lines) == 1 and needle in lines[0],
                   f"--ranks {rng} on a 2-rank job: exit 2, one line ({lines})")
     finally:
-        stop(job)
+        stop_job(job)
         log.close()
 
 
 # ---------------------------------------------------------------- case: hostile input for the command
-def one_line_error(p, needle, what):
-    lines = p.stderr.strip().splitlines()
-    check(p.returncode == 2 and len(lines) == 1 and needle in lines[0] and not p.stdout.strip(),
-          f"{what}: exit 2, one line naming it ({lines})")
-
-
-def as_nobody():
-    if os.geteuid() == 0:
-        os.setgid(65534)
-        os.setgroups([])
-        os.setuid(65534)
-
-
 def case_hostile(a):
-    d = fresh(a, "hostile")
+    d = fresh_dir(a, "hostile")
     os.chmod(a.workdir, 0o755)
     os.chmod(d, 0o755)
     running = {"format": "tagflow-status", "version": 1, "mode": "sync", "updated_unix": time.time(), "refresh_s": 1,
@@ -328,13 +291,13 @@ def case_hostile(a):
                          ([ok, "--ranks", "2", "--steps", "1"], "rank 2 is out of range"),
                          ([ok, "--ranks", "99999999999", "--steps", "1"], "not a non-negative integer"),
                          ([ok, "--ranks", "0", "--steps", "1", "--timeout", "-3"], "--timeout -3")]:
-        one_line_error(tagflow(a, ["profile"] + args), needle, f"profile {' '.join(args)}")
+        one_line_error(run_tagflow(a, ["profile"] + args), needle, f"profile {' '.join(args)}")
     check(not os.path.exists(os.path.join(ok, "profile.request")), "no request written for bad usage")
-    one_line_error(tagflow(a, ["profile", d + "/nope", "--ranks", "0", "--steps", "1"]), "no such run directory",
+    one_line_error(run_tagflow(a, ["profile", d + "/nope", "--ranks", "0", "--steps", "1"]), "no such run directory",
                    "a missing run directory")
     f = os.path.join(d, "file")
     open(f, "w").close()
-    one_line_error(tagflow(a, ["profile", f, "--ranks", "0", "--steps", "1"]), "not a directory",
+    one_line_error(run_tagflow(a, ["profile", f, "--ranks", "0", "--steps", "1"]), "not a directory",
                    "a file as run directory")
     for name, rec, needle in [("empty", None, "no status record"),
                               ("garbage", b"\x00\xffnope", "not a tagflow status record"),
@@ -342,44 +305,27 @@ def case_hostile(a):
                               ("noworld", {k: v for k, v in running.items() if k != "world_size"}, "world_size"),
                               ("done", dict(running, run=dict(running["run"], done=True)), "the run has finished")]:
         rd = run_dir(name, rec)
-        one_line_error(tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1"]), needle, f"status.json {name}")
+        one_line_error(run_tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1"]), needle, f"status.json {name}")
         check(not os.path.exists(os.path.join(rd, "profile.request")), f"{name}: no request written")
     rd = run_dir("linkprof", running)
     os.symlink("/tmp", os.path.join(rd, "profiles"))
-    one_line_error(tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1"]), "not a directory",
+    one_line_error(run_tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1"]), "not a directory",
                    "profiles/ a symbolic link")
     rd = run_dir("noperm", running)
     os.chmod(rd, 0o555)
-    p = tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1", "--no-wait"], preexec_fn=as_nobody)
+    p = run_tagflow(a, ["profile", rd, "--ranks", "0", "--steps", "1", "--no-wait"], preexec_fn=as_nobody)
     one_line_error(p, "cannot write the request", "a run directory the user cannot write")
     check(sorted(os.listdir(rd)) == ["status.json"], "nothing written there")
     # control: the same directory writable, --no-wait writes the request and exits 0
-    p = tagflow(a, ["profile", ok, "--ranks", "all", "--steps", "2", "--no-wait"])
+    p = run_tagflow(a, ["profile", ok, "--ranks", "all", "--steps", "2", "--no-wait"])
     req = json.load(open(os.path.join(ok, "profile.request")))
     check(p.returncode == 0 and req["ranks"] == [0, 1] and req["steps"] == 2 and
           req["format"] == "tagflow-profile-request", f"control: a good request is written (exit {p.returncode})")
 
 
 # ---------------------------------------------------------------- case: the gateway's /v1/profile
-def http(port, method, path, body=None, token=None):
-    import http.client
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    h = {"Content-Type": "application/json"}
-    if token:
-        h["Authorization"] = "Bearer " + token
-    c.request(method, path, body=body if body is None or isinstance(body, bytes) else json.dumps(body).encode(),
-              headers=h)
-    r = c.getresponse()
-    raw = r.read()
-    c.close()
-    try:
-        return r.status, json.loads(raw)
-    except ValueError:
-        return r.status, {}
-
-
 def case_gateway(a):
-    out = fresh(a, "gateway")
+    out = fresh_dir(a, "gateway")
     cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "disaggregated", "--rank-tags",
            "0=rollout;1=rollout,train", "--gateway", "127.0.0.1:0", "--task", "reverse", "--digits", "3",
            "--max-new-tokens", "8", "--steps", "2000", "--group-size", "2", "--train-threshold", "4",
@@ -394,7 +340,7 @@ def case_gateway(a):
         url = open(os.path.join(out, "gateway.url")).read().strip()
         port = int(url.rsplit(":", 1)[1].split("/")[0])
         token = open(os.path.join(out, "gateway.token")).read().strip()
-        s, j = http(port, "POST", "/v1/profile", {"ranks": [1], "steps": 2})
+        s, j = http_json(port, "POST", "/v1/profile", {"ranks": [1], "steps": 2})
         check(s == 401, f"POST /v1/profile without the token -> 401 ({s})")
         bad = [(b"[1, 2]", "JSON object"), (b"{not json", "JSON object"),
                ({"ranks": [5], "steps": 2}, "rank 5 is out of range"), ({"ranks": "1", "steps": 0}, "not in [1,"),
@@ -403,22 +349,22 @@ def case_gateway(a):
                ({"ranks": [-1], "steps": 2}, '"ranks" must be'), ({"steps": 2}, '"ranks" must be'),
                ({"ranks": "all", "steps": "2"}, '"steps" must be an integer')]
         for body, words in bad:
-            s, j = http(port, "POST", "/v1/profile", body, token)
+            s, j = http_json(port, "POST", "/v1/profile", body, token)
             msg = j.get("error", {}).get("message", "")
             check(s == 400 and words in msg and "\n" not in msg, f"POST /v1/profile {body!r} -> 400 naming it ({s}: {msg})")
         check(not os.path.exists(os.path.join(out, "profile.request")), "no request file written by a bad body")
-        s, _ = http(port, "GET", "/v1/profile", token=token)
+        s, _ = http_json(port, "GET", "/v1/profile", token=token)
         check(s == 405, f"GET /v1/profile -> 405 ({s})")
-        s, _ = http(port, "GET", "/v1/profile/p0000", token=token)
+        s, _ = http_json(port, "GET", "/v1/profile/p0000", token=token)
         check(s == 404, f"GET /v1/profile/<an id nobody asked for> -> 404 ({s})")
-        s, j = http(port, "POST", "/v1/profile", {"ranks": [1], "steps": 2, "shapes": False}, token)
+        s, j = http_json(port, "POST", "/v1/profile", {"ranks": [1], "steps": 2, "shapes": False}, token)
         check(s == 202 and j.get("ranks") == [1] and j.get("steps") == 2 and j.get("status_url") == "/v1/profile/" +
               j.get("id", "?"), f"POST /v1/profile -> 202 with an id ({s}: {j})")
-        s2, _ = http(port, "POST", "/v1/profile/" + j.get("id", "x"), {}, token)
+        s2, _ = http_json(port, "POST", "/v1/profile/" + j.get("id", "x"), {}, token)
         check(s2 == 405, f"POST /v1/profile/ID -> 405 ({s2})")
         st, t_end = {}, time.time() + 90
         while time.time() < t_end:
-            s, st = http(port, "GET", j["status_url"], token=token)
+            s, st = http_json(port, "GET", j["status_url"], token=token)
             if s != 200 or st.get("done"):
                 break
             time.sleep(0.3)
@@ -433,29 +379,11 @@ def case_gateway(a):
         job.send_signal(signal.SIGUSR1)
         rc = job.wait(timeout=120)
     finally:
-        stop(job)
+        stop_job(job)
         log.close()
     check(rc == 75, f"the job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--tagflow", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    a.workdir = os.path.join(a.workdir, "profile_" + a.case)
-    os.makedirs(a.workdir, exist_ok=True)
-    case = {"midrun": case_midrun, "deliver": case_deliver, "hostile": case_hostile, "gateway": case_gateway}[a.case]
-    t0 = time.time()
-    try:
-        case(a)
-    except Failure as e:
-        print(f"FAIL ({a.case}):", e)
-        return 1
-    print(f"PASS profile {a.case} ({time.time() - t0:.1f} s)")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(case_main("profile", {"midrun": case_midrun, "deliver": case_deliver, "hostile": case_hostile,
+                                   "gateway": case_gateway}))

@@ -21,10 +21,8 @@ CASE `hostile`: bad usage, a missing or wrong run directory, a foreign, corrupt,
 newer or unreadable status.json: exit 2 and one line naming the problem, nothing on stdout.
 Each case prints what it measured and exits non-zero on failure.
 """
-import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,8 +31,10 @@ import time
 import h5py
 import numpy as np
 
-from app_tests import ENV, Failure, check  # mpirun environment without TAGFLOW_*, check() prints ok:
-from trace_tests import rank_pid
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from testlib import (ENV, Failure, as_nobody, case_main, check, fresh_dir, one_line_error,  # noqa: E402
+                     run_tagflow, stop_job)
+from trace_tests import rank_pid  # noqa: E402
 
 SKEW = {0: 0.02, 1: 0.30}
 LONG_RUN = ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train", "--steps", "2000", "--seed", "5",
@@ -42,23 +42,8 @@ LONG_RUN = ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train", "
             "--heartbeat-timeout", "120"]
 
 
-def fresh(a, name):
-    d = os.path.join(a.workdir, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    return d
-
-
-def tagflow(a, args, env=None, timeout=120, **kw):
-    t0 = time.time()
-    p = subprocess.run([a.tagflow] + args, env=dict(ENV, **(env or {})), capture_output=True, text=True,
-                       timeout=timeout, **kw)
-    p.wall = time.time() - t0
-    return p
-
-
 def status_json(a, out):
-    p = tagflow(a, ["status", out, "--json"])
+    p = run_tagflow(a, ["status", out, "--json"])
     if p.returncode == 2:
         return None, p
     return json.loads(p.stdout), p
@@ -81,16 +66,6 @@ def wait_record(a, out, pred, timeout=120, what="the status record"):
     raise Failure(f"timed out waiting for {what}")
 
 
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 # ---------------------------------------------------------------- case: skewed clocks
 def last_end_per_step(tl, rank, off=0.0):
     m = tl["rank"] == rank
@@ -101,7 +76,7 @@ def last_end_per_step(tl, rank, off=0.0):
 
 
 def case_skew(a):
-    out = fresh(a, "skew")
+    out = fresh_dir(a, "skew")
     spec = ",".join(f"{r}:{s}" for r, s in SKEW.items())
     cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "sync", "--steps", "8", "--seed", "5",
            "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "0", "--gemm-check", "false"]
@@ -130,7 +105,7 @@ def case_skew(a):
     steps = sorted(set(e0) & set(e1))
     raw = np.array([e1[s] - e0[s] for s in steps])
     trace = os.path.join(a.workdir, "skew.trace.json")
-    p = tagflow(a, ["trace", h5, "-o", trace])
+    p = run_tagflow(a, ["trace", h5, "-o", trace])
     check(p.returncode == 0, f"tagflow trace exits 0: {p.stderr.strip()}")
     with open(trace, encoding="utf-8") as fh:
         ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "timeline"]
@@ -150,7 +125,7 @@ def case_skew(a):
 
 # ---------------------------------------------------------------- case: roles change as the run goes
 def case_roles(a):
-    out = fresh(a, "roles")
+    out = fresh_dir(a, "roles")
     # --admission off: with admission the rollout-only rank waits (idle) most of the run, and the
     # record, sampled once a second, may never catch it rolling out.
     job, log = start_job(a, out, extra=["--admission", "off"])
@@ -179,7 +154,7 @@ def case_roles(a):
         watch.send_signal(signal.SIGINT)
         watch.wait(timeout=30)
         check(screens >= 3, f"--watch reprints while the job runs ({screens} screens)")
-        p = tagflow(a, ["status", out])
+        p = run_tagflow(a, ["status", out])
         sys.stdout.write(p.stdout)
         check(p.returncode == 0 and len(p.stdout.splitlines()) >= 4 and
               [l.split()[0] for l in p.stdout.splitlines()[2:4]] == ["0", "1"],
@@ -194,7 +169,7 @@ def case_roles(a):
     finally:
         if watch and watch.poll() is None:
             watch.kill()
-        stop(job)
+        stop_job(job)
         log.close()
     check(len(polls) >= 40, f"{len(polls)} polls while the job ran")
     ages = [p["record_age_s"] for p in polls]
@@ -224,7 +199,7 @@ def case_roles(a):
 
 # ---------------------------------------------------------------- case: a stopped, then a killed rank
 def case_stale(a):
-    out = fresh(a, "stale")
+    out = fresh_dir(a, "stale")
     job, log = start_job(a, out)
     try:
         j = wait_record(a, out, lambda j: j["run"]["step"] >= 2, what="step 2 in status.json")
@@ -236,7 +211,7 @@ def case_stale(a):
         # A stopped rank that is not the coordinator: named stale, the rest fresh.
         os.kill(pid[other], signal.SIGSTOP)
         time.sleep(8)
-        p = tagflow(a, ["status", out])
+        p = run_tagflow(a, ["status", out])
         sys.stdout.write(p.stdout)
         stale_lines = [l for l in p.stdout.splitlines() if l.startswith("STALE")]
         check(p.returncode == 1 and len(stale_lines) == 1 and
@@ -252,7 +227,7 @@ def case_stale(a):
         # The coordinator stopped: its thread too, so the record itself ages.
         os.kill(pid[coord], signal.SIGSTOP)
         time.sleep(7)
-        p = tagflow(a, ["status", out])
+        p = run_tagflow(a, ["status", out])
         sys.stdout.write(p.stdout)
         os.kill(pid[coord], signal.SIGCONT)
         check(p.returncode == 1 and "STALE: the record was last updated" in p.stdout and
@@ -265,31 +240,18 @@ def case_stale(a):
         job.wait(timeout=120)
         check(job.returncode != 0, f"mpirun ends the job after the SIGKILL (exit {job.returncode})")
         time.sleep(6)
-        p = tagflow(a, ["status", out])
+        p = run_tagflow(a, ["status", out])
         sys.stdout.write(p.stdout)
         check(p.returncode == 1 and "STALE: the record was last updated" in p.stdout and "not running" in p.stdout,
               "after the kill the whole record is reported stale (the job is not running)")
     finally:
-        stop(job)
+        stop_job(job)
         log.close()
 
 
 # ---------------------------------------------------------------- case: hostile input
-def one_line_error(p, needle, what):
-    lines = p.stderr.strip().splitlines()
-    check(p.returncode == 2 and len(lines) == 1 and needle in lines[0] and not p.stdout.strip(),
-          f"{what}: exit 2, one line naming it ({lines})")
-
-
-def as_nobody():
-    if os.geteuid() == 0:
-        os.setgid(65534)
-        os.setgroups([])
-        os.setuid(65534)
-
-
 def case_hostile(a):
-    d = fresh(a, "hostile")
+    d = fresh_dir(a, "hostile")
     good = {"format": "tagflow-status", "version": 1, "mode": "sync", "updated_unix": time.time(), "refresh_s": 1,
             "stale_after_s": 5, "coordinator": 0,
             "run": {"step": 1, "steps": 2, "samples_per_s": 1, "staleness_mean": 0, "stale_dropped": 0, "eta_s": -1,
@@ -297,12 +259,12 @@ def case_hostile(a):
             "ranks": [{"rank": 0, "host": "h", "tags": "train", "role": "done", "age_s": 0, "stale": False}]}
     for args, needle in [([], "missing RUN_DIR"), (["--bogus", d], "--bogus"), ([d, d], "one run directory"),
                          ([d, "--interval", "0"], "--interval 0"), ([d, "--interval"], "--interval")]:
-        one_line_error(tagflow(a, ["status"] + args), needle, f"status {' '.join(args)}")
-    one_line_error(tagflow(a, ["status", d + "/nope"]), "no such run directory", "a missing run directory")
+        one_line_error(run_tagflow(a, ["status"] + args), needle, f"status {' '.join(args)}")
+    one_line_error(run_tagflow(a, ["status", d + "/nope"]), "no such run directory", "a missing run directory")
     f = os.path.join(d, "file")
     open(f, "w").close()
-    one_line_error(tagflow(a, ["status", f]), "not a directory", "a file as run directory")
-    one_line_error(tagflow(a, ["status", d]), "no status record", "a directory without status.json")
+    one_line_error(run_tagflow(a, ["status", f]), "not a directory", "a file as run directory")
+    one_line_error(run_tagflow(a, ["status", d]), "no status record", "a directory without status.json")
 
     def with_record(name, content, needle, mode=0o644):
         rd = os.path.join(d, name)
@@ -324,40 +286,23 @@ def case_hostile(a):
              ("big", b" " * (5 << 20), "bytes, not a status record")]
     for name, content, needle in cases:
         rd, _ = with_record(name, content, needle)
-        one_line_error(tagflow(a, ["status", rd]), needle, f"status.json {name}")
+        one_line_error(run_tagflow(a, ["status", rd]), needle, f"status.json {name}")
     rd, _ = with_record("ok", good, "")
-    p = tagflow(a, ["status", rd])
+    p = run_tagflow(a, ["status", rd])
     check(p.returncode == 0 and "the run finished at step 1" in p.stdout, "a well-formed record prints (control)")
     rd = os.path.join(d, "link")
     os.makedirs(rd)
     os.symlink(os.path.join(d, "ok", "status.json"), os.path.join(rd, "status.json"))
-    one_line_error(tagflow(a, ["status", rd]), "symbolic link", "status.json a symbolic link")
+    one_line_error(run_tagflow(a, ["status", rd]), "symbolic link", "status.json a symbolic link")
     rd = os.path.join(d, "dir")
     os.makedirs(os.path.join(rd, "status.json"))
-    one_line_error(tagflow(a, ["status", rd]), "not a regular file", "status.json a directory")
+    one_line_error(run_tagflow(a, ["status", rd]), "not a regular file", "status.json a directory")
     rd, path = with_record("noperm", good, "", mode=0o000)
     os.chmod(d, 0o755)
-    p = tagflow(a, ["status", rd], preexec_fn=as_nobody)
+    p = run_tagflow(a, ["status", rd], preexec_fn=as_nobody)
     one_line_error(p, "Permission denied", "status.json unreadable (mode 000, read by an unprivileged user)")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--tagflow", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    a.workdir = os.path.join(a.workdir, "status_" + a.case)
-    os.makedirs(a.workdir, exist_ok=True)
-    case = {"skew": case_skew, "roles": case_roles, "stale": case_stale, "hostile": case_hostile}[a.case]
-    try:
-        case(a)
-    except Failure as e:
-        print(f"FAIL ({a.case}):", e)
-        return 1
-    print(f"PASS status {a.case}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(case_main("status", {"skew": case_skew, "roles": case_roles, "stale": case_stale,
+                                  "hostile": case_hostile}))

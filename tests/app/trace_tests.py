@@ -13,7 +13,6 @@ host names) and the error paths: bad usage exits 2, missing/corrupt/non-tagflow 
 file without /timeline exit 1 with one line, and leave no output behind.
 Each case prints what it measured and exits non-zero on failure.
 """
-import argparse
 import json
 import os
 import shutil
@@ -26,26 +25,13 @@ import time
 import h5py
 import numpy as np
 
-from app_tests import ENV, Failure, check  # mpirun environment without TAGFLOW_*, check() prints ok:
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from testlib import ENV, Failure, case_main, check, fresh_dir, run_tagflow  # noqa: E402
+
 TOL_US = 2e-3  # the trace has ns resolution (3 decimals of a microsecond)
 # Issue 6: spans cover >= 95% of the run (first to last span) on every rank. Measured 97-98% in
 # sync mode once evaluation waits and the per-step statistics reduction were spanned as idle.
 COVERAGE_MIN = 0.95
-
-
-def fresh(a, name):
-    d = os.path.join(a.workdir, name)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    return d
-
-
-def tagflow(a, args, np_=None, timeout=120):
-    cmd = ([] if np_ is None else ["mpirun", "-n", str(np_)]) + [a.tagflow] + args
-    t0 = time.time()
-    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=timeout)
-    p.wall = time.time() - t0
-    return p
 
 
 def s(x):
@@ -173,17 +159,17 @@ def check_trace(trace_path, h5_path):
 
 # ---------------------------------------------------------------- case: a real run
 def case_run(a):
-    out = fresh(a, "run")
+    out = fresh_dir(a, "run")
     args = ["train", "--out", out, "--steps", "6", "--prompts-per-step", "4", "--group-size", "4",
             "--eval-every", "3", "--eval-prompts", "16", "--gemm-check", "false", "--seed", "5",
             "--rank-tags", "0=rollout;1=rollout,train"]
-    p = tagflow(a, args, np_=2, timeout=300)
+    p = run_tagflow(a, args, np_=2, timeout=300)
     if p.returncode != 0:
         sys.stdout.write(p.stdout[-2000:] + p.stderr[-2000:])
     check(p.returncode == 0, f"2-rank train run exits 0 ({p.wall:.1f}s)")
     h5 = os.path.join(out, "tagflow.h5")
     trace = os.path.join(a.workdir, "run.trace.json")
-    p = tagflow(a, ["trace", h5, "-o", trace])
+    p = run_tagflow(a, ["trace", h5, "-o", trace])
     sys.stdout.write(p.stdout)
     check(p.returncode == 0 and os.path.exists(trace), f"tagflow trace exits 0 ({p.wall:.1f}s): {p.stderr.strip()}")
     tr, cov, overl = check_trace(trace, h5)
@@ -199,13 +185,13 @@ def case_run(a):
     if COVERAGE_MIN is not None:
         check(min(cov.values()) >= COVERAGE_MIN, f"spans cover >= {COVERAGE_MIN:.0%} of the run on every rank")
     # default output: RUN.h5's stem + .trace.json beside it, the same trace
-    p = tagflow(a, ["trace", h5])
+    p = run_tagflow(a, ["trace", h5])
     default = os.path.join(out, "tagflow.trace.json")
     check(p.returncode == 0 and os.path.exists(default), "without -o the trace goes to DIR/tagflow.trace.json")
     check(open(default, "rb").read() == open(trace, "rb").read(), "and is byte-identical to the -o one")
     # under mpirun only rank 0 writes
     t2 = os.path.join(a.workdir, "np2.trace.json")
-    p = tagflow(a, ["trace", h5, "-o", t2], np_=2)
+    p = run_tagflow(a, ["trace", h5, "-o", t2], np_=2)
     check(p.returncode == 0 and open(t2, "rb").read() == open(trace, "rb").read(),
           "under mpirun -n 2 the same trace is written once")
 
@@ -240,7 +226,7 @@ def case_stall(a):
     # gone on into the weight broadcast, the run-file write or the checkpoint that follows that
     # write (its barrier and gather) and waits inside it (share/doc/hdf5-schema.md).
     # Never as rollout or train. At least two stalls must be booked as idle.
-    out = fresh(a, "stall")
+    out = fresh_dir(a, "stall")
     cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "sync", "--steps", "36",
            "--seed", "5", "--eval-every", "0", "--gemm-check", "false"]
     p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -338,7 +324,7 @@ def one_line_error(p, code, needle, what):
 
 
 def case_files(a):
-    d = fresh(a, "files")
+    d = fresh_dir(a, "files")
     # overlapping (rank 0: nested and partial), touching (rank 1) spans, a clock offset (rank 2),
     # a rank in /ranks without spans (3), and host names that need escaping
     spans = [(0, 0, 1.0, 2.0, 0), (0, 4, 1.5, 1.6, 0), (0, 1, 1.9, 2.5, 0), (0, 2, 2.5, 3.0, 1),
@@ -349,7 +335,7 @@ def case_files(a):
     h5 = os.path.join(d, "made.h5")
     write_run(h5, spans, ranks)
     out = os.path.join(d, "made.json")
-    p = tagflow(a, ["trace", h5, "-o", out])
+    p = run_tagflow(a, ["trace", h5, "-o", out])
     sys.stdout.write(p.stdout)
     check(p.returncode == 0, f"hand-made run file traced: {p.stderr.strip()}")
     tr, cov, overl = check_trace(out, h5)
@@ -365,15 +351,15 @@ def case_files(a):
     # an empty /timeline is still a valid (empty) trace
     empty = os.path.join(d, "empty.h5")
     write_run(empty, [], ranks[:1])
-    p = tagflow(a, ["trace", empty, "-o", os.path.join(d, "empty.json")])
+    p = run_tagflow(a, ["trace", empty, "-o", os.path.join(d, "empty.json")])
     check(p.returncode == 0 and json.load(open(os.path.join(d, "empty.json")))["traceEvents"],
           "an empty /timeline gives a trace with the rank metadata")
 
     # bad usage: exit 2, one line
     for args, needle in ((["trace"], "missing the run file"), (["trace", h5, h5], "unexpected argument"),
                          (["trace", h5, "--bogus"], "--bogus"), (["trace", h5, "-o"], "-o needs")):
-        one_line_error(tagflow(a, args), 2, needle, " ".join(args[1:]) or "no arguments")
-    p = tagflow(a, ["trace", "--help"])
+        one_line_error(run_tagflow(a, args), 2, needle, " ".join(args[1:]) or "no arguments")
+    p = run_tagflow(a, ["trace", "--help"])
     check(p.returncode == 0 and "-o, --output" in p.stdout and "perfetto" in p.stdout, "trace --help exits 0")
 
     # file problems: exit 1, one line, no output left behind
@@ -397,30 +383,12 @@ def case_files(a):
              (newer, "format_version 2"), (short, "corrupt"), (trunc, "truncated.h5")]
     for path, needle in cases:
         o = os.path.join(d, "err.json")
-        p = tagflow(a, ["trace", path, "-o", o])
+        p = run_tagflow(a, ["trace", path, "-o", o])
         one_line_error(p, 1, needle, os.path.basename(path))
         check(not os.path.exists(o) and not os.path.exists(o + ".tmp"), f"{os.path.basename(path)}: no output written")
-    p = tagflow(a, ["trace", h5, "-o", os.path.join(d, "no", "such", "dir.json")])
+    p = run_tagflow(a, ["trace", h5, "-o", os.path.join(d, "no", "such", "dir.json")])
     one_line_error(p, 1, "cannot write", "unwritable output")
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case")
-    ap.add_argument("--tagflow", required=True)
-    ap.add_argument("--workdir", required=True)
-    a = ap.parse_args()
-    a.workdir = os.path.join(a.workdir, "trace_" + a.case)
-    os.makedirs(a.workdir, exist_ok=True)
-    case = {"run": case_run, "files": case_files, "stall": case_stall}[a.case]
-    try:
-        case(a)
-    except Failure as e:
-        print(f"FAIL ({a.case}):", e)
-        return 1
-    print(f"PASS trace {a.case}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(case_main("trace", {"run": case_run, "files": case_files, "stall": case_stall}))

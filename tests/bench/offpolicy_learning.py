@@ -30,12 +30,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
 import tagflow_run  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from testlib import ENV  # noqa: E402  (mpirun as root, no TAGFLOW_*)
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
 ARMS = {
     "uncorrected": ["--old-logprobs", "rollout"],
     "corrected": ["--old-logprobs", "recompute", "--rollout-is", "token"],

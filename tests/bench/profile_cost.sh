@@ -7,34 +7,16 @@
 # baseline (the step) comes from the same run. A benchmark, not a ctest. Usage:
 #   tests/bench/profile_cost.sh BUILD_DIR [WORKDIR]
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/cost_workload.sh"
 BUILD=${1:?usage: profile_cost.sh BUILD_DIR [WORKDIR]}
 WORK=${2:-$BUILD/profile-cost}
-STEPS=${STEPS:-20} SEED=${SEED:-1} MODE=${MODE:-multiplex}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for b in "$BUILD/mpi_app/tagflow" "$BUILD/tests/bench/profile_bench"; do
-  [ -x "$b" ] || { echo "profile_cost.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
-done
+MODE=${MODE:-multiplex}
+cost_setup profile_cost.sh "$BUILD" profile_bench
 mkdir -p "$WORK"
 out=$WORK/$MODE
-rm -rf "$out"
-mpirun -n 2 "$BUILD/mpi_app/tagflow" train --out "$out" --mode "$MODE" --rank-tags "0=rollout;1=rollout,train" \
-  --task longtail --steps "$STEPS" --seed "$SEED" --eval-every 0 --gemm-check false --prompts-per-step 8 \
-  --group-size 8 --response-lengths lognormal:32:10 --max-new-tokens 320 > "$out.log" 2>&1 ||
-  { echo "profile_cost.sh: the run failed (see $out.log)" >&2; exit 1; }
-read -r step_s spans < <(/usr/bin/python3 - "$out/tagflow.h5" "$HERE/../../share/python" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[2])
-import tagflow_run
-with tagflow_run.open_run(sys.argv[1]) as f:
-    st, tl = f["steps"], f["timeline"]
-    n = len(st["step"])
-    wall = float(st["t_end"][-1] - st["t_start"][0])
-    tokens = float(st["tokens"][()].sum()) / n  # prompt + response: an upper bound of engine steps
-    # note_step runs at every span and, in the async modes, at every scheduler state change (at most
-    # one per engine step): spans of all ranks + tokens + 1 bounds the checks of the busiest rank
-    print(wall / n, len(tl["rank"]) / n + tokens + 1)
-PY
-)
+cost_run "$MODE" "$out"
+# note_step runs at every span and, in the async modes, at every scheduler state change (at most one per engine
+# step): spans of all ranks + tokens + 1 bounds the checks of the busiest rank
+read -r _ step_s _ spans < <(cost_figures "$out/tagflow.h5")
 echo "$MODE run: $STEPS steps, $(printf '%.1f' "$(echo "$step_s * 1000" | bc -l)") ms per step, <= ${spans%.*} checks per step"
 "$BUILD/tests/bench/profile_bench" --step-s "$step_s" --spans-per-step "$spans"

@@ -10,35 +10,18 @@
 # comes from the same run. A benchmark, not a ctest. Usage:
 #   tests/bench/timeline_cost.sh BUILD_DIR [WORKDIR]
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/cost_workload.sh"
 BUILD=${1:?usage: timeline_cost.sh BUILD_DIR [WORKDIR]}
 WORK=${2:-$BUILD/timeline-cost}
-STEPS=${STEPS:-20} SEED=${SEED:-1} MODES=${MODES:-sync disaggregated multiplex}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for b in "$BUILD/mpi_app/tagflow" "$BUILD/tests/bench/timeline_bench"; do
-  [ -x "$b" ] || { echo "timeline_cost.sh: $b missing (cmake --build $BUILD)" >&2; exit 2; }
-done
+MODES=${MODES:-sync disaggregated multiplex}
+cost_setup timeline_cost.sh "$BUILD" timeline_bench
 mkdir -p "$WORK"
 printf '%-14s %8s %10s %12s %14s %10s\n' mode steps "step ms" "spans/step" "timeline us" "share"
 worst=0
 for mode in $MODES; do
   out=$WORK/$mode
-  rm -rf "$out"
-  mpirun -n 2 "$BUILD/mpi_app/tagflow" train --out "$out" --mode "$mode" --rank-tags "0=rollout;1=rollout,train" \
-    --task longtail --steps "$STEPS" --seed "$SEED" --eval-every 0 --gemm-check false --prompts-per-step 8 \
-    --group-size 8 --response-lengths lognormal:32:10 --max-new-tokens 320 > "$out.log" 2>&1 ||
-    { echo "timeline_cost.sh: $mode run failed (see $out.log)" >&2; exit 1; }
-  read -r steps step_s spans < <(/usr/bin/python3 - "$out/tagflow.h5" "$HERE/../../share/python" <<'PY'
-import sys
-sys.path.insert(0, sys.argv[2])
-import tagflow_run
-with tagflow_run.open_run(sys.argv[1]) as f:
-    st, tl = f["steps"], f["timeline"]
-    n = len(st["step"])
-    wall = float(st["t_end"][-1] - st["t_start"][0])
-    print(n, wall / n, max(1, round(len(tl["rank"]) / n)))
-PY
-)
+  cost_run "$mode" "$out"
+  read -r steps step_s spans _ < <(cost_figures "$out/tagflow.h5")
   mpirun -n 2 "$BUILD/tests/bench/timeline_bench" -b $((spans * 32)) -e $((spans * 32)) -n 20 -w 2 -c 1 \
     -d "$WORK" -J "$WORK/$mode.json" > "$WORK/$mode.bench.txt" 2>&1 ||
     { echo "timeline_cost.sh: timeline_bench failed (see $WORK/$mode.bench.txt)" >&2; exit 1; }

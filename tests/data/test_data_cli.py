@@ -26,33 +26,16 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", RAYON_NUM_THREADS="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+# ENV: mpirun as root, no TAGFLOW_*, one tokenizer thread; check() records a failure in `failures` and goes on.
+from testlib import ENV_ONE_THREAD as ENV, err_lines, failures  # noqa: E402
+from testlib import soft_check as check  # noqa: E402
 NOISE = re.compile(r"Traceback|MPI_ABORT|Abort|Segmentation|core dumped|terminate called|AddressSanitizer")
-failures = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
 
 
 def run(args, stdin=b"", np_=None):
     cmd = (["mpirun", "-n", str(np_)] if np_ else []) + args
     return subprocess.run(cmd, input=stdin, capture_output=True, env=ENV, timeout=300)
-
-
-def err_lines(p):
-    """Non-empty stderr lines, without the exit-status banners mpirun prints between dashes."""
-    out, banner = [], False
-    for l in p.stderr.decode(errors="replace").splitlines():
-        if re.fullmatch(r"-{20,}", l.strip()):
-            banner = not banner
-            continue
-        if l.strip() and not banner:
-            out.append(l)
-    return out
 
 
 def verl_frame(n, seed):
@@ -178,7 +161,7 @@ def case_verl(a):
 
 def expect_one_line(a, args, want, what, np_=None):
     p = run([a.tagflow] + args, np_=np_)
-    lines = err_lines(p)
+    lines = err_lines(p.stderr.decode(errors="replace"))
     ok = (p.returncode == 2 and len(lines) == 1 and re.search(want, lines[0]) is not None and p.stdout == b""
           and not NOISE.search(p.stderr.decode(errors="replace")))
     check(ok, f"{what}: exit {p.returncode}, stderr {lines[:3]}" + ("" if ok else f" (want /{want}/)"))

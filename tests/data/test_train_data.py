@@ -38,7 +38,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -50,40 +49,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "share", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "rollout"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "app"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "text"))
 import mini_tokenizer  # noqa: E402
 import tagflow_run  # noqa: E402
-from app_tests import rank_pids  # noqa: E402
 from generate_text import write_qwen3  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+# ENV: mpirun as root, no TAGFLOW_*, one tokenizer thread; check() records a failure in `failures` and goes on.
+from testlib import ENV_ONE_THREAD as ENV, err_lines, failures, kill_ranks, manifest_step  # noqa: E402,F401
+from testlib import soft_check as check  # noqa: E402
 from val_checks import VAL_BRANCH, VAL_ROWS, check_eval, eval_rows, write_val  # noqa: E402
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", RAYON_NUM_THREADS="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
 ROWS, P, G, EPOCHS = 5, 4, 2, 2
 STEPS = -(-ROWS * EPOCHS // P)  # 3: the last step trains 2 groups
-failures = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
-    return cond
-
-
-def err_lines(text):
-    out, banner = [], False
-    for l in text.splitlines():
-        if re.fullmatch(r"-{20,}", l.strip()):
-            banner = not banner
-            continue
-        if l.strip() and not banner:
-            out.append(l)
-    return out
 
 
 def question(r):
@@ -183,17 +160,6 @@ def case_sync(s):
           f"{mode}) {p.stderr[-500:]}")
 
 
-def manifest_step(out):
-    try:
-        with open(os.path.join(out, "checkpoint", "manifest.txt")) as f:
-            for line in f:
-                if line.startswith("step "):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 def case_kill(s):
     out = os.path.join(s.a.work, "kill")
     proc = subprocess.Popen(s.cmd(out, "--mode", "sync"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -206,11 +172,7 @@ def case_kill(s):
         proc.kill()
         proc.communicate()
         return
-    for pid in rank_pids(proc.pid).values():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_ranks(proc.pid)
     proc.communicate(timeout=60)
     check(proc.returncode != 0, f"killed run exits non-zero (rc {proc.returncode}, checkpoint at step {manifest_step(out)})")
     p = s.run(out, "--mode", "sync")

@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -49,25 +48,21 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "share", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "rollout"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "app"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "ckpt"))
 import h5py  # noqa: E402
 import tagflow_run  # noqa: E402
-from app_tests import rank_pids  # noqa: E402
 from export_tests import write_small_tokenizer  # noqa: E402
 from generate_text import write_qwen3  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "common"))
+# ENV: mpirun as root, no TAGFLOW_*, one tokenizer thread; check() records a failure in `failures` and goes on.
+from testlib import ENV_ONE_THREAD as ENV, failures, kill_ranks, manifest_step  # noqa: E402,F401
+from testlib import soft_check as check  # noqa: E402
 from val_checks import VAL_BRANCH, check_eval, eval_rows, write_val  # noqa: E402
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", RAYON_NUM_THREADS="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
 ROWS, P, G, EPOCHS = 6, 2, 2, 2
 STRIDE = 1 << 32
 MODES = {"multiplex": ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train"],
          "disaggregated": ["--mode", "disaggregated", "--rank-tags", "0=rollout;1=train"]}
-failures = []
 
 REWARD_FN = '''
 import os
@@ -80,13 +75,6 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 ''' + VAL_BRANCH + '''    k = extra_info["k"]
     return {"score": k / 100.0 + (len(solution_str) % 5) / 1000.0, "gt_len": len(ground_truth), "tag": "k%d" % k}
 '''
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
-    return cond
 
 
 def question(r):
@@ -238,17 +226,6 @@ def case_mode(s, mode):
               f"a run file without the extras columns: invariants hold, extras None {bad}")
 
 
-def manifest_step(out):
-    try:
-        with open(os.path.join(out, "checkpoint", "manifest.txt")) as f:
-            for line in f:
-                if line.startswith("step "):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
 def case_kill(s):
     out = os.path.join(s.a.work, "kill")
     t = time.time()
@@ -263,11 +240,7 @@ def case_kill(s):
         o, e = proc.communicate()
         print(o[-2000:], e[-2000:])
         return
-    for pid in rank_pids(proc.pid).values():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_ranks(proc.pid)
     proc.communicate(timeout=60)
     print(f"     (killed after {time.time() - t:.1f} s, checkpoint at step {manifest_step(out)})", flush=True)
     check(proc.returncode != 0, f"killed run exits non-zero (rc {proc.returncode})")

@@ -33,13 +33,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "llama"))
 import reference_forward as ref  # noqa: E402
 
 MODEL = "tagflow-test"
-failures = []
-
-
-def check(cond, msg):
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from testlib import failures, soft_check as check  # noqa: E402  (records a failure and goes on)
 
 
 class Gw:

@@ -57,22 +57,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "share", "python"))
 import tagflow_run  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+# ENV: mpirun as root, no TAGFLOW_*; check() records a failure in `failures` and goes on.
+from testlib import ENV, failures, http_json, soft_check as check  # noqa: E402,F401
 
 AGENT = os.path.join(ROOT, "share", "examples", "gateway_agent.py")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
 GW_BASE = 1 << 60
 STEPS = 3
-failures = []
-
-
-def check(cond, msg):
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
 
 
 def free_port():
@@ -81,21 +72,6 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
-
-
-def req(port, method, path, body=None, token=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    h = {"Content-Type": "application/json"}
-    if token:
-        h["Authorization"] = "Bearer " + token
-    c.request(method, path, body=body, headers=h)
-    r = c.getresponse()
-    raw = r.read()
-    c.close()
-    try:
-        return r.status, json.loads(raw)
-    except ValueError:
-        return r.status, {}
 
 
 def open_stream(port, token, session, max_tokens):
@@ -118,7 +94,7 @@ def open_stream(port, token, session, max_tokens):
 def wait_health(port, token, cond, timeout=15):
     t0 = time.time()
     while True:
-        _, j = req(port, "GET", "/health", token=token)
+        _, j = http_json(port, "GET", "/health", token=token)
         if cond(j) or time.time() - t0 > timeout:
             return j
         time.sleep(0.05)
@@ -147,7 +123,7 @@ def lifecycle(port, token, context):
     for k in range(4):
         inp = list(q)
         for turn in range(2):
-            st, j = req(port, "POST", "/v1/completions", json.dumps(
+            st, j = http_json(port, "POST", "/v1/completions", json.dumps(
                 {"model": "tagflow-policy", "prompt": inp, "max_tokens": 4, "temperature": 1.0,
                  "stop_token_ids": [12], "session": f"life-{k}"}), token)
             check(st == 200, f"lifecycle session {k} turn {turn} -> 200 ({st})")
@@ -155,15 +131,15 @@ def lifecycle(port, token, context):
     h = wait_health(port, token, lambda j: True)
     check(h["sessions"] == base + 4, f"/health counts 4 more live sessions ({base} -> {h['sessions']})")
     for k in range(4):
-        st, _ = req(port, "POST", "/v1/rewards", json.dumps({"session": f"life-{k}", "reward": 0.25 * k,
-                                                            "group": f"life-g{k // 2}"}), token)
+        st, _ = http_json(port, "POST", "/v1/rewards", json.dumps({"session": f"life-{k}", "reward": 0.25 * k,
+                                                                  "group": f"life-g{k // 2}"}), token)
         check(st == 200, f"reward for life-{k} accepted ({st})")
     h = wait_health(port, token, lambda j: j["sessions"] == base)
     check(h["sessions"] == base, f"after their rewards the sessions are forgotten ({h['sessions']} live, want {base})")
-    st, _ = req(port, "POST", "/v1/rewards", json.dumps({"session": "life-0", "reward": 1}), token)
+    st, _ = http_json(port, "POST", "/v1/rewards", json.dumps({"session": "life-0", "reward": 1}), token)
     check(st == 404, f"a second reward for a closed session -> 404 ({st})")
     # A session that never gets a reward is forgotten after --gateway-session-idle (IDLE_S here).
-    st, _ = req(port, "POST", "/v1/completions", json.dumps(
+    st, _ = http_json(port, "POST", "/v1/completions", json.dumps(
         {"model": "tagflow-policy", "prompt": q, "max_tokens": 2, "session": "idle-0"}), token)
     t_idle = time.time()
     h = wait_health(port, token, lambda j: True)
@@ -173,7 +149,7 @@ def lifecycle(port, token, context):
     waited = time.time() - t_idle
     check(h["sessions"] == 0 and IDLE_S - 1 <= waited <= IDLE_S + 5,
           f"... and forgotten after --gateway-session-idle {IDLE_S} s (all gone after {waited:.1f} s)")
-    st, _ = req(port, "POST", "/v1/rewards", json.dumps({"session": "idle-0", "reward": 1}), token)
+    st, _ = http_json(port, "POST", "/v1/rewards", json.dumps({"session": "idle-0", "reward": 1}), token)
     check(st == 404, f"a reward for the forgotten idle session -> 404 ({st})")
     # Their 4 samples are the first training step's batch; then the recorder drops its trees.
     h = wait_health(port, token, lambda j: j["policy_version"] >= 1, timeout=60)
@@ -193,7 +169,7 @@ def lifecycle(port, token, context):
 
 def probe(port, token, session):
     """One greedy completion of a fixed prompt; its tagflow extension (token ids, logprobs, versions)."""
-    st, j = req(port, "POST", "/v1/completions", json.dumps(
+    st, j = http_json(port, "POST", "/v1/completions", json.dumps(
         {"model": "tagflow-policy", "prompt": [10, 7, 8, 9, 11], "max_tokens": 4, "temperature": 0,
          "session": session}), token)
     return j.get("tagflow") if st == 200 else None
@@ -292,14 +268,14 @@ class Client(threading.Thread):
                 rewards = []
                 for k in range(2):
                     q = [10, (n + k) % 10, (n * 3) % 10, (n * 7 + k) % 10, 11]
-                    st, j = req(port, "POST", "/v1/completions", json.dumps(
+                    st, j = http_json(port, "POST", "/v1/completions", json.dumps(
                         {"model": "tagflow-policy", "prompt": q, "max_tokens": 4, "temperature": 1.0,
                          "stop_token_ids": [12], "session": f"c{n}-{k}"}), token)
                     if st != 200:
                         raise RuntimeError(f"completion -> {st}")
                     rewards.append(round(0.01 * ((n * 2 + k) % 100), 2))
                 for k in range(2):
-                    st, _ = req(port, "POST", "/v1/rewards", json.dumps(
+                    st, _ = http_json(port, "POST", "/v1/rewards", json.dumps(
                         {"session": f"c{n}-{k}", "reward": rewards[k], "group": f"g{n}"}), token)
                     if st != 200:
                         raise RuntimeError(f"reward -> {st}")
@@ -501,25 +477,26 @@ def main():
         url = open(os.path.join(out, "gateway.url")).read().strip()
         check(url == f"http://127.0.0.1:{port}/v1", f"gateway.url is the requested address ({url})")
         # Auth and bad requests, while the job runs.
-        s, j = req(port, "GET", "/health")
+        s, j = http_json(port, "GET", "/health")
         check(s == 401 and "error" in j, f"no token -> 401 ({s})")
-        s, j = req(port, "GET", "/health", token="tf-" + "0" * 64)
+        s, j = http_json(port, "GET", "/health", token="tf-" + "0" * 64)
         check(s == 401 and j.get("error", {}).get("code") == "invalid_api_key", f"wrong token -> 401 ({s})")
-        s, j = req(port, "POST", "/v1/completions", b'{"model": "tagflow-policy", "prompt": [10,', token)
+        s, j = http_json(port, "POST", "/v1/completions", b'{"model": "tagflow-policy", "prompt": [10,', token)
         check(400 <= s < 500 and "error" in j, f"malformed JSON -> 4xx ({s})")
-        s, j = req(port, "POST", "/v1/completions", json.dumps({"model": "tagflow-policy", "prompt": [99]}), token)
+        s, j = http_json(port, "POST", "/v1/completions", json.dumps({"model": "tagflow-policy", "prompt": [99]}),
+                         token)
         check(s == 400, f"token id outside the policy's vocabulary -> 400 ({s})")
-        s, j = req(port, "POST", "/v1/rewards", json.dumps({"session": "nobody", "reward": 1}), token)
+        s, j = http_json(port, "POST", "/v1/rewards", json.dumps({"session": "nobody", "reward": 1}), token)
         check(s == 404, f"reward for an unknown session -> 404 ({s})")
-        s, j = req(port, "GET", "/health", token=token)
+        s, j = http_json(port, "GET", "/health", token=token)
         check(s == 200 and j.get("status") == "ok", f"still serving after the bad requests ({s})")
-        s, j = req(port, "GET", "/v1/models", token=token)
+        s, j = http_json(port, "GET", "/v1/models", token=token)
         check(s == 200 and j["data"][0]["id"] == "tagflow-policy" and j["data"][0]["tagflow"]["vocab_size"] == 13,
               f"/v1/models serves the policy (vocabulary of the reverse task) ({s})")
         # The job's live status (issue 23), authenticated like the rest; the same record as OUT/status.json.
-        s, _ = req(port, "GET", "/v1/status")
+        s, _ = http_json(port, "GET", "/v1/status")
         check(s == 401, f"GET /v1/status without a token -> 401 ({s})")
-        s, st = req(port, "GET", "/v1/status", token=token)
+        s, st = http_json(port, "GET", "/v1/status", token=token)
         check(s == 200 and st.get("format") == "tagflow-status" and st.get("mode") == a.mode and
               [r["rank"] for r in st["ranks"]] == list(range(a.ranks)),
               f"GET /v1/status: the live status record of every rank ({s})")

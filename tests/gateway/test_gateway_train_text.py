@@ -39,7 +39,8 @@ import tagflow_run  # noqa: E402
 from generate_text import qwen3_model, qwen3_reference  # noqa: E402
 from test_gateway_text import hf, render  # noqa: E402
 from test_gateway import check, failures  # noqa: E402
-from test_gateway_train import ENV, free_port, req  # noqa: E402
+from test_gateway_train import ENV, free_port  # noqa: E402
+from testlib import http_json  # noqa: E402  (tests/common, put on sys.path by test_gateway_train)
 
 QWEN3_TOKENS = 151669  # ids the Qwen3 tokenizer knows (the model's vocabulary is 151936)
 
@@ -95,7 +96,7 @@ def run_case(a, tj, tc, tmpl, train_cmd, case):
         if job.poll() is not None or not os.path.exists(os.path.join(out, "gateway.token")):
             raise RuntimeError("tagflow train did not start its gateway")
         token = open(os.path.join(out, "gateway.token")).read().strip()
-        s, j = req(port, "GET", "/v1/models", token=token)
+        s, j = http_json(port, "GET", "/v1/models", token=token)
         check(s == 200 and j["data"][0]["tagflow"]["vocab_size"] == 151936,
               f"[{case}] /v1/models serves the qwen3 model's vocabulary ({s})")
         msgs = [[{"role": "system", "content": "Réponds brièvement."},
@@ -108,7 +109,7 @@ def run_case(a, tj, tc, tmpl, train_cmd, case):
             else:
                 want_prompt = render(tc, {"messages": m, "add_generation_prompt": True})
             want_ids = hf(a.npm, tj, [want_prompt])[0]["ids"]
-            s, j = req(port, "POST", "/v1/chat/completions", json.dumps(
+            s, j = http_json(port, "POST", "/v1/chat/completions", json.dumps(
                 {"model": "tagflow-policy", "messages": m, "max_tokens": 12, "temperature": 1.0, "seed": k,
                  "session": f"chat-{k}"}), token)
             check(s == 200, f"[{case}] chat completion {k} -> 200 ({s} {j if s != 200 else ''})")
@@ -123,14 +124,14 @@ def run_case(a, tj, tc, tmpl, train_cmd, case):
                   f"[{case}] chat {k}: content = Hugging Face's decode of its ids")
             chats.append(ext)
         prompt = "Hello, wörld — 你好!\n"
-        s, j = req(port, "POST", "/v1/completions", json.dumps(
+        s, j = http_json(port, "POST", "/v1/completions", json.dumps(
             {"model": "tagflow-policy", "prompt": prompt, "max_tokens": 8, "temperature": 1.0, "session": "text-0"}),
             token)
         check(s == 200 and j["tagflow"]["prompt_token_ids"] == hf(a.npm, tj, [prompt])[0]["ids"],
               f"[{case}] completion prompt ids = Hugging Face's encode ({s})")
         # No group: each session is a group of one; the two chats' rewards make the step's 2 samples.
         for sess, r in (("chat-0", 0.25), ("chat-1", 0.75), ("text-0", 0.5)):
-            s, _ = req(port, "POST", "/v1/rewards", json.dumps({"session": sess, "reward": r}), token)
+            s, _ = http_json(port, "POST", "/v1/rewards", json.dumps({"session": sess, "reward": r}), token)
             check(s == 200, f"[{case}] reward for {sess} accepted ({s})")
         log, _ = job.communicate(timeout=180)
     except Exception as e:  # noqa: BLE001

@@ -34,13 +34,8 @@ import sys
 import threading
 import time
 
-failures = []
-
-
-def check(cond, msg):
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from testlib import failures, soft_check as check  # noqa: E402  (records a failure and goes on)
 
 
 def rss_mb(pid):

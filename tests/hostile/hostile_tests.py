@@ -44,18 +44,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "app"))
-from app_tests import ENV, Failure  # noqa: E402  (mpirun environment without TAGFLOW_*)
-
-failures = []
-
-
-def check(cond, msg):
-    """Records a failure and goes on, so one run lists every bad input that misbehaves."""
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
-    return cond
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from testlib import ENV, Failure, err_lines, failures  # noqa: E402  (mpirun environment without TAGFLOW_*)
+from testlib import soft_check as check  # noqa: E402  (records a failure and goes on: one run lists every bad input)
 
 RUN_PY = os.path.join(HERE, "..", "..", "share", "python", "tagflow_run.py")
 # Things that must never appear on stderr for bad input.
@@ -85,23 +76,10 @@ def show(x, n=70):
     return x if len(x) <= n else x[:n] + f"...({len(x)} chars)"
 
 
-def err_lines(p):
-    """Non-empty stderr lines, without the exit-status banners mpirun itself prints between
-    lines of dashes (an MPI_ABORT banner or a signal is still caught by NOISE)."""
-    out, banner = [], False
-    for l in p.err.splitlines():
-        if re.fullmatch(r"-{20,}", l.strip()):
-            banner = not banner
-            continue
-        if l.strip() and not banner:
-            out.append(l)
-    return out
-
-
 def one_line(p, code, needle, what, lines_max=1):
     """Exit `code`, at most `lines_max` non-empty stderr lines (one per rank), each the same
     error naming `needle`, no tracebacks/aborts/HDF5 stacks."""
-    lines = err_lines(p)
+    lines = err_lines(p.err)
     if p.returncode != code or not (1 <= len(lines) <= lines_max):
         sys.stdout.write("  stderr: " + show(p.err, 2000) + "\n")
     check(p.returncode == code, f"{what}: exit {code} (got {p.returncode}, {p.wall:.1f}s)")
@@ -314,7 +292,7 @@ def case_runfile(a):
         shutil.copy(src, os.path.join(out, "tagflow.h5"))
         before = digest(os.path.join(out, "tagflow.h5"))
         p = tagflow(a, ["train", "--out", out, "--steps", "1", "--gemm-check", "false"], np_=2, timeout=120)
-        lines = err_lines(p)
+        lines = err_lines(p.err)
         check(p.returncode in (1, 2) and lines and "tagflow.h5" in lines[0],
               f"existing corrupt {os.path.basename(src)} in --out: exit {p.returncode}, names the file: "
               f"{show(lines[0] if lines else '', 160)}")
@@ -464,9 +442,9 @@ def case_model(a):
         v = os.path.join(d, name)
         out = os.path.join(d, "train_" + name)
         p = tagflow(a, ["train", "--out", out, "--model", v] + train, np_=2, timeout=180)
-        errs = {re.sub(r"^\[tagflow \d+/\d+\] ", "", l) for l in err_lines(p) if "fatal:" in l or "error:" in l}
+        errs = {re.sub(r"^\[tagflow \d+/\d+\] ", "", l) for l in err_lines(p.err) if "fatal:" in l or "error:" in l}
         check(p.returncode == 2, f"train --model {name}: exit 2 (got {p.returncode}, {p.wall:.1f}s)")
-        check(len(err_lines(p)) == 1 and len(errs) == 1 and all(n in next(iter(errs)) for n in needles),
+        check(len(err_lines(p.err)) == 1 and len(errs) == 1 and all(n in next(iter(errs)) for n in needles),
               f"train --model {name}: one error line naming {needles}: {[show(e, 200) for e in errs]}")
         check(not NOISE.search(p.err), f"train --model {name}: no traceback, HDF5 stack, abort or signal")
         check(not os.path.exists(os.path.join(out, "tagflow.h5")), f"train --model {name}: no tagflow.h5 left")

@@ -32,18 +32,9 @@ import time
 
 import numpy as np
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-for k in list(ENV):
-    if k.startswith("TAGFLOW_"):
-        del ENV[k]
-failures = []
-
-
-def check(cond, msg):
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+# ENV: mpirun as root, no TAGFLOW_*; check() records a failure in `failures` and goes on.
+from testlib import ENV, failures, soft_check as check  # noqa: E402
 
 
 def req(port, method, path, body, token):

@@ -38,18 +38,12 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import gsm8k_reward  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+from testlib import failures, soft_check as check  # noqa: E402  (records a failure and goes on)
 
 NOISE = re.compile(r"Traceback|core dumped|terminate called|Abort|MPI_ABORT")
-failures = []
 TAGFLOW = None
 WORK = None
-
-
-def check(cond, msg):
-    print(("ok: " if cond else "FAIL: ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
-    return cond
 
 
 def f32(x):

@@ -26,13 +26,8 @@ import numpy as np
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1")
-failures = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg, flush=True)
-    if not cond:
-        failures.append(msg)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from testlib import failures, soft_check as check  # noqa: E402  (records a failure and goes on)
 
 
 def write_safetensors(path, tensors):
