@@ -222,11 +222,11 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
     for (const auto& r : rs) {
         double sync = 0, base = 0;
         for (const auto& o : rs) {
-            if (o.nodes == r.nodes && o.mode == "sync") sync = o.samples_per_s;
+            if (o.nodes == r.nodes && o.mode == config::Mode::kSync) sync = o.samples_per_s;
             if (o.nodes == a.nodes.front() && o.mode == r.mode) base = o.samples_per_s / o.nodes;
         }
         const double eff = base > 0 ? (r.samples_per_s / r.nodes) / base : 0;
-        snprintf(buf, sizeof buf, "%6d %-14s %11.1f %12.0f %8s %6.1f%% %6d %6.2f %8lld", r.nodes, r.mode.c_str(),
+        snprintf(buf, sizeof buf, "%6d %-14s %11.1f %12.0f %8s %6.1f%% %6d %6.2f %8lld", r.nodes, r.mode.name(),
                  r.samples_per_s, r.tokens_per_s,
                  sync > 0 ? (std::to_string(r.samples_per_s / sync).substr(0, 5) + "x").c_str() : "-", 100 * eff,
                  r.train_group_size, r.staleness_mean, static_cast<long long>(r.dropped));
@@ -275,7 +275,7 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
         nlohmann::json idle;
         for (size_t g = 0; g < hw.size(); ++g)
             if (r.group_nodes[g] > 0) idle[hw[g].label] = r.idle_frac[g];
-        j["results"].push_back({{"mode", r.mode},
+        j["results"].push_back({{"mode", r.mode.name()},
                                 {"nodes", r.nodes},
                                 {"steps", r.steps},
                                 {"wall_s", r.wall},

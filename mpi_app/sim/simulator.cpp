@@ -496,7 +496,7 @@ private:
 
     // ------------------------------------------------------------------ results
     void finish() {
-        res_.mode = cfg_.mode.name();
+        res_.mode = cfg_.mode;
         res_.nodes = cfg_.nodes;
         res_.train_group_size = static_cast<int>(members_.size());
         int64_t leftover = 0;

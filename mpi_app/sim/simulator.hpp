@@ -86,7 +86,7 @@ struct NodeResult {
 };
 
 struct ModeResult {
-    std::string mode;
+    config::Mode mode;
     int nodes = 0;
     int64_t steps = 0;
     double wall = 0;  // virtual seconds until the last step's weights were sent

@@ -37,7 +37,7 @@ SimConfig small(const std::string& mode, int nodes = 8, uint64_t seed = 1) {
 }
 
 std::string fingerprint(const ModeResult& r) {
-    std::string s = r.mode + std::to_string(r.wall) + "/" + std::to_string(r.trained) + "/" +
+    std::string s = std::string(r.mode.name()) + std::to_string(r.wall) + "/" + std::to_string(r.trained) + "/" +
                     std::to_string(r.dropped) + "/" + std::to_string(r.generated) + "/" +
                     std::to_string(r.tokens_trained);
     for (const auto& n : r.node)
