@@ -38,15 +38,16 @@ VAL_ROWS=${VAL_ROWS:-200}
 D_MODEL=${D_MODEL:-32}
 LAYERS=${LAYERS:-2}
 D_FF=${D_FF:-128}
-SFT_STEPS=${SFT_STEPS:-120}
+SFT_STEPS=${SFT_STEPS:-150}
 SFT_BATCH=${SFT_BATCH:-32}
 SFT_LR=${SFT_LR:-0.01}
 # Reinforcement learning.
-RL_STEPS=${RL_STEPS:-60}
+RL_STEPS=${RL_STEPS:-400}
 PROMPTS=${PROMPTS:-16}
 GROUP=${GROUP:-8}
-RL_LR=${RL_LR:-0.002}
-EVAL_EVERY=${EVAL_EVERY:-10}
+RL_LR=${RL_LR:-0.001}
+ENTROPY=${ENTROPY:-0}       # the entropy bonus over a 151,669-token vocabulary spreads mass onto junk tokens
+EVAL_EVERY=${EVAL_EVERY:-50}
 VAL_SAMPLES=${VAL_SAMPLES:-1}
 MAX_NEW=${MAX_NEW:-8}
 
@@ -76,7 +77,7 @@ start=$(date +%s)
 "${MPIRUN[@]}" "$TAGFLOW" train --out "$OUT/$RUN" --mode "$MODE" --model "$OUT/sft/model" \
     --data "$OUT/data/arith_train.jsonl" --val-data "$OUT/data/arith_val.jsonl" \
     --reward-fn "$HERE/arith_reward.py" --reward-workers 1 \
-    --steps "$RL_STEPS" --prompts-per-step "$PROMPTS" --group-size "$GROUP" --lr "$RL_LR" \
+    --steps "$RL_STEPS" --prompts-per-step "$PROMPTS" --group-size "$GROUP" --lr "$RL_LR" --entropy-coef "$ENTROPY" \
     --max-new-tokens "$MAX_NEW" --eval-every "$EVAL_EVERY" --val-samples "$VAL_SAMPLES" \
     --threads "$THREADS" --seed "$SEED" --gemm-check false --ckpt-every 0 "${extra[@]}"
 echo "arith_e2e: RL took $(( $(date +%s) - start )) s"
