@@ -236,12 +236,7 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
     const auto t_start = std::chrono::steady_clock::now();
     auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
     std::unique_ptr<rollout::InferenceEngine> engine;
-    sched::ValOptions vo;
-    vo.max_tokens = val_budget;
-    vo.samples = o.val_samples;
-    vo.temperature = o.val_temperature;
-    vo.seed = static_cast<uint64_t>(o.seed);
-    vo.positions = cfg.max_position_embeddings;
+    const sched::ValOptions vo = sched::val_options(o, val_budget, cfg.max_position_embeddings);
     std::vector<std::pair<int64_t, sched::ValResult>> curve;
     auto do_eval = [&](int64_t step) {
         if (!d.has_val()) return std::string();

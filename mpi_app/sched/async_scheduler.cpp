@@ -315,12 +315,8 @@ double AsyncScheduler::validate_data(int32_t step) {
     if (!reward_error_.empty()) return -1;  // the run stops at this boundary anyway
     enter(SpanKind::kRollout);
     torch::NoGradGuard ng;
-    ValOptions vo;
-    vo.max_tokens = opt_.val_max_tokens > 0 ? opt_.val_max_tokens : max_new_;
-    vo.samples = opt_.val_samples;
-    vo.temperature = opt_.val_temperature;
-    vo.seed = static_cast<uint64_t>(opt_.seed);
-    vo.positions = policy_->config().max_position_embeddings;
+    const ValOptions vo = val_options(opt_, opt_.val_max_tokens > 0 ? opt_.val_max_tokens : max_new_,
+                                      policy_->config().max_position_embeddings);
     if (val_rows_.empty()) val_rows_ = data_->val_rows(0, 1);
     rollout::InferenceConfig ec;
     ec.max_batch = opt_.max_batch;

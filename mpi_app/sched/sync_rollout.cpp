@@ -24,12 +24,8 @@ std::optional<ValResult> SyncScheduler::validate_data(int32_t step, std::vector<
     if (roles_.is_rollout() && reward_error_.empty()) {
         torch::NoGradGuard ng;
         profile::Span span(timeline_, SpanKind::kRollout, step);
-        ValOptions vo;
-        vo.max_tokens = opt_.val_max_tokens > 0 ? opt_.val_max_tokens : max_new_;
-        vo.samples = opt_.val_samples;
-        vo.temperature = opt_.val_temperature;
-        vo.seed = static_cast<uint64_t>(opt_.seed);
-        vo.positions = policy_->config().max_position_embeddings;
+        const ValOptions vo = val_options(opt_, opt_.val_max_tokens > 0 ? opt_.val_max_tokens : max_new_,
+                                          policy_->config().max_position_embeddings);
         try {
             local = validate(*engine_, data_->tokenizer(), val_rows_, data_->scorer(), vo);
         } catch (const Error& e) {

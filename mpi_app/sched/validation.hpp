@@ -39,6 +39,20 @@ struct ValOptions {
     int64_t positions = 0;  ///< the model's max_position_embeddings (0: not checked; the engine refuses)
 };
 
+/// The ValOptions of a run's --val-samples, --val-temperature and --seed (`o`: train's
+/// config::Options or sft's options, which name them alike), with the resolved response budget
+/// and the model's positions.
+template <class RunOptions>
+ValOptions val_options(const RunOptions& o, int32_t max_tokens, int64_t positions) {
+    ValOptions vo;
+    vo.max_tokens = max_tokens;
+    vo.samples = o.val_samples;
+    vo.temperature = o.val_temperature;
+    vo.seed = static_cast<uint64_t>(o.seed);
+    vo.positions = positions;
+    return vo;
+}
+
 /// Score sums of one data_source (or of every row: data_source "" in ValResult::overall).
 struct ValScore {
     int64_t n = 0;           ///< rows
