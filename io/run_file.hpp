@@ -103,6 +103,8 @@ struct StepRecord {
     // The actor update's input token slots (every epoch, whole train group): those holding a token of
     // some sequence, and all of them, padding included (--pack on removes most of it); -1 = not measured.
     int64_t train_real_tokens = -1, train_token_slots = -1;
+    // The actor's learning rate of this step's update (--lr-warmup-steps, --lr-schedule); -1 = not recorded.
+    double lr = -1;
 };
 
 struct EvalRecord {

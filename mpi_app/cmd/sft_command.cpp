@@ -293,6 +293,7 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
         sr.tokens = static_cast<int64_t>(tokens);
         sr.loss = r.skipped ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(last_loss);
         sr.skipped_updates = r.skipped ? 1 : 0;
+        sr.lr = lr_at(o, step);
         run.append_steps(rank == 0 ? std::vector<io::StepRecord>{sr} : std::vector<io::StepRecord>{});
         const bool last = step + 1 == o.steps || d.sampler().finished();
         const bool eval_now = (o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last;

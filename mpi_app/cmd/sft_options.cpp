@@ -11,6 +11,7 @@
 #include "common/log.hpp"
 #include "config/option_checks.hpp"
 #include "model/hf_export.hpp"
+#include "train/lr_schedule.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -167,10 +168,13 @@ bool parse_sft_options(int argc, char** argv, SftOptions& o, po::variables_map& 
 }
 
 double lr_at(const SftOptions& o, int64_t step) {
-    if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
-    const double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
-    const double p = std::min(1.0, static_cast<double>(step - o.warmup) / span);
-    return o.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * p)));
+    train::LrSchedule s;
+    s.lr = o.lr;
+    s.warmup_steps = o.warmup;
+    s.cosine = true;
+    s.min_lr_ratio = 0.1;
+    s.total_steps = o.steps;
+    return train::lr_at(s, step);
 }
 
 }  // namespace tagflow::cmd

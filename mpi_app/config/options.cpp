@@ -137,7 +137,12 @@ po::options_description describe(Options& o) {
     train.add_options()
         ("algo", val(&o.algo), "grpo, ppo (GAE with a learned critic on the ranks tagged critic, else with "
                                "the actor), rloo or reinforce_pp (REINFORCE++)")
-        ("lr", val(&o.lr), "AdamW learning rate")
+        ("lr", val(&o.lr), "AdamW learning rate (the peak, with --lr-warmup-steps or --lr-schedule cosine)")
+        ("lr-warmup-steps", val(&o.lr_warmup_steps), "raise --lr and --critic-lr linearly over the first N steps "
+                                                      "(step s at (s+1)/N of the rate; 0 = no warm-up)")
+        ("lr-schedule", val(&o.lr_schedule), "after the warm-up: constant, or cosine (a half-cosine decay that "
+                                             "reaches --min-lr-ratio of the rate at --steps)")
+        ("min-lr-ratio", val(&o.min_lr_ratio), "the floor of --lr-schedule cosine, as a fraction of the rate")
         ("clip-eps", val(&o.clip_eps), "PPO clip range epsilon")
         ("kl-coef", val(&o.kl_coef), "KL to the frozen initial policy (0 = off, no reference model)")
         ("kl-in", val(&o.kl_in), "where the KL goes: loss (a term of the actor loss) or reward (a per-token "

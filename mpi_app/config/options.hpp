@@ -68,8 +68,11 @@ struct Options {
     std::string response_lengths = "policy";  // policy (EOS ends a response) or lognormal:MEDIAN:P99RATIO
     int32_t max_batch = 256;                  // rollout engine slots per rank (continuous batching)
     // ---- train ----
-    std::string algo = "grpo";  // grpo, ppo (GAE + critic), rloo, reinforce_pp
-    double lr = 5e-4;           // 3e-3 and 1e-3 collapse entropy and stall below 0.85 on reverse
+    std::string algo = "grpo";             // grpo, ppo (GAE + critic), rloo, reinforce_pp
+    double lr = 5e-4;                      // 3e-3 and 1e-3 collapse entropy and stall below 0.85 on reverse
+    int64_t lr_warmup_steps = 0;           // linear warm-up of --lr (and --critic-lr) over this many steps
+    std::string lr_schedule = "constant";  // after the warm-up: constant or cosine (to --min-lr-ratio at --steps)
+    double min_lr_ratio = 0.0;             // the cosine's floor as a fraction of the peak rate
     double clip_eps = 0.2;
     double kl_coef = 0.0;
     std::string kl_in = "loss";               // loss (actor loss term) or reward (token penalty)

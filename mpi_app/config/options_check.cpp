@@ -107,6 +107,9 @@ void validate_options(const Options& o) {
     check_range<int32_t>("ppo-epochs", o.ppo_epochs, 1, 1000);
     check_range<int32_t>("mini-batches", o.mini_batches, 1, 1 << 16);
     check_range<double>("lr", o.lr, 0.0, 10.0);
+    check_range<int64_t>("lr-warmup-steps", o.lr_warmup_steps, 0, 1000000000);
+    check_choice("lr-schedule", o.lr_schedule, {"constant", "cosine"});
+    check_range<double>("min-lr-ratio", o.min_lr_ratio, 0.0, 1.0);
     check_range<double>("clip-eps", o.clip_eps, 0.0, 10.0);
     check_range<double>("kl-coef", o.kl_coef, 0.0, 100.0);
     check_range<double>("entropy-coef", o.entropy_coef, 0.0, 10.0);

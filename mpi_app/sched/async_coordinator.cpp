@@ -255,6 +255,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
 
     io::StepRecord row;
     row.step = s;
+    row.lr = step_lr(opt_, s);
     row.t_start = t_start;
     row.t_end = t_end;
     row.policy_version = version_;

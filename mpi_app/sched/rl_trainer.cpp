@@ -29,6 +29,7 @@
 #include "sched/sched_policy.hpp"
 #include "train/algorithms.hpp"
 #include "train/collectives_mpi.hpp"
+#include "train/lr_schedule.hpp"
 #include "train/workers.hpp"
 
 namespace tagflow::sched {
@@ -66,7 +67,20 @@ private:
     const std::function<void(bool)>& hook_;
 };
 
+// The rate of `step` on the curve of --lr-warmup-steps / --lr-schedule with peak `peak`.
+double scheduled(const config::Options& opt, double peak, int64_t step) {
+    train::LrSchedule s;
+    s.lr = peak;
+    s.warmup_steps = opt.lr_warmup_steps;
+    s.cosine = opt.lr_schedule == "cosine";
+    s.min_lr_ratio = opt.min_lr_ratio;
+    s.total_steps = opt.steps;
+    return train::lr_at(s, step);
+}
+
 }  // namespace
+
+double step_lr(const config::Options& opt, int64_t step) { return scheduled(opt, opt.lr, step); }
 
 struct RlTrainer::Impl {
     const config::Options& opt;
@@ -329,7 +343,10 @@ struct RlTrainer::Impl {
             if (kl_in_loss && !ref_lp[i].empty()) seqs[i].ref_logprobs = ref_lp[i];
         }
 
+        // --lr-warmup-steps / --lr-schedule: this step's rates (a function of the step only, so a
+        // resumed run continues the curve; the engines' saved rate is overwritten here).
         if (actor) {
+            actor->engine().set_lr(step_lr(opt, s));
             std::vector<train::TrainSeq> local = select(seqs, my_train);
             if (recompute) correct(local, rep);
             train::ActorStats st = actor->update(local, train_comm.get(), schedule);
@@ -348,6 +365,7 @@ struct RlTrainer::Impl {
         }
         rep.advantages = seq_adv;
         if (critic) {
+            critic->engine().set_lr(scheduled(opt, opt.critic_lr, s));
             std::vector<train::TrainSeq> local = select(seqs, mine(critic_owner));
             train::CriticStats cs = critic->update(local, critic_comm.get(), schedule);
             rep.value_loss = cs.vf_loss;

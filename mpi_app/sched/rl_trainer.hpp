@@ -85,6 +85,11 @@ struct TrainGroup {
     std::vector<int> critics;
 };
 
+/// The actor's learning rate of 0-based step `step`: --lr under --lr-warmup-steps and
+/// --lr-schedule (cosine: to --min-lr-ratio of it at --steps); train/lr_schedule.hpp. The critic's
+/// rate follows the same curve from --critic-lr. The schedulers write it to /steps `lr`.
+double step_lr(const config::Options& opt, int64_t step);
+
 class RlTrainer {
 public:
     /// `policy` is this rank's policy module (trained in place on train ranks).

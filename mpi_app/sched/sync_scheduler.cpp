@@ -266,6 +266,7 @@ SyncScheduler::StepOut SyncScheduler::step(int32_t s) {
 
     io::StepRecord& row = out.row;
     row.step = s;
+    row.lr = step_lr(opt_, s);
     row.t_start = t_start;
     row.t_end = t_end;
     row.policy_version = s + 1;

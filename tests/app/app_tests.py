@@ -358,9 +358,20 @@ def case_objectives(a):
     check(coef != 0.05 and 0.05 * (1 - 0.2 * 0.16) ** 4 - 1e-12 <= coef <= 0.05 * (1 + 0.2 * 0.16) ** 4 + 1e-12,
           f"the adaptive controller moved the KL coefficient within its bounds (0.05 -> {coef:.6g})")
     out = fresh(a, "drgrpo")
+    # With a learning-rate warm-up and cosine decay (multiplex, the default mode; the sync runs below
+    # keep the constant default): /steps/lr follows the documented curve.
     p = mpirun(a, 2, ["train", "--out", out, "--norm-adv-by-std-in-grpo", "false", "--loss-agg",
-                      "seq-mean-token-sum-norm", "--max-new-tokens", "8", "--grpo-std", "population"] + FAST)
+                      "seq-mean-token-sum-norm", "--max-new-tokens", "8", "--grpo-std", "population",
+                      "--lr", "0.002", "--lr-warmup-steps", "2", "--lr-schedule", "cosine", "--min-lr-ratio",
+                      "0.25"] + FAST)
     check(p.returncode == 0, f"Dr.GRPO exits 0 ({p.stderr.strip()[-300:]})")
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        st = tagflow_run.table(f, "steps")
+        got = dict(zip(st["step"].tolist(), st["lr"].tolist()))
+    # steps 0, 1 warm up (s + 1) / 2; then p = (s - 2) / (4 - 2): s = 2 -> peak, s = 3 -> half-way to the floor
+    want = {0: 0.001, 1: 0.002, 2: 0.002, 3: 0.002 * (0.25 + 0.75 * 0.5)}
+    check(sorted(got) == sorted(want) and all(abs(got[k] - want[k]) < 1e-12 for k in want),
+          f"/steps/lr follows --lr-warmup-steps 2 --lr-schedule cosine --min-lr-ratio 0.25: {got} (want {want})")
     p = mpirun(a, 2, ["train", "--out", fresh(a, "bad"), "--loss-agg", "seq-mean-token-sum-norm"] + FAST)
     check(p.returncode == 2 and "--loss-agg seq-mean-token-sum-norm: needs a constant token count" in p.stderr,
           "seq-mean-token-sum-norm without a constant: one line, exit 2")
@@ -375,6 +386,7 @@ def case_objectives(a):
         with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
             st = tagflow_run.table(f, "steps")
             real, slot = st["train_real_tokens"].to_numpy(), st["train_token_slots"].to_numpy()
+            check((st["lr"] == 5e-4).all(), f"the default rate is constant: /steps/lr {st['lr'].tolist()}")
             check((real > 0).all() and (slot >= real).all(),
                   f"--pack {pack}: /steps train_real_tokens {real.tolist()} <= train_token_slots {slot.tolist()}")
             slots[pack] = (int(real[0]), int(slot[0]))

@@ -70,9 +70,9 @@ def train(a, out, extra=(), timeout=120, every=EVERY, steps=STEPS, mode=("--mode
     return p
 
 
-def start(a, out, log_name, every=EVERY, steps=STEPS):
+def start(a, out, log_name, every=EVERY, steps=STEPS, extra=()):
     cmd = (["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + RUN + ["--mode", "sync", "--ckpt-every", str(every),
-                                                                          "--steps", str(steps)])
+                                                                          "--steps", str(steps)] + list(extra))
     log = open(os.path.join(a.workdir, log_name), "w")
     return subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=log, text=True)
 
@@ -94,7 +94,7 @@ def read_run(out):
             "ids": s["id"][()], "group": s["group"][()], "reward": s["reward"][()],
             "cons_id": f["consumed"]["id"][()], "cons_step": f["consumed"]["step"][()],
             "step": f["steps"]["step"][()], "version": f["steps"]["policy_version"][()],
-            "reward_mean": f["steps"]["reward_mean"][()],
+            "reward_mean": f["steps"]["reward_mean"][()], "lr": f["steps"]["lr"][()],
             "t_start": f["steps"]["t_start"][()], "t_end": f["steps"]["t_end"][()],
             "eval_step": f["eval"]["step"][()], "sync_version": f["syncs"]["version"][()],
             "resumes": [(int(r), float(t), int(n)) for r, t, n in zip(f["resumes"]["from_step"][()], f["resumes"]["t"][()],
@@ -148,10 +148,14 @@ def kill_every_rank(proc):
     return pids, stdout
 
 
+# A learning-rate warm-up and cosine decay: a function of the step, so the resumed run continues it.
+LR = ["--lr", "0.001", "--lr-warmup-steps", "3", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1"]
+
+
 def case_kill(a, seed):
     rng = random.Random(seed)
     ref_out = fresh(a, f"ref_{seed}")
-    p = train(a, ref_out)
+    p = train(a, ref_out, LR)
     check(p.returncode == 0, f"reference run exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
     ref = read_run(ref_out)
     check_exactly_once(ref, "reference")
@@ -161,7 +165,7 @@ def case_kill(a, seed):
     train_span = float(ref["t_end"][-1] - ref["t_start"][0])
 
     out = fresh(a, f"kill_{seed}")
-    proc = start(a, out, f"kill_{seed}.log")
+    proc = start(a, out, f"kill_{seed}.log", extra=LR)
     t_start = time.time()
     # The step-0 checkpoint exists early; the kill lands at a random moment after it.
     while not os.path.exists(os.path.join(out, "checkpoint", "manifest.txt")):
@@ -177,7 +181,7 @@ def case_kill(a, seed):
           f"{manifest_step(out)})")
     check(proc.returncode != 0 or steps_seen == STEPS, "mpirun reports the killed job (or it had finished)")
 
-    p = train(a, out)  # the same command line: resumes by itself
+    p = train(a, out, LR)  # the same command line: resumes by itself
     check(p.returncode == 0, f"resumed run exits 0 ({p.wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
     m = re.search(r"tagflow: resuming .* \(step (\d+)\); (\d+) rows written after it discarded", p.stdout)
     check(m is not None, "resumed run says where it resumed from")
@@ -188,6 +192,10 @@ def case_kill(a, seed):
           f"resumed from a --ckpt-every {EVERY} boundary (step {d['resumes'][0][0]})")
     check_exactly_once(d, f"seed {seed}")
     same_curve(d, ref, f"seed {seed}")
+    want = [0.001 * (k + 1) / 3 if k < 3 else 0.001 * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (k - 3) / (STEPS - 3))))
+            for k in range(STEPS)]
+    check(np.allclose(d["lr"], want, rtol=0, atol=1e-15) and np.array_equal(d["lr"], ref["lr"]),
+          f"seed {seed}: /steps lr continues the warm-up and cosine through the resume: {np.round(d['lr'], 6).tolist()}")
 
 
 # ---------------------------------------------------------------- SIGTERM / SIGUSR1 -> 75

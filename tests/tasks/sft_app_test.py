@@ -14,7 +14,8 @@ learn:  `tagflow sft --task addition` on 2 ranks raises held-out greedy exact ma
 nan:    a step whose loss is NaN (TAGFLOW_TEST_SFT_NAN_STEPS poisons rank 0's loss, so the
         all-reduced gradients are NaN on both ranks) is skipped: the run ends with a finite
         model (the export refuses NaN weights, so without the skip it would fail) and, with
-        --data (a small tokenizer cut from Qwen3's, --npm), /steps counts it in skipped_updates;
+        --data (a small tokenizer cut from Qwen3's, --npm), /steps counts it in skipped_updates
+        (and records each step's warm-up / cosine rate in lr);
         --max-bad-steps consecutive ones stop the run with one line and no OUT/model.
 """
 import argparse
@@ -178,7 +179,7 @@ def case_nan(a):
     out = fresh(a, "data")
     env = dict(ENV, TAGFLOW_TEST_SFT_NAN_STEPS="3")
     p = subprocess.run(["mpirun", "-n", "2", a.tagflow, "sft", "--data", data, "--tokenizer", tok, "--steps", "4",
-                        "--out", out] + sizes,
+                        "--out", out, "--lr", "0.004", "--warmup", "2"] + sizes,
                        env=env, capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"--data with a poisoned step: exit 0 (rc {p.returncode}) {p.stderr[-1500:]}")
     import h5py  # noqa: E402
@@ -186,7 +187,11 @@ def case_nan(a):
     with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
         st = f["steps"]
         skipped, loss = st["skipped_updates"][()].tolist(), st["loss"][()]
+        lr = st["lr"][()].tolist()
     check(skipped == [0, 0, 1, 0], f"/steps skipped_updates marks step 3 only ({skipped})")
+    # --warmup 2 then cosine to lr/10 at --steps 4: 0.002, 0.004, 0.004 (p = 0), half-way (p = 1/2)
+    want = [0.002, 0.004, 0.004, 0.004 * (0.1 + 0.9 * 0.5)]
+    check(len(lr) == 4 and all(abs(x - y) < 1e-12 for x, y in zip(lr, want)), f"/steps lr {lr} (want {want})")
     check(bool(np.isnan(loss[2])) and bool(np.all(np.isfinite(np.delete(loss, 2)))),
           f"/steps loss is NaN at the skipped step only ({loss.tolist()})")
 

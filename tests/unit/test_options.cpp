@@ -261,6 +261,21 @@ TEST(Options, ObjectiveOptions) {
               std::string::npos);
 }
 
+TEST(Options, LearningRateSchedule) {
+    const auto o =
+        parse({"--out", "d", "--lr-warmup-steps", "20", "--lr-schedule", "cosine", "--min-lr-ratio", "0.1"}).options;
+    EXPECT_EQ(o.lr_warmup_steps, 20);
+    EXPECT_EQ(o.lr_schedule, "cosine");
+    EXPECT_DOUBLE_EQ(o.min_lr_ratio, 0.1);
+    const auto d = parse({"--out", "d"}).options;  // veRL's defaults: no warm-up, constant
+    EXPECT_EQ(d.lr_warmup_steps, 0);
+    EXPECT_EQ(d.lr_schedule, "constant");
+    EXPECT_NE(error_of({"--out", "d", "--lr-schedule", "linear"}).find("--lr-schedule 'linear'"), std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--min-lr-ratio", "1.5"}).find("--min-lr-ratio 1.5: must be between 0 and 1"),
+              std::string::npos);
+    EXPECT_NE(error_of({"--out", "d", "--lr-warmup-steps", "-1"}).find("--lr-warmup-steps -1"), std::string::npos);
+}
+
 TEST(Options, ModelShapeIsChecked) {
     EXPECT_NE(error_of({"--out", "d", "--heads", "4", "--kv-heads", "3"}).find("--kv-heads 3: must divide --heads 4"),
               std::string::npos);
