@@ -64,6 +64,12 @@ void validate_options(const Options& o) {
     check_range<int32_t>("train-threshold", o.train_threshold, 0, 1 << 30);
     check_range<double>("min-rollout-frac", o.min_rollout_frac, 0.0, 1.0);
     check_range<double>("rollout-ahead", o.rollout_ahead, 0.0, 1000.0);
+    if (o.rollout_ahead > 0 && o.rollout_ahead < 1) {
+        std::ostringstream m;  // the generators together would start less than a step per version: no step, ever
+        m << "--rollout-ahead " << o.rollout_ahead << ": must be 0 (no cap) or at least 1 (below 1 the generating "
+          << "ranks together start fewer samples per version than a training step needs, and the run would wait)";
+        throw ConfigError(m.str());
+    }
     check_range<int32_t>("staleness", o.staleness, 0, 1 << 20);
     check_choice("stale", o.stale, {"drop", "weight"});
     check_choice("admission", o.admission, {"staleness", "off"});

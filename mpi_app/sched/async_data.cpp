@@ -39,27 +39,34 @@ void AsyncScheduler::assign_work() {
     // --admission staleness: no more started-and-unconsumed samples than the budget (async_admission.cpp).
     const int64_t budget = admission_ ? sched_policy::admission_budget(opt_, rate_, threshold_) : 0;
     int64_t out = admission_ ? outstanding() : 0;
+    // One group at a time to the generator holding the fewest, so a budget smaller than every
+    // engine's capacity is shared: handing it all to the first generator could leave the run
+    // waiting for good when that one may start only its --rollout-ahead share per version.
+    std::vector<std::vector<int64_t>> groups(gens_.size());
+    while (!admission_ || out + G <= budget) {
+        size_t best = gens_.size();
+        for (size_t i = 0; i < gens_.size(); ++i)
+            if (gen_load_[i] < cap && (best == gens_.size() || gen_load_[i] < gen_load_[best])) best = i;
+        if (best == gens_.size()) break;
+        std::optional<data::Ticket> t = sampler_->take();
+        if (!t) break;
+        out += G;
+        auto a = attempt_.find(*t);
+        const int64_t g = data_group(*t, rows_, a == attempt_.end() ? 0 : a->second);
+        ticket_of_[g] = *t;
+        group_left_[g] = G;
+        gen_of_[g] = best;
+        ++gen_load_[best];
+        groups[best].push_back(g);
+    }
     for (size_t i = 0; i < gens_.size(); ++i) {
-        std::vector<int64_t> groups;
-        while (gen_load_[i] < cap && (!admission_ || out + G <= budget)) {
-            std::optional<data::Ticket> t = sampler_->take();
-            if (!t) break;
-            out += G;
-            auto a = attempt_.find(*t);
-            const int64_t g = data_group(*t, rows_, a == attempt_.end() ? 0 : a->second);
-            ticket_of_[g] = *t;
-            group_left_[g] = G;
-            gen_of_[g] = i;
-            ++gen_load_[i];
-            groups.push_back(g);
-        }
-        if (groups.empty()) continue;
+        if (groups[i].empty()) continue;
         if (gens_[i] == me_) {
-            assigned_.insert(assigned_.end(), groups.begin(), groups.end());
+            assigned_.insert(assigned_.end(), groups[i].begin(), groups[i].end());
             continue;
         }
         wire::Writer w;
-        for (int64_t g : groups) w.put<int64_t>(g);
+        for (int64_t g : groups[i]) w.put<int64_t>(g);
         asg_sends_.push_back({MPI_REQUEST_NULL, w.take()});
         auto& m = asg_sends_.back();
         TAGFLOW_MPI_CHECK(MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, gens_[i], kTagAssign,

@@ -46,6 +46,9 @@ RL_STEPS=${RL_STEPS:-400}
 PROMPTS=${PROMPTS:-16}
 GROUP=${GROUP:-8}
 RL_LR=${RL_LR:-0.001}
+LR_WARMUP=${LR_WARMUP:-0}        # --lr-warmup-steps
+LR_SCHEDULE=${LR_SCHEDULE:-constant}  # --lr-schedule constant|cosine
+MIN_LR_RATIO=${MIN_LR_RATIO:-0}  # --min-lr-ratio (cosine's floor)
 ENTROPY=${ENTROPY:-0}       # the entropy bonus over a 151,669-token vocabulary spreads mass onto junk tokens
 EVAL_EVERY=${EVAL_EVERY:-50}
 VAL_SAMPLES=${VAL_SAMPLES:-1}
@@ -78,6 +81,7 @@ start=$(date +%s)
     --data "$OUT/data/arith_train.jsonl" --val-data "$OUT/data/arith_val.jsonl" \
     --reward-fn "$HERE/arith_reward.py" --reward-workers 1 \
     --steps "$RL_STEPS" --prompts-per-step "$PROMPTS" --group-size "$GROUP" --lr "$RL_LR" --entropy-coef "$ENTROPY" \
+    --lr-warmup-steps "$LR_WARMUP" --lr-schedule "$LR_SCHEDULE" --min-lr-ratio "$MIN_LR_RATIO" \
     --max-new-tokens "$MAX_NEW" --eval-every "$EVAL_EVERY" --val-samples "$VAL_SAMPLES" \
     --threads "$THREADS" --seed "$SEED" --gemm-check false --ckpt-every 0 "${extra[@]}"
 echo "arith_e2e: RL took $(( $(date +%s) - start )) s"

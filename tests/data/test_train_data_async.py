@@ -21,7 +21,8 @@ CASE multiplex: --mode multiplex, rank 0 rollout only, rank 1 rollout and train;
   progress lines show them (the coordinator, rank 1, validates between steps).
 CASE disaggregated: --mode disaggregated, rank 0 generates, rank 1 trains; the same --val-data checks (the
   coordinator, rank 1, only trains otherwise: it answers the validation rows on an engine of its own).
-CASE admission: the multiplex run with --admission staleness: at most 10% dropped, every row trained once.
+CASE admission: the multiplex run with --admission staleness: at most 10% dropped, every row trained once;
+  then the same with both ranks rollout and train (the budget is shared, so neither waits for good).
 CASE kill: the multiplex run SIGKILLed on both ranks after its checkpoint at step 2, then resumed
   with the same command line: the same checks across the kill, one /resumes row.
 CASE valfail: --reward-error fail on a validation reward in multiplex: the function refuses every
@@ -62,7 +63,9 @@ from val_checks import VAL_BRANCH, check_eval, eval_rows, write_val  # noqa: E40
 ROWS, P, G, EPOCHS = 6, 2, 2, 2
 STRIDE = 1 << 32
 MODES = {"multiplex": ["--mode", "multiplex", "--rank-tags", "0=rollout;1=rollout,train"],
-         "disaggregated": ["--mode", "disaggregated", "--rank-tags", "0=rollout;1=train"]}
+         "disaggregated": ["--mode", "disaggregated", "--rank-tags", "0=rollout;1=train"],
+         # both ranks rollout and train (the tags of a plain mpirun): each starts only its --rollout-ahead share
+         "colocated": ["--mode", "multiplex"]}
 
 REWARD_FN = '''
 import os
@@ -113,7 +116,12 @@ class Setup:
 
     def run(self, out, mode, admission="off", val=()):
         t = time.time()
-        p = subprocess.run(self.cmd(out, mode, admission, val), capture_output=True, text=True, env=ENV, timeout=600)
+        try:
+            p = subprocess.run(self.cmd(out, mode, admission, val), capture_output=True, text=True, env=ENV,
+                               timeout=300)
+        except subprocess.TimeoutExpired as e:  # a run that waits for good fails its checks, not the suite
+            p = subprocess.CompletedProcess(e.cmd, 124, (e.stdout or b"").decode(errors="replace"),
+                                            (e.stderr or b"").decode(errors="replace") + "\n(killed after 300 s)")
         print(f"     ({mode}: {time.time() - t:.1f} s)", flush=True)
         return p
 
@@ -196,6 +204,15 @@ def case_admission(s):
         return
     check("every row trained once" in p.stdout, "admission: the run says it ended after the epochs")
     check_once(read(out), "admission", admission=True)
+    # Both ranks generate and train: the budget (one step's groups at --staleness 0) is shared between
+    # them, so each can start its --rollout-ahead half of a step (handing it all to the first rank, which
+    # may start only half, left the run waiting for good).
+    out = os.path.join(s.a.work, "admission_colocated")
+    p = s.run(out, "colocated", admission="staleness")
+    if not check(p.returncode == 0, f"--admission staleness --data, both ranks rollout+train: exits 0 (rc "
+                 f"{p.returncode})" + ("" if p.returncode == 0 else p.stdout[-2000:] + p.stderr[-3000:])):
+        return
+    check_once(read(out), "admission colocated", admission=True)
 
 
 def case_mode(s, mode):

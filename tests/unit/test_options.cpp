@@ -276,6 +276,14 @@ TEST(Options, LearningRateSchedule) {
     EXPECT_NE(error_of({"--out", "d", "--lr-warmup-steps", "-1"}).find("--lr-warmup-steps -1"), std::string::npos);
 }
 
+TEST(Options, RolloutAheadBelowOneIsRefused) {
+    EXPECT_NE(error_of({"--out", "d", "--rollout-ahead", "0.5"})
+                  .find("--rollout-ahead 0.5: must be 0 (no cap) or at least 1"),
+              std::string::npos);
+    EXPECT_DOUBLE_EQ(parse({"--out", "d", "--rollout-ahead", "0"}).options.rollout_ahead, 0.0);
+    EXPECT_DOUBLE_EQ(parse({"--out", "d", "--rollout-ahead", "1.5"}).options.rollout_ahead, 1.5);
+}
+
 TEST(Options, ModelShapeIsChecked) {
     EXPECT_NE(error_of({"--out", "d", "--heads", "4", "--kv-heads", "3"}).find("--kv-heads 3: must divide --heads 4"),
               std::string::npos);
