@@ -228,7 +228,17 @@ po::options_description describe(Options& o) {
     sys.add_options()
         ("bucket-mb", val(&o.bucket_mb), "weight-sync / gradient all-reduce bucket size in MiB")
         ("sync-delta", val(&o.sync_delta)->implicit_value(true),
-         "weight sync sends only the weights that changed since the version the rollout ranks hold")
+         "weight sync sends only the weights that changed since the version the rollout ranks hold (every "
+         "mode: sync's broadcast, and the async modes' sends, per receiver's version)")
+        ("resume-mode", val(&o.resume_mode),
+         "disaggregated/multiplex: generations in flight when new weights arrive resume with their KV caches "
+         "kept (keep: free, tokens attend to old-weight keys/values) or recomputed under the new weights "
+         "(recompute: a prefill of what is in flight per update)")
+        ("resume-window", val(&o.resume_window),
+         "with --resume-mode recompute: recompute only the last N cached tokens of each sequence (0 = all)")
+        ("resume-min-tokens", val(&o.resume_min_tokens),
+         "with --resume-mode recompute: recompute only sequences holding at least N tokens (prompt + "
+         "response so far; 0 = every sequence)")
         ("train-threshold", val(&o.train_threshold),
          "disaggregated/multiplex: fresh samples (of complete groups) that trigger a training step "
          "(0 = prompts-per-step x group-size)")

@@ -134,7 +134,11 @@ struct Options {
     int32_t val_max_tokens = 0;    // validation response budget (0 = --max-new-tokens of the run)
     // ---- weight sync ----
     double bucket_mb = 32.0;
-    bool sync_delta = false;  // send only the weights that changed since the receivers' version
+    bool sync_delta = false;  // send only the weights that changed since the receivers' version (every mode)
+    // ---- partial rollout: generations in flight across a weight update (async modes) ----
+    std::string resume_mode = "keep";  // keep (KV caches kept) or recompute (re-run under the new weights)
+    int64_t resume_window = 0;         // recompute: only the last N cached tokens of a sequence (0 = all)
+    int64_t resume_min_tokens = 0;     // recompute: only sequences of at least N tokens (0 = all)
     // ---- async modes (disaggregated, multiplex) ----
     int32_t train_threshold = 0;    // samples that trigger a training step; 0 = prompts-per-step x group-size
     double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout

@@ -135,6 +135,12 @@ void validate_options(const Options& o) {
     check_range<double>("val-temperature", o.val_temperature, 1e-6, 100.0);
     check_range<int32_t>("val-max-tokens", o.val_max_tokens, 0, 1 << 20);
     check_range<double>("bucket-mb", o.bucket_mb, 1.0 / 1024, 4096.0);
+    check_choice("resume-mode", o.resume_mode, {"keep", "recompute"});
+    check_range<int64_t>("resume-window", o.resume_window, 0, int64_t{1} << 40);
+    check_range<int64_t>("resume-min-tokens", o.resume_min_tokens, 0, int64_t{1} << 40);
+    if (o.resume_mode != "recompute" && (o.resume_window > 0 || o.resume_min_tokens > 0))
+        throw ConfigError(std::string(o.resume_window > 0 ? "--resume-window" : "--resume-min-tokens") +
+                          ": needs --resume-mode recompute (keep recomputes nothing)");
     check_range<double>("min-gflops", o.min_gflops, 0.0, 1e7);
     check_range<double>("train-timeout", o.train_timeout, 0.0, 1e7);
     check_range<double>("gateway-session-idle", o.gateway_session_idle, 0.1, 1e7);

@@ -238,10 +238,13 @@ std::vector<GenResult> InferenceEngine::run(const Callback& on_finish) {
     return out;
 }
 
-void InferenceEngine::update_weights(int32_t new_version, ResumeMode mode, int64_t recompute_window) {
+void InferenceEngine::update_weights(int32_t new_version, ResumeMode mode, int64_t recompute_window,
+                                     int64_t min_tokens) {
     Impl& m = *impl_;
     if (recompute_window < 0)
         throw Error("Engine::update_weights: recompute_window must be >= 0, got " + std::to_string(recompute_window));
+    if (min_tokens < 0)
+        throw Error("Engine::update_weights: min_tokens must be >= 0, got " + std::to_string(min_tokens));
     c10::InferenceMode im;
     if (m.dec && m.dec->sync_weights()) ++m.stats.weight_refreshes;
     m.version = new_version;
@@ -250,20 +253,22 @@ void InferenceEngine::update_weights(int32_t new_version, ResumeMode mode, int64
     // Row i holds (prompt + response)[0, len) (the last sampled token is not in the cache yet):
     // recompute [start, len) of every row in one batched extend; its logits are not needed
     // (the next token was sampled already, with the old weights).
-    const auto n = m.active.size();
-    std::vector<int64_t> slots(n), starts(n);
-    std::vector<std::vector<int32_t>> seqs(n);
-    for (std::size_t i = 0; i < n; ++i) {
+    // (Rows shorter than min_tokens keep their caches.)
+    std::vector<int64_t> slots, starts;
+    std::vector<std::vector<int32_t>> seqs;
+    for (std::size_t i = 0; i < m.active.size(); ++i) {
         const Impl::Seq& s = m.active[i];
+        if (s.len < min_tokens) continue;
         const int64_t start = recompute_window > 0 ? std::max<int64_t>(0, s.len - recompute_window) : 0;
         std::vector<int32_t> all = s.req.prompt;
         all.insert(all.end(), s.res.response.begin(), s.res.response.end());
-        slots[i] = static_cast<int64_t>(i);
-        starts[i] = start;
-        seqs[i].assign(all.begin() + start, all.begin() + s.len);
+        slots.push_back(static_cast<int64_t>(i));
+        starts.push_back(start);
+        seqs.emplace_back(all.begin() + start, all.begin() + s.len);
         m.stats.recomputed_tokens += s.len - start;
+        ++m.stats.recomputed_seqs;
     }
-    m.dec->extend(slots, seqs, starts);
+    if (!slots.empty()) m.dec->extend(slots, seqs, starts);
 }
 
 bool InferenceEngine::cancel(int64_t id, GenResult* partial) {

@@ -74,6 +74,7 @@ struct InferenceStats {
     int64_t weight_refreshes = 0;   ///< re-snapshots of the model's weights after a change
     int64_t weight_updates = 0;     ///< update_weights() calls
     int64_t recomputed_tokens = 0;  ///< cached tokens whose k/v update_weights() recomputed
+    int64_t recomputed_seqs = 0;    ///< sequences update_weights() recomputed (once per update each)
     int64_t cancelled = 0;          ///< requests removed by cancel() (queued or running)
 };
 
@@ -89,7 +90,9 @@ struct InferenceStats {
 ///    weights (one batched extend) before resuming, so that the rest of the generation is
 ///    exactly what the new policy would sample after that prefix. Costs a prefill of everything
 ///    in flight per update; `recompute_window` W > 0 recomputes only the last W cached tokens
-///    of each sequence (older positions keep their old k/v), bounding that cost.
+///    of each sequence (older positions keep their old k/v), bounding that cost, and
+///    `min_tokens` N > 0 recomputes only the sequences holding at least N cached tokens (the
+///    shorter ones keep theirs).
 /// Either way the token already sampled before the update keeps its old version and logprob.
 enum class ResumeMode { kKeep, kRecompute };
 
@@ -133,9 +136,11 @@ public:
     /// Partial rollout: call between step()s after changing the model's parameters in place
     /// (e.g. a weight sync). Re-snapshots the weights at once, sets the policy version that
     /// later tokens are tagged with, and keeps or recomputes the caches of the sequences in
-    /// flight (ResumeMode; `recompute_window` 0 = everything, else the last W tokens). No
-    /// request is restarted or dropped. Throws tagflow::Error on a negative window.
-    void update_weights(int32_t new_version, ResumeMode mode = ResumeMode::kKeep, int64_t recompute_window = 0);
+    /// flight (ResumeMode; `recompute_window` 0 = everything, else the last W tokens;
+    /// `min_tokens` 0 = every sequence, else those holding at least N). No request is restarted
+    /// or dropped. Throws tagflow::Error on a negative window or threshold.
+    void update_weights(int32_t new_version, ResumeMode mode = ResumeMode::kKeep, int64_t recompute_window = 0,
+                        int64_t min_tokens = 0);
     /// Sets the version that tokens sampled from now on carry (no weight handling; e.g. the
     /// version of the weights the engine starts with). Default 0.
     void set_policy_version(int32_t version);

@@ -84,6 +84,13 @@ void AsyncScheduler::poll_messages() {
                 log.push_back(m);
             }
             discarded_ += in.get<int64_t>();
+            FinalWeights fw;
+            fw.version = in.get<int32_t>();
+            fw.hash = in.get<uint64_t>();
+            fw.recomputed_tokens = in.get<int64_t>();
+            fw.recomputed_seqs = in.get<int64_t>();
+            fw.updates = in.get<int64_t>();
+            finals_of_[st.MPI_SOURCE] = fw;
             ++finals_;
         } else {
             throw InternalError("coordinator: unexpected message tag " + std::to_string(st.MPI_TAG) + " from rank " +
@@ -172,6 +179,7 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         write({}, {}, spans);
     }
     write_membership();
+    report_weights(sum);
     sum.steps = step_;
     sum.elapsed = clock_.now();
     sum.samples_per_s = total / std::max(1e-9, sum.elapsed);
@@ -240,7 +248,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     TrainReport tr = trainer_->train_step(s, batch);
     version_ = s + 1;
     started_ = 0;
-    if (engine_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);  // resume, KV kept
+    resume_generations();  // --resume-mode
     enter(SpanKind::kWeightSync);
     send_weights(version_);
     for (size_t i = 0; i < batch.size(); ++i) consumed.push_back({batch[i].id, s, tr.advantages[i], batch[i].weight});

@@ -4,10 +4,14 @@
 //   samples  rank -> C    [spans][pack_samples] as soon as an engine step finishes samples
 //   ctl      C -> rank    [kind, epoch, version, n, members...]: TRAIN (join the train group for
 //                         training step `epoch`) or STOP (end of run)
-//   weights  C -> rollout-only ranks: a header (version) and one message per bucket of the flat
-//                         parameter buffer; receivers keep these receives posted into a shadow
-//                         buffer, test them between decode steps and copy at a token boundary
-//   final    rank -> C    [spans][membership log][discarded count] after STOP
+//   weights  C -> rollout-only ranks: a header (version, base version, per bucket its encoding)
+//                         and one message per bucket not skipped (train/weight_push_mpi.hpp:
+//                         dense, or with --sync-delta only the values that receiver lacks);
+//                         receivers keep these receives posted, test them between decode steps
+//                         and write the weights at a token boundary
+//   final    rank -> C    [spans][membership log][discarded count][held version, weights hash]
+//                         [recomputed tokens, sequences, engine weight updates] after STOP (a
+//                         rollout-only rank first takes in the last version, named by STOP)
 //   signal   rank -> C    [int64 signal] once, when SIGTERM/SIGUSR1 reached that rank: C stops
 //                         at the step boundary, checkpoints and every rank exits 75
 //   assign   C -> generator  --data: [int64 group...] prompt groups to generate, in order
@@ -16,8 +20,9 @@
 // Checkpoints are C's alone (no collective; see async_checkpoint.cpp and share/doc/checkpoints.md).
 // The train group's communicator is made once with MPI_Comm_create_group over its members;
 // a training step's batch reaches them with MPI_Ibcast on it. Every wait is test-and-sleep.
-// Paused generations keep their KV caches (computed with the older weights): recomputing them
-// would cost a prefill per sequence, and the per-token versions record what produced each token.
+// Paused generations keep their KV caches (computed with the older weights) unless --resume-mode
+// recompute: that costs a prefill per sequence, and the per-token versions record what produced
+// each token either way.
 // The class is in async_scheduler_impl.hpp; this file holds its construction, run(), the span
 // recorder and evaluation; the other roles are in the async_*.cpp files named there.
 #include "sched/async_scheduler.hpp"
@@ -113,6 +118,12 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
 
     // Communicators, once, up front (every rank is here: nobody is generating yet).
     p2p_ = Comm::world().dup();
+    // Weight pushes to the rollout-only ranks, dense or (--sync-delta) per receiver's version.
+    train::PushOptions po;
+    po.delta = opt.sync_delta;
+    if (me_ == coord_ && !receivers_.empty())
+        push_ = std::make_unique<train::WeightPush>(po, buckets_, p2p_.get(), kTagWeights);
+    if (is_recv_) pull_ = std::make_unique<train::WeightPull>(buckets_, p2p_.get(), coord_, kTagWeights);
     const bool in_bcast = is_recv_ || me_ == coord_;
     bcast_ = Comm::world().split(in_bcast ? 0 : MPI_UNDEFINED, me_ == coord_ ? -1 : me_);
     if (in_step_) {
@@ -160,6 +171,23 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
             "staleness %d (%s)\n",
             opt.mode.name(), coord_, ms.c_str(), cs.empty() ? "" : "; critic on ranks {", cs.c_str(),
             cs.empty() ? "" : "}", rs.c_str(), static_cast<long long>(threshold_), opt.staleness, opt.stale.c_str());
+        std::string recv;
+        for (int r : receivers_) recv += (recv.empty() ? "" : ",") + std::to_string(r);
+        std::string resume = "keep their KV caches";
+        if (opt.resume_mode == "recompute")
+            resume = "recompute " +
+                     (opt.resume_window > 0 ? "the last " + std::to_string(opt.resume_window) + " cached tokens"
+                                            : std::string("their KV caches")) +
+                     (opt.resume_min_tokens > 0
+                          ? " (sequences of at least " + std::to_string(opt.resume_min_tokens) + " tokens)"
+                          : "");
+        if (!receivers_.empty())
+            say("%s: new weights to ranks {%s} by point-to-point sends, %s; generations in flight %s\n",
+                opt.mode.name(), recv.c_str(), opt.sync_delta ? "only the changed values (--sync-delta)" : "dense",
+                resume.c_str());
+        else
+            say("%s: every generating rank trains (no weight sends%s); generations in flight %s\n", opt.mode.name(),
+                opt.sync_delta ? ": --sync-delta has nothing to send" : "", resume.c_str());
     }
     if (!opt.gateway.empty()) setup_gateway();
     setup_data();
@@ -202,6 +230,7 @@ RunSummary AsyncScheduler::run() {
     }
     version_ = resumed_ ? static_cast<int32_t>(step_) : 0;
     if (engine_ && resumed_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);
+    weights_held();  // the next push is a delta from here (--sync-delta)
     if (is_recv_) post_weight_recv();
     if (me_ == coord_) {
         if (resumed_) {

@@ -56,12 +56,13 @@
 #include "sched/wire.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
+#include "train/weight_push_mpi.hpp"
 #include "tagflow/config.hpp"
 
 namespace tagflow::sched::async {
 using io::SpanKind;
 
-inline constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103, kTagWHdr = 7104, kTagWBucket = 7200;
+inline constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103;
 // A requeue signal (SIGTERM/SIGUSR1) a rank received: rank -> C, one int64 (the signal), once.
 inline constexpr int kTagSignal = 7105;
 inline constexpr int kTagCritic = 7106;  // the critic's state (int64 step + bytes) for the coordinator's checkpoint
@@ -72,6 +73,8 @@ inline constexpr int kTagRewardError = 7108;
 // --admission staleness: C -> generator, int64 pairs (version V, K): holding version >= V, the
 // generator may start its local prompt groups below K (async_admission.cpp).
 inline constexpr int kTagAdmit = 7109;
+// Weights, C -> rollout-only ranks (train/weight_push_mpi.hpp): a header on this tag, bucket b on this + 1 + b.
+inline constexpr int kTagWeights = 9000;
 // kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
 inline constexpr int64_t kCtlTrain = 1, kCtlStop = 2, kCtlTrainCkpt = 3;
 
@@ -93,6 +96,13 @@ inline void wait_all(std::vector<MPI_Request>& reqs) {
 struct Membership {
     int64_t epoch = 0;
     std::vector<int64_t> members;
+};
+
+// What a rank's final message says about its weights and its engine (report_weights()).
+struct FinalWeights {
+    int32_t version = -1;  // the version a rollout-only rank holds (-1: not one)
+    uint64_t hash = 0;     // AsyncScheduler::weights_hash() of it
+    int64_t recomputed_tokens = 0, recomputed_seqs = 0, updates = 0;  // its engine's (--resume-mode)
 };
 
 // A non-blocking send whose buffer lives until it completes.
@@ -208,13 +218,30 @@ private:
     int64_t admitted();
 
     // ------------------------------------------------------------------ weights
-    // Rollout-only ranks: a header and every bucket, received into the shadow buffer.
+    // Rollout-only ranks: the next version's receive (train::WeightPull, dense or --sync-delta).
     void post_weight_recv();
-    // Between decode steps: swaps in new weights when they have fully arrived.
+    // A fully arrived version into the weights (version_), no resume; false when none arrived.
+    bool take_weights();
+    // Between decode steps: swaps in new weights when they have fully arrived; the generations in
+    // flight resume as --resume-mode says (resume_generations).
     void test_weight_recv();
     void cancel_weight_recv();
+    // STOP: takes in every version up to `version` (the coordinator's last, all sent before STOP).
+    void drain_weight_recv(int32_t version);
+    // A generating rank's weights changed to version_: the engine's generations in flight resume
+    // (--resume-mode keep or recompute, --resume-window, --resume-min-tokens).
+    void resume_generations();
+    // The start (version 0 broadcast) or a resume: every rollout-only rank holds version_.
+    void weights_held();
+    // The weights' bits hashed (FNV-1a over 8-byte words): equal hashes at the same version = bit-identical.
+    uint64_t weights_hash() const;
 
-    // Coordinator: the new weights to every rollout-only rank, non-blocking.
+    // Coordinator, at the end (every final message in): checks that every rollout-only rank holds
+    // the coordinator's last version bit for bit (else an error line and exit code 1) and prints
+    // what --resume-mode recompute cost on all generating ranks.
+    void report_weights(RunSummary& sum);
+
+    // Coordinator: the new weights to every rollout-only rank (train::WeightPush), non-blocking.
     void send_weights(int32_t version);
     // Coordinator: records the sync once every message went out.
     void test_weight_sends();
@@ -356,12 +383,10 @@ private:
     double last_ship_ = 0;
 
     // weights
-    std::vector<float> shadow_;
-    int whdr_ = 0;
-    std::vector<MPI_Request> wreqs_;
-    std::vector<float> send_buf_;
-    int send_version_ = 0;
-    std::vector<MPI_Request> wsends_;
+    std::unique_ptr<train::WeightPush> push_;  // coordinator, when there are rollout-only ranks
+    std::unique_ptr<train::WeightPull> pull_;  // rollout-only ranks
+    bool pushing_ = false;                     // coordinator: a push in flight
+    train::WeightSyncStats push_stats_;        // coordinator: its figures
     double wsend_t0_ = 0;
 
     // coordinator
@@ -374,6 +399,7 @@ private:
     std::list<Pending> ctl_;
     int64_t finished_ = 0, consumed_count_ = 0, dropped_ = 0, weighted_ = 0, discarded_ = 0;
     int finals_ = 0;
+    std::map<int, FinalWeights> finals_of_;  // rank -> its final message's weights and engine figures
     std::vector<Membership> my_log_;
     std::map<int, std::vector<Membership>> seen_;
 

@@ -1,93 +1,145 @@
 // SPDX-License-Identifier: Apache-2.0
-// async_weights: new weights from the coordinator to the rollout-only ranks: non-blocking bucket sends,
-// and their receive into a shadow buffer swapped in at a token boundary.
+// async_weights: new weights from the coordinator to the rollout-only ranks: train::WeightPush's
+// non-blocking sends (dense, or with --sync-delta only what each receiver lacks) and
+// train::WeightPull's receives, swapped in at a token boundary; the generations in flight then
+// resume as --resume-mode says. At STOP every receiver takes in the last version and reports a
+// hash of its weights, which the coordinator checks against its own (check_weights()).
 // Part of the async scheduler (sched/async_scheduler_impl.hpp).
 #include "sched/async_scheduler_impl.hpp"
 
 namespace tagflow::sched::async {
 
-void AsyncScheduler::post_weight_recv() {
-    shadow_.resize(static_cast<size_t>(flat_.numel()));
-    wreqs_.assign(1 + buckets_.size(), MPI_REQUEST_NULL);
-    TAGFLOW_MPI_CHECK(MPI_Irecv(&whdr_, 1, MPI_INT, coord_, kTagWHdr, p2p_.get(), &wreqs_[0]));
-    for (size_t b = 0; b < buckets_.size(); ++b)
-        TAGFLOW_MPI_CHECK(MPI_Irecv(shadow_.data() + buckets_[b].first, static_cast<int>(buckets_[b].second), MPI_FLOAT,
-                                    coord_, kTagWBucket + static_cast<int>(b), p2p_.get(), &wreqs_[b + 1]));
+void AsyncScheduler::weights_held() {
+    if (push_) push_->hold(train::FlatView(params()), version_, receivers_);
+    if (pull_) pull_->set_held(version_);
+}
+
+void AsyncScheduler::post_weight_recv() { pull_->post(); }
+
+bool AsyncScheduler::take_weights() {
+    if (!pull_->ready()) return false;
+    enter(SpanKind::kWeightSync, pull_->incoming());
+    {
+        torch::NoGradGuard ng;
+        // Into the parameters' memory (views of flat_): written behind autograd's back, so their
+        // version counters are bumped for the engine, which re-snapshots the weights.
+        pull_->apply(train::FlatView(params()));
+    }
+    train::bump_versions(policy_->parameters());
+    version_ = pull_->held();
+    return true;
 }
 
 void AsyncScheduler::test_weight_recv() {
-    int done = 0;
-    TAGFLOW_MPI_CHECK(MPI_Testall(static_cast<int>(wreqs_.size()), wreqs_.data(), &done, MPI_STATUSES_IGNORE));
-    if (!done) return;
-    enter(SpanKind::kWeightSync, whdr_);
-    {
-        torch::NoGradGuard ng;
-        // In place on the flat buffer: the parameters are views of it, their version
-        // counters move, and the engine re-snapshots the weights at its next step.
-        flat_.copy_(torch::from_blob(shadow_.data(), {flat_.numel()}, torch::kFloat));
-    }
-    // flat_.copy_ bumps flat_'s counter only: the parameters (set_data views) keep theirs.
-    train::bump_versions(policy_->parameters());
-    version_ = whdr_;
-    // At a token boundary: in-flight generations resume with their KV caches kept.
-    engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);
-    post_weight_recv();
+    if (take_weights()) resume_generations();  // at a token boundary
+}
+
+void AsyncScheduler::drain_weight_recv(int32_t version) {
+    if (!pull_) return;
+    while (pull_->held() < version)
+        if (!take_weights()) nap();  // sent before STOP: arriving (the generations are discarded)
+}
+
+void AsyncScheduler::resume_generations() {
+    if (!engine_) return;
+    const bool recompute = opt_.resume_mode == "recompute";
+    engine_->update_weights(version_, recompute ? rollout::ResumeMode::kRecompute : rollout::ResumeMode::kKeep,
+                            recompute ? opt_.resume_window : 0, recompute ? opt_.resume_min_tokens : 0);
 }
 
 void AsyncScheduler::cancel_weight_recv() {
-    for (auto& r : wreqs_) {
-        if (r == MPI_REQUEST_NULL) continue;
-        int done = 0;
-        TAGFLOW_MPI_CHECK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
-        if (done) continue;
-        MPI_Cancel(&r);
-        MPI_Wait(&r, MPI_STATUS_IGNORE);
+    if (pull_) pull_->cancel();
+}
+
+uint64_t AsyncScheduler::weights_hash() const {
+    // 64-bit FNV-1a over 8-byte words (the weights' bits, any float), then the odd tail word.
+    const auto* p = static_cast<const unsigned char*>(flat_.data_ptr());
+    const size_t n = static_cast<size_t>(flat_.numel()) * sizeof(float);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = 0;
+        std::memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001b3ULL;
     }
-    wreqs_.clear();
+    for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
 }
 
 void AsyncScheduler::send_weights(int32_t version) {
-    if (receivers_.empty()) return;
-    wait_weight_sends();  // the send buffer is reused
-    send_buf_.resize(static_cast<size_t>(flat_.numel()));
-    std::memcpy(send_buf_.data(), flat_.data_ptr<float>(), send_buf_.size() * sizeof(float));
-    send_version_ = version;
-    for (int r : receivers_) {
-        wsends_.emplace_back();
-        TAGFLOW_MPI_CHECK(MPI_Isend(&send_version_, 1, MPI_INT, r, kTagWHdr, p2p_.get(), &wsends_.back()));
-        for (size_t b = 0; b < buckets_.size(); ++b) {
-            wsends_.emplace_back();
-            TAGFLOW_MPI_CHECK(MPI_Isend(send_buf_.data() + buckets_[b].first, static_cast<int>(buckets_[b].second),
-                                        MPI_FLOAT, r, kTagWBucket + static_cast<int>(b), p2p_.get(), &wsends_.back()));
-        }
-    }
+    if (!push_) return;
+    wait_weight_sends();  // the push's buffers are reused
+    push_stats_ = push_->start(train::FlatView(params()), version, receivers_);
+    pushing_ = true;
     wsend_t0_ = clock_.now();
 }
 
 void AsyncScheduler::test_weight_sends() {
-    if (wsends_.empty()) return;
-    int done = 0;
-    TAGFLOW_MPI_CHECK(MPI_Testall(static_cast<int>(wsends_.size()), wsends_.data(), &done, MPI_STATUSES_IGNORE));
-    if (!done) return;
-    wsends_.clear();
+    if (!pushing_ || !push_->done()) return;
+    pushing_ = false;
     io::SyncRecord r;
-    r.version = send_version_;
-    r.bytes = static_cast<int64_t>(send_buf_.size() * sizeof(float));
-    r.dense_bytes = r.bytes;
+    r.version = push_stats_.version;
+    r.bytes = push_stats_.bytes;
+    r.dense_bytes = push_stats_.dense_bytes;
     r.t_start = wsend_t0_;
     r.t_end = std::max(wsend_t0_, clock_.now());
-    r.mode = "mpi_isend";
-    r.buckets = static_cast<int32_t>(buckets_.size());
+    r.mode = push_->mode();
+    r.buckets = push_stats_.buckets;
     syncs_.push_back(r);
 }
 
 void AsyncScheduler::wait_weight_sends() {
-    if (wsends_.empty()) return;
+    if (!pushing_) return;
     enter(SpanKind::kIdle);
-    while (!wsends_.empty()) {
+    while (pushing_) {
         poll_messages();
         test_weight_sends();
-        if (!wsends_.empty()) nap();
+        if (pushing_) nap();
+    }
+}
+
+}  // namespace tagflow::sched::async
+
+namespace tagflow::sched::async {
+
+void AsyncScheduler::report_weights(RunSummary& sum) {
+    if (push_) {
+        const uint64_t mine = weights_hash();
+        std::string ranks;
+        bool same = true;
+        for (int r : receivers_) {
+            const FinalWeights& f = finals_of_[r];
+            ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+            if (f.version == version_ && f.hash == mine) continue;
+            log_error(
+                "rank %d holds weights version %d (hash %016llx), the coordinator version %d (hash %016llx): "
+                "the %s weight sync did not make them bit-identical",
+                r, f.version, static_cast<unsigned long long>(f.hash), version_, static_cast<unsigned long long>(mine),
+                push_->mode());
+            same = false;
+        }
+        if (same)
+            say("%s: rollout-only ranks {%s} hold version %d bit-identical to the coordinator's (weights hash "
+                "%016llx, %s)\n",
+                opt_.mode.name(), ranks.c_str(), version_, static_cast<unsigned long long>(mine), push_->mode());
+        else if (sum.exit_code == 0) sum.exit_code = 1;
+    }
+    {
+        FinalWeights t;
+        if (engine_) {
+            t.recomputed_tokens = engine_->stats().recomputed_tokens;
+            t.recomputed_seqs = engine_->stats().recomputed_seqs;
+            t.updates = engine_->stats().weight_updates;
+        }
+        for (const auto& [r, f] : finals_of_) {
+            t.recomputed_tokens += f.recomputed_tokens;
+            t.recomputed_seqs += f.recomputed_seqs;
+            t.updates += f.updates;
+        }
+        say("%s: --resume-mode %s: %lld cached tokens of %lld sequences in flight recomputed over %lld engine "
+            "weight updates (all generating ranks)\n",
+            opt_.mode.name(), opt_.resume_mode.c_str(), static_cast<long long>(t.recomputed_tokens),
+            static_cast<long long>(t.recomputed_seqs), static_cast<long long>(t.updates));
     }
 }
 

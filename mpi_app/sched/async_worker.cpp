@@ -43,7 +43,10 @@ void AsyncScheduler::worker_loop() {
         if (data_ && is_gen_) poll_assign();      // --data: the coordinator's prompt groups
         if (admission_ && is_gen_) poll_admit();  // --admission staleness: the groups it may start
         if (poll_ctl(ctl)) {
-            if (ctl[0] == kCtlStop) break;
+            if (ctl[0] == kCtlStop) {
+                drain_weight_recv(static_cast<int32_t>(ctl[2]));  // the coordinator's last version, sent before STOP
+                break;
+            }
             if ((ctl[0] != kCtlTrain && ctl[0] != kCtlTrainCkpt) || !in_step_)
                 throw InternalError("rank " + std::to_string(me_) +
                                     ": told to train, but it is not in the train group");
@@ -65,7 +68,7 @@ void AsyncScheduler::worker_loop() {
             if (trainer_->has_actor()) {  // else (a critic rank) new weights come by the broadcast, if at all
                 version_ = s + 1;
                 started_ = 0;
-                if (engine_) engine_->update_weights(version_, rollout::ResumeMode::kKeep, 0);  // resume, KV kept
+                resume_generations();  // --resume-mode
             }
             if (ctl[0] == kCtlTrainCkpt) send_critic_state();
             enter(is_gen_ ? SpanKind::kRollout : SpanKind::kIdle);
@@ -116,6 +119,13 @@ void AsyncScheduler::worker_loop() {
         for (int64_t r : m.members) w.put<int64_t>(r);
     }
     w.put<int64_t>(discarded);
+    // The weights this rank holds (rollout-only ranks; -1 elsewhere) for the coordinator's check,
+    // and what --resume-mode recompute cost here.
+    w.put<int32_t>(pull_ ? pull_->held() : -1);
+    w.put<uint64_t>(pull_ ? weights_hash() : 0);
+    w.put<int64_t>(engine_ ? engine_->stats().recomputed_tokens : 0);
+    w.put<int64_t>(engine_ ? engine_->stats().recomputed_seqs : 0);
+    w.put<int64_t>(engine_ ? engine_->stats().weight_updates : 0);
     std::vector<char> b = w.take();
     MPI_Request rq = MPI_REQUEST_NULL;
     TAGFLOW_MPI_CHECK(MPI_Isend(b.data(), static_cast<int>(b.size()), MPI_CHAR, coord_, kTagFinal, p2p_.get(), &rq));

@@ -161,6 +161,9 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
     if (!opt.train_priority.empty() && opt.mode != config::Mode::kMultiplex)
         throw ConfigError(std::string("--train-priority applies to --mode multiplex only (not ") + opt.mode.name() +
                           ")");
+    if (opt.resume_mode != "keep" && !opt.mode.is_async())
+        throw ConfigError("--resume-mode " + opt.resume_mode + " applies to --mode disaggregated and multiplex (" +
+                          opt.mode.name() + " mode finishes every generation before the weights change)");
     if (!opt.mode.is_async()) return;
     const int world = static_cast<int>(all_tags.size());
     for (const auto& [r, p] : prio.by_rank) {

@@ -77,7 +77,8 @@ int min_rollout_ranks(const config::Options& opt, int n);
 std::vector<int> train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags);
 
 /// Throws ConfigError when the tags do not allow opt.mode (see check_async_roles), or when
-/// --train-priority is malformed, given outside multiplex, or puts the coordinator at 0.
+/// --train-priority is malformed, given outside multiplex, or puts the coordinator at 0, or when
+/// --resume-mode recompute is given in sync mode (no generation outlives a weight update there).
 void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_tags);
 
 /// Samples that trigger a training step: --train-threshold, else prompts-per-step x group-size.

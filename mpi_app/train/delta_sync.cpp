@@ -223,19 +223,20 @@ std::vector<size_t> DeltaTracker::record(const FlatView& v, const std::vector<st
             }
             f += p.count;
         }
-        if (since >= version) {
-            counts[b] = 0;
-        } else if (fast) {
-            counts[b] = changed;
-        } else {
-            const int32_t* st = stamp_.data() + first;
-            size_t k = 0;
-            for (size_t i = 0; i < count; ++i) k += st[i] > since;
-            counts[b] = k;
-        }
+        if (since >= version) counts[b] = 0;
+        else if (fast) counts[b] = changed;
+        else counts[b] = count_since(first, count, since);
     }
     last_version_ = version;
     return counts;
+}
+
+size_t DeltaTracker::count_since(size_t first, size_t count, int32_t since) const {
+    if (first + count > stamp_.size()) throw InternalError("DeltaTracker::count_since: range past the end");
+    const int32_t* st = stamp_.data() + first;
+    size_t k = 0;
+    for (size_t i = 0; i < count; ++i) k += st[i] > since;
+    return k;
 }
 
 void DeltaTracker::encode(size_t first, size_t count, DeltaEncoding e, int32_t since, size_t changed,

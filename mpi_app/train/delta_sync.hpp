@@ -92,6 +92,9 @@ public:
     /// Returns, per bucket, how many elements have stamp > since (what must be sent).
     std::vector<size_t> record(const FlatView& v, const std::vector<std::pair<size_t, size_t>>& buckets,
                                int32_t version, int32_t since);
+    /// How many elements of bucket [first, first + count) have stamp > since: what a receiver
+    /// holding recorded version `since` needs (record() returns it for one `since` only).
+    size_t count_since(size_t first, size_t count, int32_t since) const;
     /// Writes the sparse or bitmask payload (delta_payload_words() words) of bucket
     /// [first, first + count): the `changed` elements with stamp > since, values from the snapshot.
     void encode(size_t first, size_t count, DeltaEncoding e, int32_t since, size_t changed, uint32_t* out) const;

@@ -215,6 +215,33 @@ TEST(PartialRollout, RecomputeContinuesLikeAFreshPrefillUnderTheNewWeights) {
     }
 }
 
+// min_tokens: only the sequences holding at least that many cached tokens are recomputed (the
+// seed's threshold for long sequences); the window still bounds each one's recompute.
+TEST(PartialRollout, MinTokensRecomputesOnlyTheLongSequences) {
+    const HfConfig c = model::fixtures::qwen2_config();
+    LlamaModel m = make_model(c, 3);
+    const auto prompts = prompts_for(c.vocab_size, {2, 9, 3});
+    for (int64_t window : {int64_t{0}, int64_t{4}}) {
+        InferenceEngine e(m, InferenceConfig{3, false});
+        for (std::size_t i = 0; i < prompts.size(); ++i) e.submit(request(static_cast<int64_t>(i), prompts[i], 1.0, 8));
+        e.step();  // prefill: each holds its prompt
+        e.step();  // one decode: prompt + 1 cached tokens (3, 10, 4)
+        e.update_weights(1, ResumeMode::kRecompute, window, 8);
+        EXPECT_EQ(e.stats().recomputed_seqs, 1) << "window " << window;
+        EXPECT_EQ(e.stats().recomputed_tokens, window > 0 ? window : 10) << "window " << window;
+        e.update_weights(2, ResumeMode::kRecompute, window, 100);  // none that long
+        EXPECT_EQ(e.stats().recomputed_seqs, 1);
+        e.update_weights(3, ResumeMode::kRecompute, 0, 0);  // 0: every sequence, all of it
+        EXPECT_EQ(e.stats().recomputed_seqs, 4);
+        EXPECT_EQ(e.stats().recomputed_tokens, (window > 0 ? window : 10) + 3 + 10 + 4);
+        const auto res = e.run();
+        ASSERT_EQ(res.size(), 3u);
+        for (const auto& r : res) EXPECT_EQ(r.response.size(), 8u);
+    }
+    InferenceEngine e(m, InferenceConfig{2, false});
+    EXPECT_THROW(e.update_weights(1, ResumeMode::kRecompute, 0, -1), Error);
+}
+
 TEST(PartialRollout, UpdateWeightsRejectsANegativeWindowAndWorksWhenIdle) {
     const HfConfig c = model::fixtures::qwen2_config();
     LlamaModel m = make_model(c, 1);

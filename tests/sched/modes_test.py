@@ -15,11 +15,16 @@ admission (--admission staleness vs off with a rollout-only rank much faster tha
 off's fraction of finished samples dropped as stale, under 25%; every step still trains in full),
 offpolicy (--old-logprobs recompute with --rollout-is token in multiplex with a rollout-only rank:
 sane /steps is_weight_mean/is_weight_max/rs_rejected; a tiny --rollout-rs band rejects; bad values).
+sync_delta (--sync-delta in the async modes: every rollout-only rank ends bit-identical to the coordinator,
+as with dense sends, also across a resume; /syncs says what moved; with nothing changed nothing moves),
+resume_mode (--resume-mode/--resume-window/--resume-min-tokens: recompute recomputes KV caches of
+generations in flight, keep none; bad values).
 Each case prints what it checked and exits non-zero on failure.
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -450,6 +455,125 @@ def case_fixed_lengths(a):
         _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
         check(p.returncode == 2 and needle in p.stderr,
               f"{' '.join(args)}: exit 2 naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
+
+
+SAME = re.compile(r"rollout-only ranks \{([\d,]+)\} hold version (\d+) bit-identical to the coordinator's "
+                  r"\(weights hash ([0-9a-f]+), (\S+)\)")
+RECOMP = re.compile(r"--resume-mode (\w+): (\d+) cached tokens of (\d+) sequences in flight recomputed over (\d+) "
+                    r"engine weight updates")
+
+
+def identical(name, p, ranks, version, mode):
+    m = SAME.search(p.stdout)
+    check(m is not None and m.group(1) == ranks and int(m.group(2)) == version and m.group(4) == mode,
+          f"{name}: rollout-only ranks {{{ranks}}} end holding version {version} bit-identical to the coordinator's "
+          f"({m.group(0) if m else 'no such line'})")
+    return m.group(3)
+
+
+def sync_rows(f):
+    sy = f["syncs"]
+    return (sy["version"][()], sy["bytes"][()], sy["dense_bytes"][()],
+            np.array(tagflow_run._decode(sy["mode"]), dtype=str))
+
+
+def case_sync_delta(a):
+    """--sync-delta in the async modes (issue 20 point 4): the coordinator's point-to-point sends carry only
+    what each rollout-only rank lacks. Each rollout-only rank takes in the last version at STOP and reports a
+    hash of its weights; the run checks it against the coordinator's (bit for bit, else exit 1). Asserted:
+    dense and delta end bit-identical, in multiplex and disaggregated (two receivers), and after a resume
+    (the receivers hold the checkpoint's version, the next push is a delta from it); /syncs names the mode and
+    bytes <= dense_bytes; with --lr 0 (nothing changes) every push after version 0 moves 0 bytes."""
+    n = 4
+    base = ["--mode", "multiplex", "--rank-tags", TWO, "--seed", "5"]
+    hashes = {}
+    for delta in (False, True):
+        name = "delta" if delta else "dense"
+        extra = ["--sync-delta"] if delta else []
+        out, p, wall = train(a, f"sd_{name}", 2, base + extra + ["--steps", str(n), "--ckpt-every", "2"])
+        sys.stdout.write(p.stdout[-1500:])
+        check(p.returncode == 0, f"multiplex {name}: exits 0 ({wall:.1f}s) {p.stderr[-1500:]}")
+        mode = "mpi_isend_delta" if delta else "mpi_isend"
+        hashes[name] = identical(f"multiplex {name}", p, "0", n, mode)
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            common_checks(f, f"multiplex {name}", {1}, n)
+            ver, by, dense, modes = sync_rows(f)
+        check(ver.tolist() == list(range(n + 1)) and modes[0] == "mpi_bcast" and np.all(modes[1:] == mode),
+              f"multiplex {name}: /syncs versions {ver.tolist()}, version 0 broadcast, then {mode} ({modes.tolist()})")
+        check(np.all(by <= dense) and (delta or np.array_equal(by, dense)),
+              f"multiplex {name}: bytes {by.tolist()} <= dense_bytes {dense[0]}" + ("" if delta else " (equal)"))
+        print(f"multiplex {name}: fraction sent per version {np.round(by / dense, 4).tolist()}")
+        if delta:
+            # The same command with more steps resumes at step 4: the receivers hold version 4 from the
+            # checkpoint, and the pushes go on as deltas from it.
+            cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + FAST + base + extra + \
+                  ["--steps", str(n + 2), "--ckpt-every", "2"]
+            p = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=120)
+            check(p.returncode == 0 and f"resumed from checkpoint at step {n}" in p.stdout,
+                  f"multiplex delta: resumes from the step-{n} checkpoint (rc {p.returncode}) {p.stderr[-1500:]}")
+            identical("multiplex delta, resumed", p, "0", n + 2, mode)
+            with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+                ver, by, dense, modes = sync_rows(f)
+            check(ver.tolist()[-2:] == [n + 1, n + 2] and np.all(modes[-2:] == mode) and np.all(by <= dense),
+                  f"multiplex delta, resumed: /syncs goes on with versions {ver.tolist()[-2:]} ({by.tolist()[-2:]} B)")
+    print(f"final weights hash at the same seed: dense {hashes['dense']}, delta {hashes['delta']} (async runs need "
+          "not train identically; not asserted)")
+    # Nothing changes (--lr 0): a delta push moves nothing; still bit-identical.
+    out, p, wall = train(a, "sd_lr0", 2, base + ["--sync-delta", "--steps", "3", "--lr", "0"])
+    check(p.returncode == 0, f"--lr 0 delta: exits 0 ({wall:.1f}s) {p.stderr[-1500:]}")
+    identical("--lr 0 delta", p, "0", 3, "mpi_isend_delta")
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        ver, by, dense, modes = sync_rows(f)
+    check(by[0] == dense[0] and np.all(by[1:] == 0),
+          f"--lr 0 delta: version 0 in full, then 0 bytes per push ({by.tolist()})")
+    # Disaggregated, two rollout-only ranks.
+    out, p, wall = train(a, "sd_disagg", 3, ["--mode", "disaggregated", "--rank-tags", "0=rollout;1=train;2=rollout",
+                                             "--seed", "5", "--steps", "3", "--sync-delta"])
+    sys.stdout.write(p.stdout[-800:])
+    check(p.returncode == 0, f"disaggregated delta: exits 0 ({wall:.1f}s) {p.stderr[-1500:]}")
+    identical("disaggregated delta", p, "0,2", 3, "mpi_isend_delta")
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        common_checks(f, "disaggregated delta", {1}, 3)
+
+
+def case_resume_mode(a):
+    """--resume-mode recompute (issue 20 point 4): the KV caches of generations in flight when new weights
+    arrive are recomputed, at most --resume-window tokens per sequence; keep recomputes nothing; a
+    --resume-min-tokens above every length recomputes nothing. The counts come from every generating rank's
+    engine (the coordinator's end-of-run line). Bad values: one line, exit 2."""
+    for args, needle in [(["--resume-mode", "bogus"], "--resume-mode"),
+                         (["--resume-window", "-1"], "--resume-window"),
+                         (["--resume-min-tokens", "-3"], "--resume-min-tokens"),
+                         (["--resume-window", "4"], "needs --resume-mode recompute"),
+                         (["--mode", "sync", "--resume-mode", "recompute"], "--resume-mode")]:
+        _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
+        lines = [l for l in p.stderr.splitlines() if l.startswith("tagflow: error")]
+        check(p.returncode == 2 and needle in p.stderr and len(set(lines)) == 1,
+              f"{' '.join(args)}: exit 2, one line naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
+    n = 4
+    base = ["--mode", "multiplex", "--rank-tags", TWO, "--seed", "6", "--steps", str(n), "--admission", "off"]
+    window = 3
+    got = {}
+    for name, extra in [("keep", []),
+                        ("recompute", ["--resume-mode", "recompute", "--resume-window", str(window)]),
+                        ("none long enough", ["--resume-mode", "recompute", "--resume-min-tokens", "100000"])]:
+        out, p, wall = train(a, "resume_" + name.split()[0], 2, base + extra)
+        check(p.returncode == 0, f"{name}: exits 0 ({wall:.1f}s) {p.stderr[-1500:]}")
+        m = RECOMP.search(p.stdout)
+        check(m is not None, f"{name}: the run reports what it recomputed ({m.group(0) if m else p.stdout[-600:]})")
+        tok, seqs, upd = int(m.group(2)), int(m.group(3)), int(m.group(4))
+        got[name] = (tok, seqs, upd)
+        with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+            common_checks(f, name, {1}, n)
+            vmin, vmax = f["samples"]["version_min"][()], f["samples"]["version_max"][()]
+        print(f"{name}: {tok} tokens of {seqs} sequences recomputed over {upd} updates; "
+              f"{int(np.sum(vmax > vmin))} samples span a weight update")
+    check(got["keep"][:2] == (0, 0), f"keep: nothing recomputed {got['keep']}")
+    tok, seqs, upd = got["recompute"]
+    check(seqs > 0 and 0 < tok <= window * seqs,
+          f"recompute, window {window}: {tok} tokens of {seqs} sequences recomputed (0 < tokens <= {window} x sequences)")
+    check(got["none long enough"][:2] == (0, 0), f"--resume-min-tokens 100000: nothing recomputed "
+          f"{got['none long enough']}")
 
 
 def main():

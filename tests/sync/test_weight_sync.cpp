@@ -5,11 +5,14 @@
 // whole-tensor changes (dense fallback), bit-level changes (-0.0, NaN payloads), bucket
 // boundaries inside tensors, receivers lagging several versions, reset(), and bad input that
 // must make every rank throw together; receivers' version counters move. Every rank rebuilds the root's expected weights from the
-// same seed, so checks need no extra communication.
+// same seed, so checks need no extra communication. WeightPush/WeightPull (the async modes'
+// point-to-point sync): dense and delta, receivers that skip versions (each gets its own delta),
+// one that holds nothing (a full version), all bit-identical to the root.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -17,6 +20,7 @@
 #include "common/error.hpp"
 #include "mpi_test_util.hpp"
 #include "train/delta_sync_mpi.hpp"
+#include "train/weight_push_mpi.hpp"
 #include "train/weight_sync_mpi.hpp"
 
 using namespace tagflow;
@@ -253,4 +257,71 @@ TEST(WeightSync, BadInputThrowsOnEveryRank) {
     EXPECT_TRUE(all_ranks(bit_equal(ts, m.ref)));
     EXPECT_THROW(WeightSync({0, true, 0.125}), ConfigError);
     EXPECT_THROW(WeightSync({64, true, 1.0}), ConfigError);
+}
+
+// Receiver r (r >= 1) is pushed version v when v % r == 0 (rank 1 every version, rank 2 every
+// other, ...), so receivers hold different versions and each needs its own delta; the last
+// receiver was not told to hold version 0 (its tensors hold garbage), so its first push is full.
+TEST(WeightPush, ReceiversThatSkipVersionsStayBitIdentical) {
+    if (world_size() < 2) GTEST_SKIP() << "needs a receiver";
+    const int me = world_rank(), last = world_size() - 1;
+    for (bool delta : {false, true}) {
+        Model m;
+        auto ts = make_tensors(me == 0 || me == last ? -5.f : 0.f);
+        const auto buckets = FlatView(ts).plan_buckets(64);
+        std::vector<int> all, known;
+        for (int r = 1; r <= last; ++r) {
+            all.push_back(r);
+            if (r != last || last == 1) known.push_back(r);
+        }
+        if (me != last || last == 1) copy_into(ts, m.ref);  // version 0, held by all but `last`
+        if (me == 0) copy_into(ts, m.ref);
+        WeightPush push({delta, 0.125}, buckets, MPI_COMM_WORLD, 9000);
+        WeightPull pull(buckets, MPI_COMM_WORLD, 0, 9000);
+        EXPECT_STREQ(push.mode(), delta ? "mpi_isend_delta" : "mpi_isend");
+        if (me == 0) push.hold(FlatView(ts), 0, known);
+        if (me != 0) {
+            if (me != last || last == 1) pull.set_held(0);
+            pull.post();
+        }
+        for (int32_t ver = 1; ver <= 6; ++ver) {
+            m.change_random(ver == 4 ? 200 : 3);
+            if (ver == 5) m.change_tensor(0);
+            std::vector<int> to;
+            for (int r : all)
+                if (ver % r == 0 || r == last) to.push_back(r);
+            if (me == 0) {
+                copy_into(ts, m.ref);
+                WeightSyncStats st = push.start(FlatView(ts), ver, to);
+                while (!push.done()) {}
+                EXPECT_EQ(st.version, ver);
+                EXPECT_LE(st.bytes, st.dense_bytes);
+                if (!delta) EXPECT_EQ(st.bytes, st.dense_bytes);
+                if (delta && ver == 1 && last == 1) EXPECT_LT(st.bytes, st.dense_bytes / 4);
+                for (int r : to) EXPECT_EQ(push.held(r), ver);
+            } else if (std::count(to.begin(), to.end(), me)) {
+                while (!pull.ready()) {}
+                EXPECT_EQ(pull.incoming(), ver);
+                EXPECT_EQ(pull.apply(FlatView(ts)), ver);
+                EXPECT_EQ(pull.held(), ver);
+                EXPECT_TRUE(bit_equal(ts, m.ref)) << (delta ? "delta" : "dense") << " version " << ver;
+            }
+            EXPECT_TRUE(all_ranks(true));  // the version is done everywhere before the next
+        }
+        if (me != 0) pull.cancel();
+    }
+}
+
+TEST(WeightPush, MisuseThrows) {
+    Model m;
+    auto ts = make_tensors(0.f);
+    const auto buckets = FlatView(ts).plan_buckets(64);
+    WeightPush push({true, 0.125}, buckets, MPI_COMM_WORLD, 9000);
+    push.hold(FlatView(ts), 3, {});
+    EXPECT_THROW(push.start(FlatView(ts), 3, {}), InternalError);  // not newer
+    EXPECT_THROW(push.hold(FlatView(ts), 2, {}), InternalError);
+    EXPECT_NO_THROW(push.start(FlatView(ts), 4, {}));  // no receivers: nothing sent
+    EXPECT_TRUE(push.done());
+    EXPECT_THROW(WeightPush({true, 1.0}, buckets, MPI_COMM_WORLD, 9000), ConfigError);
+    EXPECT_THROW(WeightPull(buckets, MPI_COMM_WORLD, 0, std::numeric_limits<int>::max() - 1), ConfigError);
 }
