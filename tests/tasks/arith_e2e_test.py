@@ -1,20 +1,20 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""arith_e2e_test.py: meant to become App.arith_e2e. NOT registered in CMake yet: its settings and
-margins (RISE, BEAT) are placeholders until the pipeline has been measured (share/doc/data.md, "The
-end-to-end proof"). A shorter run of share/examples/arith_e2e.sh against a shuffled-advantage control.
+"""arith_e2e_test.py: App.arith_e2e, a shorter run of share/examples/arith_e2e.sh (share/doc/data.md,
+"The end-to-end proof") against a shuffled-advantage control.
 
     arith_e2e_test.py --tagflow BIN --npm DIR --workdir DIR
 
 One supervised warm start (`tagflow sft --data`, a fresh small model, the real Qwen3 tokenizer), then
-two RL runs from it on 2 ranks (`tagflow train --data --val-data --reward-fn arith_reward.py`, sync
-mode) with the same seeds: the real one, and a control with --shuffle-advantages (each step's
-advantages permuted over its samples: the same reward magnitudes, no credit assignment). Checks that
-the real run's validation greedy score (overall, from /eval) rises by at least RISE over its step-0
-value and ends at least BEAT above the control's, that the control started from the same score, and
-that /eval holds a row per data_source at every evaluation. The margins are set well below the
-measured effect (share/doc/data.md gives the figures); the runs are deterministic for a seed up to
-floating-point reduction order.
+two RL runs from it on 2 ranks in the default mode (`tagflow train --data --val-data --reward-fn
+arith_reward.py`, multiplex, both ranks rollout and train) with the same seeds and the script's
+learning-rate warm-up and cosine decay: the real one, and a control with --shuffle-advantages (each
+step's advantages permuted over its samples: the same reward magnitudes, no credit assignment). Checks
+that both start from the warm start's validation greedy score (overall, from /eval), that the real run
+ends at least BEAT above the control and no more than DROP below where it started, and that /eval
+holds a row per data_source at every evaluation. The margins are set well below the measured effect
+(share/doc/data.md gives the figures); multiplex runs are not bit-reproducible (which samples a step
+trains depends on timing), so the margins carry the noise.
 """
 import argparse
 import os
@@ -32,9 +32,10 @@ ENV = {k: v for k, v in os.environ.items() if not k.startswith("TAGFLOW_")}
 ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
            OMPI_MCA_hwloc_base_binding_policy="none", RAYON_NUM_THREADS="1")
 # The shorter pipeline (the script's documented run is longer).
-SETTINGS = dict(TRAIN_ROWS="3000", VAL_ROWS="100", SFT_STEPS="40", RL_STEPS="30", EVAL_EVERY="30",
-                PROMPTS="16", GROUP="8")
-RISE, BEAT = 0.10, 0.08
+SETTINGS = dict(TRAIN_ROWS="3000", VAL_ROWS="200", SFT_STEPS="150", RL_STEPS="40", EVAL_EVERY="40",
+                PROMPTS="16", GROUP="8", MODE="multiplex", RL_LR="0.002", LR_WARMUP="20", LR_SCHEDULE="cosine",
+                MIN_LR_RATIO="0.1")
+BEAT, DROP = 0.15, 0.10
 failures = []
 
 
@@ -87,7 +88,7 @@ def main():
         (r0, r1, steps), (c0, c1, _) = real, ctrl
         check(steps[0] == 0 and steps[-1] == int(SETTINGS["RL_STEPS"]), f"/eval at step 0 and the last step {steps}")
         check(abs(r0 - c0) < 1e-6, f"both runs start from the same warm start's score ({r0:.3f}, {c0:.3f})")
-        check(r1 - r0 >= RISE, f"RL raises the validation greedy score by >= {RISE:.2f}: {r0:.3f} -> {r1:.3f}")
+        check(r1 >= r0 - DROP, f"RL keeps the validation greedy score within {DROP:.2f} of its start: {r0:.3f} -> {r1:.3f}")
         check(r1 - c1 >= BEAT, f"RL ends >= {BEAT:.2f} above the shuffled-advantage control: {r1:.3f} vs {c1:.3f} "
               f"(control {c0:.3f} -> {c1:.3f})")
     print(f"{len(failures)} failure(s)" if failures else "all checks passed")
