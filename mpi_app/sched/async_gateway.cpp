@@ -3,7 +3,7 @@
 // steps, and the coordinator's intake of rewarded gateway sessions (sched/gateway_router.hpp).
 // Part of the async scheduler (sched/async_scheduler_impl.hpp).
 #include "sched/async_scheduler_impl.hpp"
-#include "sched/run_tokenizer.hpp"
+#include "step/run_tokenizer.hpp"
 
 namespace tagflow::sched::async {
 

@@ -15,8 +15,8 @@
 #include "common/error.hpp"
 #include "sched/gateway_link.hpp"
 #include "sched/gateway_router.hpp"
-#include "sched/sample_row.hpp"
-#include "sched/wire.hpp"
+#include "step/sample_row.hpp"
+#include "step/wire.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
 

@@ -42,7 +42,7 @@
 #include "profile/profile_request.hpp"
 #include "sched/gateway_link.hpp"
 #include "sched/gateway_queue.hpp"
-#include "sched/wire.hpp"
+#include "step/wire.hpp"
 #include "traj/trajectory_manager.hpp"
 
 namespace tagflow::sched {

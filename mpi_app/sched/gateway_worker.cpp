@@ -10,7 +10,7 @@
 #include "common/error.hpp"
 #include "sched/gateway_link.hpp"
 #include "sched/gateway_router.hpp"
-#include "sched/wire.hpp"
+#include "step/wire.hpp"
 
 namespace tagflow::sched {
 
