@@ -47,7 +47,7 @@
 #include "step/data_task.hpp"
 #include "sched/agent_stream.hpp"
 #include "step/exchange.hpp"
-#include "sched/gateway_router.hpp"
+#include "serve/gateway_router.hpp"
 #include "sched/sched_policy.hpp"
 #include "step/rl_trainer.hpp"
 #include "sched/sample_pool.hpp"
