@@ -46,7 +46,7 @@
 #include "rollout/engine.hpp"
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
-#include "sched/validation.hpp"
+#include "step/validation.hpp"
 #include "cmd/train_command.hpp"
 #include "tagflow/config.hpp"
 #include "train/collectives_mpi.hpp"

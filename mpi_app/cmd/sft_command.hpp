@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sched/greedy_score.hpp"
+#include "step/greedy_score.hpp"
 
 namespace tagflow::model {
 class LlamaModelImpl;

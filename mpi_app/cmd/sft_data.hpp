@@ -5,7 +5,7 @@
 // the rows of each step (EpochSampler: a seeded shuffle per epoch, every row once per epoch) as
 // prompt + response token ids, and the validation scorer. Every error in the inputs is one
 // ConfigError, the same on every rank, raised before anything is written.
-// Does not: train (sft_command.cpp) or generate (sched/validation.hpp). No LibTorch.
+// Does not: train (sft_command.cpp) or generate (step/validation.hpp). No LibTorch.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // task: the learnable tasks (prompt streams, held-out prompts, reward, rendering) and
 // their factory. Pure C++, no LibTorch: rewards and prompt orders are unit-testable alone.
-// Does not generate or train (see engine.hpp, sched/rl_trainer.hpp).
+// Does not generate or train (see engine.hpp, step/rl_trainer.hpp).
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -13,7 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "sched/greedy_score.hpp"
+#include "step/greedy_score.hpp"
 #include "sched/sample.hpp"
 #include "traj/trajectory_manager.hpp"
 

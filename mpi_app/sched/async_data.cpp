@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // async_data: `tagflow train --data` in the asynchronous modes (share/doc/data.md, "Training on a data
 // set"). The coordinator owns the data::EpochSampler: it hands every generator prompt groups
-// (kTagAssign: int64 groups; group = attempt x 2^32 + epoch x rows + row, data_task.hpp), a few at a
-// time, and settles each group's ticket when the group leaves the pool: done when it trained, requeued
+// (kTagAssign: int64 groups; group = attempt x 2^32 + epoch x rows + row, step/data_task.hpp), a few
+// at a time, and settles each group's ticket when the group leaves the pool: done when it trained, requeued
 // when it was dropped as stale (the ticket's next hand-out is the next attempt, a new group). So every
 // row of every epoch is trained exactly once with weight > 0. The generators score finished samples
 // through their rank's reward scorer (reward/scorer.hpp) and send them once scored; a failed reward

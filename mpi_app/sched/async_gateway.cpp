@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // async_gateway: the --gateway glue: which rank serves the HTTP gateway, polling it between engine
-// steps, and the coordinator's intake of rewarded gateway sessions (sched/gateway_router.hpp).
+// steps, and the coordinator's intake of rewarded gateway sessions (serve/gateway_router.hpp).
 // Part of the async scheduler (sched/async_scheduler_impl.hpp).
 #include "sched/async_scheduler_impl.hpp"
-#include "sched/run_tokenizer.hpp"
+#include "step/run_tokenizer.hpp"
 
 namespace tagflow::sched::async {
 

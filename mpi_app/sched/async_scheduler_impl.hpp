@@ -44,16 +44,16 @@
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
 #include "sched/async_scheduler.hpp"
-#include "sched/data_task.hpp"
+#include "step/data_task.hpp"
 #include "sched/agent_stream.hpp"
-#include "sched/exchange.hpp"
-#include "sched/gateway_router.hpp"
+#include "step/exchange.hpp"
+#include "serve/gateway_router.hpp"
 #include "sched/sched_policy.hpp"
-#include "sched/rl_trainer.hpp"
+#include "step/rl_trainer.hpp"
 #include "sched/sample_pool.hpp"
-#include "sched/sample_row.hpp"
-#include "sched/validation.hpp"
-#include "sched/wire.hpp"
+#include "step/sample_row.hpp"
+#include "step/validation.hpp"
+#include "step/wire.hpp"
 #include "train/delta_sync.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "train/weight_push_mpi.hpp"
@@ -66,7 +66,7 @@ inline constexpr int kTagSamples = 7101, kTagCtl = 7102, kTagFinal = 7103;
 // A requeue signal (SIGTERM/SIGUSR1) a rank received: rank -> C, one int64 (the signal), once.
 inline constexpr int kTagSignal = 7105;
 inline constexpr int kTagCritic = 7106;  // the critic's state (int64 step + bytes) for the coordinator's checkpoint
-// --data: C -> generator, int64 prompt groups to generate, in order (the row is the group's, data_task.hpp).
+// --data: C -> generator, int64 prompt groups to generate, in order (the row is the group's, step/data_task.hpp).
 inline constexpr int kTagAssign = 7107;
 // --data, --reward-error fail: generator -> C, once, the failed reward's one-line cause.
 inline constexpr int kTagRewardError = 7108;
@@ -138,7 +138,7 @@ private:
     double evaluate(int32_t step);
     // --val-data (coordinator alone, no collective): every validation row answered with the newest
     // weights on an engine of its own (engine_ may hold generations in flight) and scored by the
-    // rank's validation scorer (sched/validation.hpp); the /eval rows of `step` go to evals_ and
+    // rank's validation scorer (step/validation.hpp); the /eval rows of `step` go to evals_ and
     // val_line_ holds the progress line's text. A reward that fails under --reward-error fail sets
     // reward_error_ (the loop stops at this boundary with a checkpoint) and returns -1.
     double validate_data(int32_t step);
@@ -176,7 +176,7 @@ private:
 
     // ------------------------------------------------------------------ --data (async_data.cpp)
     // The coordinator owns the EpochSampler: it hands each generator prompt groups (a ticket and
-    // its attempt, data_task.hpp), keeping every generator at most a few groups ahead; a group
+    // its attempt, step/data_task.hpp), keeping every generator at most a few groups ahead; a group
     // dropped as stale is requeued (its ticket handed out again as the next attempt), a trained
     // one is done. Generators score their samples through the rank's reward scorer.
     void setup_data();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // sample: one finished rollout sample as plain data, what every scheduling mode moves between
-// its generators, its pool and its trainer. Pure C++ (no MPI, no LibTorch). Its byte form is
-// sched/wire.hpp's; its run-file row is built elsewhere (the schedulers).
+// its generators, its pool and its trainer. Pure C++ (no MPI, no LibTorch). Part of
+// tagflow_sched_policy (the element of sample_pool.hpp's pool), so the layers above it (step/,
+// sched/) share it. Its byte form is step/wire.hpp's; its run-file row is step/sample_row.hpp's.
 #pragma once
 #include <cstdint>
 #include <string>

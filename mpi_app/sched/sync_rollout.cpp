@@ -16,7 +16,7 @@ double SyncScheduler::evaluate_local(int32_t step) {
 }
 
 // --val-data, COLLECTIVE over MPI_COMM_WORLD: every rollout rank answers its rows with the
-// newest weights (sched/validation.hpp), the sums are added on every rank; the eval rank adds
+// newest weights (step/validation.hpp), the sums are added on every rank; the eval rank adds
 // the /eval rows of `step` to *evals. A reward that fails under --reward-error fail: nullopt on
 // every rank and reward_error_ holds the lowest rank's cause.
 std::optional<ValResult> SyncScheduler::validate_data(int32_t step, std::vector<io::EvalRecord>* evals) {

@@ -37,11 +37,11 @@
 #include "rollout/sampling.hpp"
 #include "rollout/task.hpp"
 #include "sched/agent_rollout.hpp"
-#include "sched/data_task.hpp"
-#include "sched/exchange.hpp"
-#include "sched/rl_trainer.hpp"
-#include "sched/sample_row.hpp"
-#include "sched/validation.hpp"
+#include "step/data_task.hpp"
+#include "step/exchange.hpp"
+#include "step/rl_trainer.hpp"
+#include "step/sample_row.hpp"
+#include "step/validation.hpp"
 #include "train/delta_sync_mpi.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
@@ -135,7 +135,7 @@ private:
     double evaluate_local(int32_t step);
 
     // --val-data, COLLECTIVE over MPI_COMM_WORLD: every rollout rank answers its rows with the
-    // newest weights (sched/validation.hpp), the sums are added on every rank; the eval rank adds
+    // newest weights (step/validation.hpp), the sums are added on every rank; the eval rank adds
     // the /eval rows of `step` to *evals. A reward that fails under --reward-error fail: nullopt on
     // every rank and reward_error_ holds the lowest rank's cause.
     std::optional<ValResult> validate_data(int32_t step, std::vector<io::EvalRecord>* evals);

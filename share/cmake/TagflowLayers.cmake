@@ -12,13 +12,15 @@
 # Layer table, lowest first. Keep it identical to the diagram in share/doc/architecture.md.
 # A name that no folder builds in this configuration (tagflow_gpu without NCCL, the text
 # libraries before they land) is simply not checked.
-set(_TAGFLOW_LAYERS common foundation core engine role sched program)
+set(_TAGFLOW_LAYERS common foundation core engine role step serve sched program)
 set(_TAGFLOW_LAYER_common     tagflow_common)
 set(_TAGFLOW_LAYER_foundation tagflow_traj tagflow_text tagflow_chat tagflow_data tagflow_tokenizer tagflow_task
                               tagflow_config tagflow_cluster tagflow_health tagflow_io tagflow_reward)
 set(_TAGFLOW_LAYER_core       tagflow_model tagflow_gpu tagflow_sched_policy tagflow_profile tagflow_gateway)
 set(_TAGFLOW_LAYER_engine     tagflow_rollout tagflow_ckpt)
 set(_TAGFLOW_LAYER_role       tagflow_train tagflow_gateway_engine tagflow_sim)
+set(_TAGFLOW_LAYER_step       tagflow_step)
+set(_TAGFLOW_LAYER_serve      tagflow_serve)
 set(_TAGFLOW_LAYER_sched      tagflow_sched)
 set(_TAGFLOW_LAYER_program    tagflow_cmd tagflow)
 

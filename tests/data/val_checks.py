@@ -42,7 +42,7 @@ def expected():
 
 
 def progress_text(k):
-    """What a progress line shows (sched/validation.hpp describe()): greedy overall, per data_source in
+    """What a progress line shows (step/validation.hpp describe()): greedy overall, per data_source in
     byte order, then mean@K."""
     want = expected()
     s = f" val {want[''][0]:.3f} (" + ", ".join(f"{ds} {want[ds][0]:.3f}" for ds in sorted(want) if ds) + ")"

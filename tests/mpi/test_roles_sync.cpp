@@ -8,7 +8,7 @@
 #include "cluster/roles.hpp"
 #include "common/error.hpp"
 #include "mpi_test_util.hpp"
-#include "sched/exchange.hpp"
+#include "step/exchange.hpp"
 #include "train/weight_sync_mpi.hpp"
 
 using namespace tagflow;

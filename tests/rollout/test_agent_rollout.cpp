@@ -19,7 +19,7 @@
 #include "rollout/task.hpp"
 #include "rollout/task_calc.hpp"
 #include "sched/agent_rollout.hpp"
-#include "sched/exchange.hpp"
+#include "step/exchange.hpp"
 #include "train/engine.hpp"
 #include "traj/trajectory_manager.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "sched/exchange.hpp"
+#include "step/exchange.hpp"
 
 #include <cstddef>
 #include <stdexcept>

@@ -17,7 +17,7 @@
 #include "model/hf_export.hpp"
 #include "model/llama.hpp"
 #include "rollout/engine.hpp"
-#include "sched/exchange.hpp"
+#include "step/exchange.hpp"
 
 namespace tagflow::config {
 struct Options;

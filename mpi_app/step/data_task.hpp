@@ -9,7 +9,7 @@
 // data-set Ticket (epoch, row), not an index into a prompt stream: train_prompt() is not used, the
 // scheduler asks ticket_prompt(). The vocabulary and stop ids are the tokenizer's.
 // With --val-data it also holds the indexed validation set (the same way: rank 0 indexes, the others
-// get the index); validation itself is sched/validation.hpp's, called by the scheduler.
+// get the index); validation itself is step/validation.hpp's, called by the scheduler.
 // Does NOT: decide which ticket a group trains (the schedulers own the data::EpochSampler), write the
 // run file, or evaluate (eval_prompt/reward throw: the --val-data rows go through validate()).
 #pragma once

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// gateway_recorder: GatewayRecorder (sched/gateway_router.hpp), on the coordinator: replica
+// gateway_recorder: GatewayRecorder (serve/gateway_router.hpp), on the coordinator: replica
 // trajectory managers of every gateway request (the run file's /tree), rewarded sessions as
 // training samples and /samples rows. Message layouts: gateway_router.cpp.
 #include <algorithm>
@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "sched/gateway_link.hpp"
-#include "sched/gateway_router.hpp"
-#include "sched/sample_row.hpp"
-#include "sched/wire.hpp"
+#include "serve/gateway_link.hpp"
+#include "serve/gateway_router.hpp"
+#include "step/sample_row.hpp"
+#include "step/wire.hpp"
 #include "traj/tree_file_mpi.hpp"
 #include "traj/trajectory_manager.hpp"
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// exchange: the all-gathers of finished rollout samples (sched/sample.hpp, in sched/wire.hpp's
+// exchange: the all-gathers of finished rollout samples (sched/sample.hpp, in step/wire.hpp's
 // byte form) and of per-sample rows between ranks.
 // In sync mode every rank learns every sample of the step (the batch is small next to the
 // model); the streaming loader of later issues replaces this with point-to-point sends.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "sched/sample.hpp"
-#include "sched/wire.hpp"  // pack_samples / unpack_samples
+#include "step/wire.hpp"  // pack_samples / unpack_samples
 
 namespace tagflow::sched {
 

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // gateway_link: see the header.
-#include "sched/gateway_link.hpp"
+#include "serve/gateway_link.hpp"
 
 #include <chrono>
 #include <thread>
 
 #include "common/error.hpp"
 #include "common/mpi_env.hpp"
-#include "sched/gateway_router.hpp"
+#include "serve/gateway_router.hpp"
 
 namespace tagflow::sched::gw {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // data_task: see the header.
-#include "sched/data_task.hpp"
+#include "step/data_task.hpp"
 
 #include <mpi.h>
 
@@ -11,7 +11,7 @@
 #include "ckpt/checkpoint_mpi.hpp"
 #include "common/mpi_env.hpp"
 #include "data/scorers.hpp"
-#include "sched/run_tokenizer.hpp"
+#include "step/run_tokenizer.hpp"
 
 namespace tagflow::sched {
 namespace {

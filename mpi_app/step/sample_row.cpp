@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // sample_row: see the header.
-#include "sched/sample_row.hpp"
+#include "step/sample_row.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // run_tokenizer: see the header.
-#include "sched/run_tokenizer.hpp"
+#include "step/run_tokenizer.hpp"
 
 #include <mpi.h>
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // wire: see the header. The sample and span layouts (field order is the format).
-#include "sched/wire.hpp"
+#include "step/wire.hpp"
 
 #include <algorithm>
 

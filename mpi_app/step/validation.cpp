@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // validation: see the header. Every response (greedy and sampled) of every row goes to the engine
 // at once, so they decode together in its slots; their texts then go to the scorer in one batch.
-#include "sched/validation.hpp"
+#include "step/validation.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -4,7 +4,7 @@
 // sample's train rank (all-gathered only when the KL goes into the rewards), values by its
 // critic rank (all-gathered, since the critic may sit on other ranks than the actor), and then
 // every rank computes the same advantages for the whole batch (pure and cheap).
-#include "sched/rl_trainer.hpp"
+#include "step/rl_trainer.hpp"
 
 #include <torch/torch.h>
 

@@ -64,7 +64,7 @@ struct GatewayConfig {
     MPI_Comm comm = MPI_COMM_NULL;                 ///< the scheduler's point-to-point communicator
     double session_idle_s = 600;                   ///< forget a session idle this long (run clock, s)
     int64_t route_tree_tokens = int64_t{1} << 22;  ///< the routing tree is reset above this many tokens
-    /// Text and chat prompts of requests (sched/run_tokenizer.hpp); null = the byte-level tokenizer.
+    /// Text and chat prompts of requests (step/run_tokenizer.hpp); null = the byte-level tokenizer.
     std::shared_ptr<const text::Tokenizer> tokenizer;
 };
 
@@ -121,7 +121,7 @@ struct RecorderLimits {
 class GatewayRecorder {
 public:
     /// `group_size`: sessions a reported group needs before it is trained (--group-size).
-    /// `tokenizer`: the gateway's (sched/run_tokenizer.hpp), for the samples' /samples text; null =
+    /// `tokenizer`: the gateway's (step/run_tokenizer.hpp), for the samples' /samples text; null =
     /// the byte-level one.
     explicit GatewayRecorder(int32_t group_size, RecorderLimits limits = RecorderLimits{},
                              std::shared_ptr<const text::Tokenizer> tokenizer = nullptr);

@@ -9,7 +9,7 @@
 // A reward closes what its session has so far: the session's trajectories that no other request
 // of the session continues (and that no earlier reward took) become samples. Session and tree
 // lifetime: see the header.
-#include "sched/gateway_router.hpp"
+#include "serve/gateway_router.hpp"
 
 #include <sys/stat.h>
 
@@ -40,9 +40,9 @@
 #include "gateway/server.hpp"
 #include "model/tokenizer.hpp"
 #include "profile/profile_request.hpp"
-#include "sched/gateway_link.hpp"
-#include "sched/gateway_queue.hpp"
-#include "sched/wire.hpp"
+#include "serve/gateway_link.hpp"
+#include "serve/gateway_queue.hpp"
+#include "step/wire.hpp"
 #include "traj/trajectory_manager.hpp"
 
 namespace tagflow::sched {

@@ -2,7 +2,7 @@
 // gateway_queue: the gateway::Backend the HTTP thread talks to (GatewayRouter's, on the gateway
 // rank). It only queues requests, cancels and rewards under a mutex, and validates a reward's
 // session or completion id; the router's main-thread poll takes them (MPI stays on that thread).
-// Internal to sched/gateway_router.cpp. Does not route or generate.
+// Internal to serve/gateway_router.cpp. Does not route or generate.
 #pragma once
 #include <atomic>
 #include <cstdint>

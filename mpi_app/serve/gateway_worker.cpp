@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// gateway_worker: GatewayWorker (sched/gateway_router.hpp), on the rollout-only ranks other than
+// gateway_worker: GatewayWorker (serve/gateway_router.hpp), on the rollout-only ranks other than
 // the gateway rank: routed requests into the engine, their tokens and finishes back to the
 // gateway rank once per engine step. Message layouts: gateway_router.cpp.
 #include <cstdio>
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "common/error.hpp"
-#include "sched/gateway_link.hpp"
-#include "sched/gateway_router.hpp"
-#include "sched/wire.hpp"
+#include "serve/gateway_link.hpp"
+#include "serve/gateway_router.hpp"
+#include "step/wire.hpp"
 
 namespace tagflow::sched {
 

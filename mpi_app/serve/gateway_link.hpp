@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// gateway_link: what the gateway's three parts (sched/gateway_router.hpp: router, worker,
-// recorder) share on the wire besides sched/wire.hpp's byte format: non-blocking sends that keep
+// gateway_link: what the gateway's three parts (serve/gateway_router.hpp: router, worker,
+// recorder) share on the wire besides step/wire.hpp's byte format: non-blocking sends that keep
 // their buffers until they complete, a receive that never waits, the request kinds and finish
 // codes of their messages, and a gateway request as an engine request. Internal to the
-// sched/gateway_*.cpp files. Does not route, record or serve HTTP.
+// serve/gateway_*.cpp files. Does not route, record or serve HTTP.
 #pragma once
 #include <mpi.h>
 
