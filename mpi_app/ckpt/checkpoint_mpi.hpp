@@ -2,7 +2,7 @@
 // checkpoint_mpi: the collective parts of writing and reading a checkpoint: gathering the files
 // each rank wrote to the rank that writes the manifest, the run-file TableSizes as manifest
 // keys, and a verdict found on one rank made the same ConfigError on every rank.
-// Does not decide what is saved (the schedulers and sched/rl_trainer do).
+// Does not decide what is saved (the schedulers and step/rl_trainer do).
 #pragma once
 #include <mpi.h>
 
