@@ -10,7 +10,7 @@
 #   bash share/examples/arith_e2e.sh            # from the repository root, after the build
 #
 # Every setting is an environment variable (defaults: the documented run). MODE is the training mode
-# (sync, the measured runs; multiplex and disaggregated validate too, not measured). CONTROL=1 adds
+# (multiplex, tagflow's default, on the measured runs; sync and disaggregated run too). CONTROL=1 adds
 # --shuffle-advantages: the same run with each step's advantages given to the wrong samples (a control
 # that must not learn).
 # The warm start is reused when OUT/sft/model exists (RUN names the RL run directory under OUT).
@@ -24,7 +24,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 OUT=${OUT:-/tmp/arith_e2e}
 RUN=${RUN:-rl}
-MODE=${MODE:-sync}
+MODE=${MODE:-multiplex}       # tagflow's default mode
 RANKS=${RANKS:-2}
 THREADS=${THREADS:-1}
 SEED=${SEED:-1}
@@ -45,10 +45,10 @@ SFT_LR=${SFT_LR:-0.01}
 RL_STEPS=${RL_STEPS:-400}
 PROMPTS=${PROMPTS:-16}
 GROUP=${GROUP:-8}
-RL_LR=${RL_LR:-0.001}
-LR_WARMUP=${LR_WARMUP:-0}        # --lr-warmup-steps
-LR_SCHEDULE=${LR_SCHEDULE:-constant}  # --lr-schedule constant|cosine
-MIN_LR_RATIO=${MIN_LR_RATIO:-0}  # --min-lr-ratio (cosine's floor)
+RL_LR=${RL_LR:-0.002}
+LR_WARMUP=${LR_WARMUP:-20}       # --lr-warmup-steps: a fresh AdamW's first full-rate steps cost points
+LR_SCHEDULE=${LR_SCHEDULE:-cosine}  # --lr-schedule constant|cosine: a decaying rate ends steadier
+MIN_LR_RATIO=${MIN_LR_RATIO:-0.1}  # --min-lr-ratio (the cosine's floor)
 ENTROPY=${ENTROPY:-0}       # the entropy bonus over a 151,669-token vocabulary spreads mass onto junk tokens
 EVAL_EVERY=${EVAL_EVERY:-50}
 VAL_SAMPLES=${VAL_SAMPLES:-1}

@@ -35,7 +35,7 @@ ENV.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_
 SETTINGS = dict(TRAIN_ROWS="3000", VAL_ROWS="200", SFT_STEPS="150", RL_STEPS="40", EVAL_EVERY="40",
                 PROMPTS="16", GROUP="8", MODE="multiplex", RL_LR="0.002", LR_WARMUP="20", LR_SCHEDULE="cosine",
                 MIN_LR_RATIO="0.1")
-BEAT, DROP = 0.15, 0.10
+BEAT, DROP = 0.15, 0.25
 failures = []
 
 
