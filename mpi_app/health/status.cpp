@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -24,16 +25,23 @@
 namespace tagflow::health {
 
 const char* role_name(int kind) {
-    static const char* const kNames[] = {"rollout", "train", "weight_sync", "resplit", "idle", "io", "checkpoint"};
+    static const char* const kNames[kRoleKinds] = {"rollout", "train", "weight_sync", "resplit",
+                                                   "idle",    "io",    "checkpoint"};
     if (kind < 0) return "starting";
-    if (kind >= static_cast<int>(sizeof kNames / sizeof kNames[0])) return "unknown";
+    if (kind >= kRoleKinds) return "unknown";
     return kNames[kind];
 }
 
 // ---------------------------------------------------------------- board
 
 struct StatusBoard::Impl {
+    // The role and its time: written by the main thread only (set_role), read by the status
+    // thread under a sequence lock (odd while set_role is between its stores), so a snapshot
+    // never counts the open span twice or not at all.
+    std::atomic<int64_t> role_seq{0};
     std::atomic<int> role{-1};
+    std::atomic<int64_t> role_since_ns{0};          // steady clock, when the current role began
+    std::atomic<int64_t> role_ns[kRoleKinds] = {};  // finished time per role
     std::atomic<int64_t> step{-1}, version{-1}, active{0}, waiting{0}, tokens{0}, queue{-1};
     std::atomic<int64_t> run_step{-1}, samples{0}, stale_dropped{0};
     std::atomic<double> samples_per_s{0}, staleness{0};
@@ -46,11 +54,27 @@ StatusBoard::Impl& StatusBoard::impl() const {
 
 namespace {
 constexpr auto kRelaxed = std::memory_order_relaxed;
+
+int64_t steady_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
 }
+}  // namespace
 
 void StatusBoard::set_role(int kind, int64_t step) {
-    impl().role.store(kind, kRelaxed);
-    impl().step.store(step, kRelaxed);
+    Impl& m = impl();
+    m.step.store(step, kRelaxed);
+    const int prev = m.role.load(kRelaxed);
+    if (prev == kind) return;  // same role, next step: its time runs on
+    const int64_t now = steady_ns();
+    const int64_t seq = m.role_seq.load(kRelaxed);
+    m.role_seq.store(seq + 1, kRelaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+    if (prev >= 0 && prev < kRoleKinds)
+        m.role_ns[prev].store(m.role_ns[prev].load(kRelaxed) + (now - m.role_since_ns.load(kRelaxed)), kRelaxed);
+    m.role_since_ns.store(now, kRelaxed);
+    m.role.store(kind, kRelaxed);
+    m.role_seq.store(seq + 2, std::memory_order_release);
 }
 
 void StatusBoard::set_engine(int64_t active, int64_t waiting, int64_t tokens_generated, int64_t policy_version) {
@@ -76,7 +100,19 @@ void StatusBoard::step_done(int64_t steps_done, int64_t samples_total, double sa
 StatusSnapshot StatusBoard::snapshot() const {
     const Impl& m = impl();
     StatusSnapshot s;
-    s.role = m.role.load(kRelaxed);
+    for (;;) {  // the sequence lock of set_role: retry while a switch is half written
+        const int64_t seq = m.role_seq.load(std::memory_order_acquire);
+        if (seq & 1) continue;
+        const int64_t now = steady_ns();
+        s.role = m.role.load(kRelaxed);
+        const int64_t since = m.role_since_ns.load(kRelaxed);
+        for (int k = 0; k < kRoleKinds; ++k) s.role_s[k] = 1e-9 * static_cast<double>(m.role_ns[k].load(kRelaxed));
+        std::atomic_thread_fence(std::memory_order_acquire);
+        if (m.role_seq.load(kRelaxed) != seq) continue;
+        if (s.role >= 0 && s.role < kRoleKinds)
+            s.role_s[s.role] += 1e-9 * static_cast<double>(std::max<int64_t>(0, now - since));
+        break;
+    }
     s.step = m.step.load(kRelaxed);
     s.policy_version = m.version.load(kRelaxed);
     s.engine_active = m.active.load(kRelaxed);
@@ -138,6 +174,9 @@ nlohmann::json rank_record(const StatusConfig& c, int64_t seq, double unix_now, 
     j["done"] = done;
     j["role"] = done ? "done" : role_name(s.role);
     j["step"] = s.step;
+    nlohmann::json roles = nlohmann::json::object();
+    for (int k = 0; k < kRoleKinds; ++k) roles[role_name(k)] = s.role_s[k];
+    j["role_s"] = std::move(roles);
     j["policy_version"] = s.policy_version;
     j["engine_slots"] = s.engine_active;
     j["engine_waiting"] = s.engine_waiting;

@@ -32,12 +32,15 @@ namespace tagflow::health {
 /// Names of the roles, in the order of io::SpanKind (/timeline kind): 0 rollout, 1 train,
 /// 2 weight_sync, 3 resplit, 4 idle, 5 io, 6 checkpoint. -1 (nothing yet): "starting".
 const char* role_name(int kind);
+/// How many roles role_name names (0..kRoleKinds-1).
+constexpr int kRoleKinds = 7;
 
 /// This rank's figures, written by the main thread, read by the status thread.
 struct StatusSnapshot {
     int role = -1;
-    int64_t step = -1;            // the step the current span belongs to
-    int64_t policy_version = -1;  // of the engine on this rank (-1: no engine)
+    int64_t step = -1;               // the step the current span belongs to
+    double role_s[kRoleKinds] = {};  // cumulative seconds in each role since the board's first set_role
+    int64_t policy_version = -1;     // of the engine on this rank (-1: no engine)
     int64_t engine_active = 0, engine_waiting = 0;
     int64_t tokens_generated = 0;  // cumulative
     int64_t queue = -1;            // coordinator: finished samples pooled, not trained yet (-1: n/a)

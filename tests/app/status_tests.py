@@ -182,7 +182,23 @@ def case_roles(a):
     roles = {r: {p["ranks"][r]["role"] for p in polls} for r in (0, 1)}
     print(f"roles seen: rank 0 {sorted(roles[0])}, rank 1 {sorted(roles[1])}")
     check("rollout" in roles[0] and "train" not in roles[0], "rank 0 (rollout only) is seen rolling out, never training")
-    check({"rollout", "train"} <= roles[1], "rank 1 (multiplexed) is seen both training and rolling out")
+    check("train" in roles[1], "rank 1 (multiplexed) is seen training")
+    # The time per role (role_s): a multiplexed rank rolls out in short bursts when the pool runs
+    # low, which a once-a-second record may never catch in the act; its seconds in each role add up.
+    last = polls[-1]["ranks"]
+    print("seconds per role at the last poll: " + "; ".join(
+        f"rank {r}: " + ", ".join(f"{k} {v:.2f}" for k, v in last[r]["role_s"].items() if v > 0) for r in (0, 1)))
+    check(last[0]["role_s"]["rollout"] > 0 and last[0]["role_s"]["train"] == 0,
+          "rank 0 (rollout only) spent time rolling out, none training")
+    check(last[1]["role_s"]["rollout"] > 0 and last[1]["role_s"]["train"] > 0,
+          "rank 1 (multiplexed) spent time both training and rolling out")
+    for r in (0, 1):
+        tot = [sum(p["ranks"][r]["role_s"].values()) for p in polls]
+        check(all(all(q["ranks"][r]["role_s"][k] >= p["ranks"][r]["role_s"][k] for k in p["ranks"][r]["role_s"])
+                  for p, q in zip(polls, polls[1:])), f"rank {r}: the seconds per role never go back")
+        check(tot[-1] - tot[0] <= polls[-1]["updated_unix"] - polls[0]["updated_unix"] + 1.5,
+              f"rank {r}: its role seconds grow no faster than the clock ({tot[-1] - tot[0]:.1f} s in "
+              f"{polls[-1]['updated_unix'] - polls[0]['updated_unix']:.1f} s)")
     steps = [p["run"]["step"] for p in polls]
     check(steps == sorted(steps) and len(set(steps)) >= 5,
           f"the run's step advances ({steps[0]} -> {steps[-1]}, {len(set(steps))} values)")

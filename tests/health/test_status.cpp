@@ -62,6 +62,41 @@ TEST(Status, RankRecordCarriesTheBoard) {
     EXPECT_EQ(j["engine_waiting"], 2);
     EXPECT_DOUBLE_EQ(j["tokens_per_s"].get<double>(), 123.0);
     EXPECT_EQ(rank_record(c, 6, 1001, true, s, 0)["role"], "done");
+    s.role_s[1] = 2.5;
+    j = rank_record(c, 7, 1002, false, s, 0);
+    ASSERT_TRUE(j["role_s"].is_object());
+    EXPECT_EQ(j["role_s"].size(), static_cast<size_t>(kRoleKinds));
+    EXPECT_DOUBLE_EQ(j["role_s"]["train"].get<double>(), 2.5);
+    EXPECT_DOUBLE_EQ(j["role_s"]["rollout"].get<double>(), 0.0);
+}
+
+// The time in each role adds up: a multiplexed rank that rolled out for an instant between two
+// records still shows it (App.status_roles relies on this, not on catching the instant).
+TEST(Status, RoleSecondsAccumulatePerRole) {
+    StatusBoard& b = status_board();
+    b.set_role(4, 0);  // idle
+    const StatusSnapshot a = b.snapshot();
+    const auto t0 = std::chrono::steady_clock::now();
+    b.set_role(0, 1);  // rollout
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    b.set_role(0, 2);  // the same role, next step: one span of time
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    b.set_role(1, 2);  // train
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const StatusSnapshot c = b.snapshot();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(c.role, 1);
+    const double roll = c.role_s[0] - a.role_s[0], train = c.role_s[1] - a.role_s[1];
+    EXPECT_GE(roll, 0.060);
+    EXPECT_GE(train, 0.030);  // the open span counts up to the snapshot
+    double sum = 0;
+    for (int k = 0; k < kRoleKinds; ++k) {
+        EXPECT_GE(c.role_s[k], a.role_s[k]) << role_name(k);
+        sum += c.role_s[k] - a.role_s[k];
+    }
+    EXPECT_LE(sum, wall + 0.005);  // no time counted twice (idle's share is the instant before t0)
+    const StatusSnapshot d = b.snapshot();
+    EXPECT_GE(d.role_s[1], c.role_s[1]);
 }
 
 // One test drives the process-wide writer (it starts once per process).
