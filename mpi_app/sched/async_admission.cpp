@@ -51,16 +51,10 @@ void AsyncScheduler::admit() {
     for (bool any = true; any && out + G <= budget;) {
         any = false;
         // One group at a time to the generator with the fewest samples in flight (the fastest
-        // delivers, so it is granted more).
-        size_t best = gens_.size();
-        int64_t best_load = cap;
-        for (size_t i = 0; i < gens_.size(); ++i) {
-            const int64_t load = granted_[i] * G - arrived_[i];
-            if (load + G <= cap && load < best_load) {
-                best = i;
-                best_load = load;
-            }
-        }
+        // delivers, so it is granted more), as long as one more group fits its engine.
+        std::vector<int64_t> load(gens_.size());
+        for (size_t i = 0; i < gens_.size(); ++i) load[i] = granted_[i] * G - arrived_[i];
+        const size_t best = sched_policy::least_loaded(load, cap - G);
         if (best == gens_.size()) break;
         ++granted_[best];
         out += G;

@@ -44,9 +44,7 @@ void AsyncScheduler::assign_work() {
     // waiting for good when that one may start only its --rollout-ahead share per version.
     std::vector<std::vector<int64_t>> groups(gens_.size());
     while (!admission_ || out + G <= budget) {
-        size_t best = gens_.size();
-        for (size_t i = 0; i < gens_.size(); ++i)
-            if (gen_load_[i] < cap && (best == gens_.size() || gen_load_[i] < gen_load_[best])) best = i;
+        const size_t best = sched_policy::least_loaded(gen_load_, cap - 1);  // groups assigned, below cap
         if (best == gens_.size()) break;
         std::optional<data::Ticket> t = sampler_->take();
         if (!t) break;

@@ -119,6 +119,13 @@ int64_t admission_budget(const config::Options& opt, double rate, int64_t thresh
     return std::max<int64_t>(floor_groups, static_cast<int64_t>(std::floor(want + 1e-9)));
 }
 
+size_t least_loaded(const std::vector<int64_t>& loads, int64_t limit) {
+    size_t best = loads.size();
+    for (size_t i = 0; i < loads.size(); ++i)
+        if (loads[i] <= limit && (best == loads.size() || loads[i] < loads[best])) best = i;
+    return best;
+}
+
 // Rounded down: the default 10% keeps one rank in every ten out of training and none in a job of
 // under ten (rounding a 2-rank colocated job's 0.2 up to a whole rank halved its training group and
 // made multiplex 1.7x slower than sync on the main job).

@@ -56,6 +56,11 @@ int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t gen
 /// the async modes.
 int64_t admission_budget(const config::Options& opt, double rate, int64_t threshold);
 
+/// Where the next piece of work goes: the index of the smallest of `loads` among those at most
+/// `limit` (the first on a tie), or loads.size() when none has room. Admission grants and --data
+/// assignments go one group at a time this way, so the fastest generator is handed the most.
+size_t least_loaded(const std::vector<int64_t>& loads, int64_t limit);
+
 /// A sample's response-length draw is a hash of the seed and the sample id (so every mode, rank
 /// count and the simulator see the same lengths): sample_hash and its uniform in (0, 1).
 uint64_t mix64(uint64_t x);

@@ -10,13 +10,9 @@
 # Usage: tests/bench/admission_e2e.sh [BUILD_DIR]    OUT=dir STEPS=40 SEED=1 EXTRA="--staleness 1"
 # Exit 0 when the admission run drops < 1% of its finished samples, 1 otherwise (2 on a failed run).
 set -euo pipefail
-build=$(cd "${1:-build}" && pwd)
-bin=$build/mpi_app/tagflow
-[ -x "$bin" ] || { echo "admission_e2e.sh: no $bin (build tagflow first)" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-out=${OUT:-$build/bench-scratch/admission_e2e}
-rm -rf "$out" && mkdir -p "$out"
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+. "$here/common.sh"
+bench_init admission_e2e "${1:-build}"
 for adm in off staleness; do
   echo "== --admission $adm (load $(cut -d' ' -f1 /proc/loadavg))"
   # shellcheck disable=SC2086

@@ -23,13 +23,10 @@
 #   EXTRA="--staleness 2 --stale weight"
 # Exit 0 when every goal holds, 1 otherwise (2 on a failed run).
 set -euo pipefail
-build=$(cd "${1:-build}" && pwd)
-bin=$build/mpi_app/tagflow
-[ -x "$bin" ] || { echo "modes_e2e.sh: no $bin (build tagflow first)" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-out=${OUT:-$build/bench-scratch/modes_e2e}
+. "$here/common.sh"
+bench_init modes_e2e "${1:-build}"
 rounds=${ROUNDS:-3}
-rm -rf "$out" && mkdir -p "$out"
 for r in $(seq 1 "$rounds"); do
   echo "== round $r of $rounds (load $(cut -d' ' -f1 /proc/loadavg))"
   # shellcheck disable=SC2086

@@ -12,12 +12,9 @@
 #   (not TEMP: Open MPI reads TEMP as its temporary directory)
 # Exit 0 when the gain is >= 20 points, 1 otherwise (2 on a failed run).
 set -euo pipefail
-build=$(cd "${1:-build}" && pwd)
-bin=$build/mpi_app/tagflow
-[ -x "$bin" ] || { echo "sft_grpo_addition.sh: no $bin (build tagflow first)" >&2; exit 2; }
-out=${OUT:-$build/bench-scratch/sft_grpo_addition}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-rm -rf "$out" && mkdir -p "$out"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/common.sh"
+bench_init sft_grpo_addition "${1:-build}"
 np=${NP:-1}
 
 echo "## SFT: tagflow sft --task addition --steps ${SFT_STEPS:-200}"

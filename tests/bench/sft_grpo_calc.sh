@@ -11,12 +11,9 @@
 #   OUT=dir  SFT_STEPS=100  STEPS=30  LR=1e-4  TEMPERATURE=0.7  PROMPTS=16  GROUP=8  SEED=1  NP=1  MODE=sync
 # Exit 0 when GRPO gains, 1 when it does not (2 on a failed run).
 set -euo pipefail
-build=$(cd "${1:-build}" && pwd)
-bin=$build/mpi_app/tagflow
-[ -x "$bin" ] || { echo "sft_grpo_calc.sh: no $bin (build tagflow first)" >&2; exit 2; }
-out=${OUT:-$build/bench-scratch/sft_grpo_calc}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-rm -rf "$out" && mkdir -p "$out"
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$here/common.sh"
+bench_init sft_grpo_calc "${1:-build}"
 np=${NP:-1}
 
 echo "## SFT: tagflow sft --task calc --steps ${SFT_STEPS:-100}"

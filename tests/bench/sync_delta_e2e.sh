@@ -11,13 +11,9 @@
 #   OUT=dir STEPS=20 SEED=1 EXTRA="" RECOMPUTE_EXTRA=""
 # Exit 0 when every run ended with its rollout-only rank bit-identical to the coordinator, else 1.
 set -euo pipefail
-build=$(cd "${1:-build}" && pwd)
-bin=$build/mpi_app/tagflow
-[ -x "$bin" ] || { echo "sync_delta_e2e.sh: no $bin (build tagflow first)" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-out=${OUT:-$build/bench-scratch/sync_delta_e2e}
-rm -rf "$out" && mkdir -p "$out"
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+. "$here/common.sh"
+bench_init sync_delta_e2e "${1:-build}"
 declare -A args=([dense]="" [delta]="--sync-delta" [recompute]="--resume-mode recompute ${RECOMPUTE_EXTRA:-}")
 for run in dense delta recompute; do
   echo "== $run: ${args[$run]} (load $(cut -d' ' -f1 /proc/loadavg))"

@@ -207,3 +207,15 @@ TEST(Admission, BudgetIsStalenessPlusOneRatesOfSamples) {
     o.mode = tagflow::config::Mode::kSync;
     EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 8.0, 8), 0);
 }
+
+// Grants and --data assignments go one group at a time to the least-loaded generator with room
+// (sched_policy::least_loaded): the smallest load at most the limit, the first on a tie, none
+// when every generator is full.
+TEST(Admission, LeastLoadedPicksTheSmallestWithRoom) {
+    using tagflow::sched::sched_policy::least_loaded;
+    EXPECT_EQ(least_loaded({5, 2, 7}, 10), 1u);
+    EXPECT_EQ(least_loaded({3, 2, 2}, 10), 1u);  // a tie: the first
+    EXPECT_EQ(least_loaded({9, 12, 8}, 8), 2u);  // at the limit still has room
+    EXPECT_EQ(least_loaded({9, 12}, 8), 2u);     // none: size()
+    EXPECT_EQ(least_loaded({}, 8), 0u);
+}
