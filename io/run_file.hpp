@@ -100,6 +100,7 @@ struct StepRecord {
     // largest pi_old / pi_rollout before truncation, sequences rejected by --rollout-rs; -1 = not measured.
     double is_weight_mean = -1, is_weight_max = -1;
     int32_t rs_rejected = -1;
+    int64_t rs_rejected_tokens = -1;
     // The actor update's input token slots (every epoch, whole train group): those holding a token of
     // some sequence, and all of them, padding included (--pack on removes most of it); -1 = not measured.
     int64_t train_real_tokens = -1, train_token_slots = -1;

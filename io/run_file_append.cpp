@@ -344,6 +344,7 @@ void RunFile::append_steps(const std::vector<StepRecord>& rows) {
         im.put(T, "is_weight_mean", column(rows, &R::is_weight_mean), s, w);
         im.put(T, "is_weight_max", column(rows, &R::is_weight_max), s, w);
         im.put(T, "rs_rejected", column(rows, &R::rs_rejected), s, w);
+        im.put(T, "rs_rejected_tokens", column(rows, &R::rs_rejected_tokens), s, w);
         im.put(T, "train_real_tokens", column(rows, &R::train_real_tokens), s, w);
         im.put(T, "train_token_slots", column(rows, &R::train_token_slots), s, w);
         im.put(T, "lr", column(rows, &R::lr), s, w);

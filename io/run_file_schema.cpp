@@ -83,6 +83,7 @@ std::vector<Table> make_tables() {
                   {"is_weight_mean", C::kF64, 0, "ratio", "", true},
                   {"is_weight_max", C::kF64, 0, "ratio", "", true},
                   {"rs_rejected", C::kI32, 0, "samples", "", true},
+                  {"rs_rejected_tokens", C::kI64, 0, "tokens", "", true},
                   {"train_real_tokens", C::kI64, 0, "tokens", "", true},
                   {"train_token_slots", C::kI64, 0, "tokens", "", true},
                   {"lr", C::kF64, 0, nullptr, "", true}}});

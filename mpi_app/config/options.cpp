@@ -204,12 +204,15 @@ po::options_description describe(Options& o) {
         ("rollout-is-threshold", val(&o.rollout_is_threshold), "C, the cap of the importance weights")
         ("rollout-is-cap", val(&o.rollout_is_cap), "the same as --rollout-is-threshold")
         ("rollout-rs", val(&o.rollout_rs),
-         "reject (leave out of the loss) a sequence whose pi_old / pi_rollout leaves [lower, upper]: off, "
-         "sequence (the product over its tokens) or geometric (their geometric mean); needs --old-logprobs "
-         "recompute")
+         "reject (leave out of the loss) what pi_old / pi_rollout puts outside [lower, upper]: off, token "
+         "(each token by its own ratio), sequence (the whole sequence by the product over its tokens) or "
+         "geometric (by their geometric mean); needs --old-logprobs recompute")
         ("rollout-rs-threshold", val(&o.rollout_rs_threshold), "upper bound of --rollout-rs (0 = --rollout-is-threshold)")
         ("rollout-rs-threshold-lower", val(&o.rollout_rs_threshold_lower),
-         "lower bound of --rollout-rs (0 = 1 / the upper bound)");
+         "lower bound of --rollout-rs (0 = 1 / the upper bound)")
+        ("rollout-token-veto-threshold", val(&o.rollout_token_veto_threshold),
+         "reject a whole sequence holding a token whose pi_old / pi_rollout is below this (veRL's veto, e.g. "
+         "1e-4; 0 = off); needs --old-logprobs recompute");
     // clang-format on
     po::options_description eval("Evaluation");
     // clang-format off

@@ -118,13 +118,14 @@ struct Options {
     double kl_horizon = 10000;            // adaptive: horizon in samples
     double loss_scale_factor = 0;         // seq-mean-token-sum-norm's constant; 0 = --max-new-tokens
     // ---- off-policy correction (share/doc/train.md "Off-policy correction"; veRL rollout_correction) ----
-    std::string old_logprobs = "rollout";   // PPO's pi_old: rollout (behaviour) or recompute (trainer forward)
-    std::string rollout_is = "off";         // truncated importance weights: off, token, sequence
-    double rollout_is_threshold = 2.0;      // C of min(pi_old / pi_behaviour, C)
-    double rollout_is_cap = 0;              // --rollout-is-cap: the same as --rollout-is-threshold; 0 = unset
-    std::string rollout_rs = "off";         // sequence rejection: off, sequence, geometric
-    double rollout_rs_threshold = 0;        // upper bound of the band; 0 = --rollout-is-threshold
-    double rollout_rs_threshold_lower = 0;  // lower bound; 0 = 1 / upper
+    std::string old_logprobs = "rollout";     // PPO's pi_old: rollout (behaviour) or recompute (trainer forward)
+    std::string rollout_is = "off";           // truncated importance weights: off, token, sequence
+    double rollout_is_threshold = 2.0;        // C of min(pi_old / pi_behaviour, C)
+    double rollout_is_cap = 0;                // --rollout-is-cap: the same as --rollout-is-threshold; 0 = unset
+    std::string rollout_rs = "off";           // rejection: off, token, sequence, geometric
+    double rollout_rs_threshold = 0;          // upper bound of the band; 0 = --rollout-is-threshold
+    double rollout_rs_threshold_lower = 0;    // lower bound; 0 = 1 / upper
+    double rollout_token_veto_threshold = 0;  // reject a sequence with a token ratio below this; 0 = off
     // ---- eval ----
     int32_t eval_every = 10;
     int32_t eval_prompts = 128;

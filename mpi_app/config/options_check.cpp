@@ -40,19 +40,21 @@ void check_objectives(const Options& o) {
 void check_correction(const Options& o) {
     check_choice("old-logprobs", o.old_logprobs, {"recompute", "rollout"});
     check_choice("rollout-is", o.rollout_is, {"off", "token", "sequence"});
-    check_choice("rollout-rs", o.rollout_rs, {"off", "sequence", "geometric"});
+    check_choice("rollout-rs", o.rollout_rs, {"off", "token", "sequence", "geometric"});
     check_range<double>("rollout-is-threshold", o.rollout_is_threshold, 1e-6, 1e9);
     check_range<double>("rollout-rs-threshold", o.rollout_rs_threshold, 0.0, 1e9);
     check_range<double>("rollout-rs-threshold-lower", o.rollout_rs_threshold_lower, 0.0, 1e9);
+    check_range<double>("rollout-token-veto-threshold", o.rollout_token_veto_threshold, 0.0, 1.0);
     const double upper = o.rollout_rs_threshold > 0 ? o.rollout_rs_threshold : o.rollout_is_threshold;
     const double lower = o.rollout_rs_threshold_lower > 0 ? o.rollout_rs_threshold_lower : 1.0 / upper;
     if (o.rollout_rs != "off" && !(lower < upper))
         throw ConfigError("--rollout-rs " + o.rollout_rs + ": the band [" + std::to_string(lower) + ", " +
                           std::to_string(upper) + "] is empty (lower must be below upper)");
-    if (o.old_logprobs == "rollout" && (o.rollout_is != "off" || o.rollout_rs != "off"))
+    if (o.old_logprobs == "rollout" &&
+        (o.rollout_is != "off" || o.rollout_rs != "off" || o.rollout_token_veto_threshold > 0))
         throw ConfigError(
-            "--rollout-is/--rollout-rs: need --old-logprobs recompute (with rollout the PPO ratio's "
-            "pi_old is the behaviour policy and every weight is 1)");
+            "--rollout-is/--rollout-rs/--rollout-token-veto-threshold: need --old-logprobs recompute (with "
+            "rollout the PPO ratio's pi_old is the behaviour policy and every weight is 1)");
 }
 
 }  // namespace

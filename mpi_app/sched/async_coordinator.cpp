@@ -292,6 +292,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     row.is_weight_mean = tr.is_weight_mean;    // the whole train group's (RlTrainer reduces them)
     row.is_weight_max = tr.is_weight_max;
     row.rs_rejected = tr.rs_rejected;
+    row.rs_rejected_tokens = tr.rs_rejected_tokens;
     row.train_real_tokens = tr.real_tokens;  // the whole train group's, when the coordinator holds the actor
     row.train_token_slots = tr.token_slots;
     const double dt = std::max(1e-9, t_end - t_start);

@@ -216,6 +216,7 @@ SyncScheduler::StepOut SyncScheduler::step(int32_t s) {
     stats[kIsMean] = tr.is_weight_mean;
     stats[kIsMax] = tr.is_weight_max;
     stats[kRejected] = static_cast<double>(tr.rs_rejected);
+    stats[kRejectedTokens] = static_cast<double>(tr.rs_rejected_tokens);
     stats[kTrainReal] = static_cast<double>(tr.real_tokens);
     stats[kTrainSlots] = static_cast<double>(tr.token_slots);
     stats[kSkipped] = static_cast<double>(tr.skipped_updates);  // summed over ranks: each group once
@@ -292,6 +293,7 @@ SyncScheduler::StepOut SyncScheduler::step(int32_t s) {
     row.is_weight_mean = stats[kIsMean];
     row.is_weight_max = stats[kIsMax];
     row.rs_rejected = static_cast<int32_t>(stats[kRejected]);
+    row.rs_rejected_tokens = static_cast<int64_t>(stats[kRejectedTokens]);
     row.train_real_tokens = static_cast<int64_t>(stats[kTrainReal]);
     row.train_token_slots = static_cast<int64_t>(stats[kTrainSlots]);
     out.eval = stats[kEval] - 1.0;  // -1: no evaluation this step

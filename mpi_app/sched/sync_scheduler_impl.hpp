@@ -63,6 +63,7 @@ enum StatSlot {
     kIsMean,  // off-policy correction statistics (TrainReport::is_weight_mean ...), the root's
     kIsMax,
     kRejected,
+    kRejectedTokens,
     kTrainReal,   // TrainReport::real_tokens (the train root's: the whole group's)
     kTrainSlots,  // TrainReport::token_slots
     kEval,

@@ -164,6 +164,7 @@ struct RlTrainer::Impl {
         correction.rs = train::parse_rs_level(opt.rollout_rs);
         correction.rs_upper = opt.rollout_rs_threshold;
         correction.rs_lower = opt.rollout_rs_threshold_lower;
+        correction.veto = opt.rollout_token_veto_threshold;
         schedule.mini_batches = opt.mini_batches;
         schedule.epochs = opt.ppo_epochs;
         const size_t bucket = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
@@ -235,27 +236,31 @@ struct RlTrainer::Impl {
         std::vector<std::vector<float>> lp = actor->compute_log_probs(local);
         for (size_t k = 0; k < local.size(); ++k) local[k].old_logprobs = std::move(lp[k]);
         const train::CorrectionStats cs = train::apply_rollout_correction(local, correction);
-        double mine[4] = {cs.weight_sum, cs.weight_count, cs.ratio_max, static_cast<double>(cs.rejected)};
+        constexpr int kStats = 5;
+        double mine[kStats] = {cs.weight_sum, cs.weight_count, cs.ratio_max, static_cast<double>(cs.rejected),
+                               static_cast<double>(cs.rejected_tokens)};
         int n = 1;
         TAGFLOW_MPI_CHECK(MPI_Comm_size(train_c, &n));
-        std::vector<double> all(4 * static_cast<size_t>(n));
+        std::vector<double> all(kStats * static_cast<size_t>(n));
         if (n > 1) {
             if (wait_hook) wait_hook(true);
-            TAGFLOW_MPI_CHECK(MPI_Allgather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, train_c));
+            TAGFLOW_MPI_CHECK(MPI_Allgather(mine, kStats, MPI_DOUBLE, all.data(), kStats, MPI_DOUBLE, train_c));
             if (wait_hook) wait_hook(false);
         } else {
-            std::copy(mine, mine + 4, all.begin());
+            std::copy(mine, mine + kStats, all.begin());
         }
-        double sum = 0, count = 0, max = 0, rejected = 0;
-        for (size_t r = 0; r < all.size(); r += 4) {
+        double sum = 0, count = 0, max = 0, rejected = 0, rejected_tokens = 0;
+        for (size_t r = 0; r < all.size(); r += kStats) {
             sum += all[r];
             count += all[r + 1];
             max = std::max(max, all[r + 2]);
             rejected += all[r + 3];
+            rejected_tokens += all[r + 4];
         }
         rep.is_weight_mean = count > 0 ? sum / count : 1.0;
         rep.is_weight_max = max;
         rep.rs_rejected = static_cast<int32_t>(rejected);
+        rep.rs_rejected_tokens = static_cast<int64_t>(rejected_tokens);
     }
 
     TrainReport step(int32_t s, const std::vector<RolloutSample>& all) {

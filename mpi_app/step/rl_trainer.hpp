@@ -71,6 +71,7 @@ struct TrainReport {
     /// truncation, sequences rejected by --rollout-rs. -1 with --old-logprobs rollout.
     double is_weight_mean = -1, is_weight_max = -1;
     int32_t rs_rejected = -1;
+    int64_t rs_rejected_tokens = -1;           // response tokens the rejection (any level, veto) left out
     std::vector<io::ConsumedRecord> consumed;  ///< this rank's samples used by the actor
     std::vector<float> advantages;             ///< every sample's sequence advantage, in input order (every rank)
 };

@@ -142,7 +142,12 @@ CorrectionStats apply_rollout_correction(std::vector<TrainSeq>& local, const Rol
                         " response tokens");
         SeqCorrection c = correct_sequence(s.old_logprobs, s.rollout_logprobs, s.loss_mask, cfg);
         if (cfg.is != IsLevel::kOff) s.is_weights = c.weights;
-        if (c.rejected) s.loss_mask.assign(n, 0);
+        if (c.rejected) {
+            s.loss_mask.assign(n, 0);
+        } else if (!c.token_keep.empty()) {  // --rollout-rs token: the tokens out of the band leave the loss
+            if (s.loss_mask.empty()) s.loss_mask.assign(n, 1);
+            for (size_t j = 0; j < n; ++j) s.loss_mask[j] = static_cast<uint8_t>(s.loss_mask[j] & c.token_keep[j]);
+        }
         st.add(c);
     }
     return st;

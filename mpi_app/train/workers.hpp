@@ -80,8 +80,9 @@ struct UpdateSchedule {
 
 /// Decoupled PPO's correction of `local` (train/rollout_correction.hpp): for every sequence the
 /// importance weights of old_logprobs (the proximal policy) against rollout_logprobs (the
-/// behaviour policy) go into is_weights (cfg.is != kOff), and a rejected sequence gets loss_mask
-/// all 0, so it leaves the loss and its global token and sequence counts. Returns this rank's
+/// behaviour policy) go into is_weights (cfg.is != kOff), a rejected sequence gets loss_mask all 0
+/// and a rejected token (--rollout-rs token) loss_mask 0, so they leave the loss and its global
+/// token and sequence counts. Returns this rank's
 /// statistics. Throws tagflow::Error naming the sample when its log-probs are missing or mis-sized.
 CorrectionStats apply_rollout_correction(std::vector<TrainSeq>& local, const RolloutCorrectionConfig& cfg);
 

@@ -40,7 +40,7 @@ GROUPS = {
               "reward_std", "loss", "kl", "entropy", "clip_frac", "logprob_diff_mean",
               "staleness_mean", "staleness_max", "samples_per_s", "idle_frac", "stale_dropped",
               "stale_weighted", "skipped_updates", "is_weight_mean", "is_weight_max", "rs_rejected",
-              "train_real_tokens", "train_token_slots", "lr"],
+              "rs_rejected_tokens", "train_real_tokens", "train_token_slots", "lr"],
     "eval": ["step", "task", "score", "n"],
     "syncs": ["version", "bytes", "t_start", "t_end", "mode", "dense_bytes", "buckets", "gbps"],
     "timeline": ["rank", "kind", "t_start", "t_end", "step"],
@@ -52,7 +52,7 @@ GROUPS = {
 # them, -1 in the older rows, when it resumes such a run); readers treat them as all -1.
 ADDED_LATER = {("steps", "stale_dropped"), ("steps", "stale_weighted"), ("steps", "skipped_updates"),
                ("steps", "is_weight_mean"), ("steps", "is_weight_max"), ("steps", "rs_rejected"),
-               ("steps", "train_real_tokens"), ("steps", "train_token_slots"), ("steps", "lr"),
+               ("steps", "rs_rejected_tokens"), ("steps", "train_real_tokens"), ("steps", "train_token_slots"), ("steps", "lr"),
                ("samples", "text_start"), ("samples", "response_text_start"), ("samples", "text_end"),
                ("samples", TEXT), ("ranks", "clock_error"), ("samples", "extras_start"),
                ("samples", "extras_end"), ("samples", EXTRAS)}

@@ -51,6 +51,7 @@ std::vector<StepRecord> steps_of(int rank, int round) {
     s.is_weight_mean = 0.5 + round;
     s.is_weight_max = 2.5 * round;
     s.rs_rejected = 2 * round;
+    s.rs_rejected_tokens = 9 * round;
     s.train_real_tokens = 100 + round;
     s.train_token_slots = 300 + 2 * round;
     return {s};
@@ -311,7 +312,7 @@ TEST(RunFile, OpenAppendContinuesWhereItStopped) {
 }
 
 // A run started by a tagflow before /steps/stale_dropped, stale_weighted, skipped_updates and the
-// off-policy columns (is_weight_mean, is_weight_max, rs_rejected) and the train token columns
+// off-policy columns (is_weight_mean, is_weight_max, rs_rejected, rs_rejected_tokens) and the train token columns
 // (train_real_tokens, train_token_slots) existed resumes:
 // open_append adds them, -1 ("not recorded") in the rows written before, and appends go on.
 TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
@@ -322,9 +323,9 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     }
     {
         File f = open_file(MPI_COMM_WORLD, path, true);
-        for (const char* name :
-             {"/steps/stale_dropped", "/steps/stale_weighted", "/steps/skipped_updates", "/steps/is_weight_mean",
-              "/steps/is_weight_max", "/steps/rs_rejected", "/steps/train_real_tokens", "/steps/train_token_slots"})
+        for (const char* name : {"/steps/stale_dropped", "/steps/stale_weighted", "/steps/skipped_updates",
+                                 "/steps/is_weight_mean", "/steps/is_weight_max", "/steps/rs_rejected",
+                                 "/steps/rs_rejected_tokens", "/steps/train_real_tokens", "/steps/train_token_slots"})
             ASSERT_GE(H5Ldelete(f.get(), name, H5P_DEFAULT), 0);
     }
     {
@@ -340,6 +341,7 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     EXPECT_EQ(read_ds<double>(file.get(), "/steps/is_weight_mean"), (std::vector<double>{-1, -1, 2.5, 3.5}));
     EXPECT_EQ(read_ds<double>(file.get(), "/steps/is_weight_max"), (std::vector<double>{-1, -1, 5.0, 7.5}));
     EXPECT_EQ(read_ds<int32_t>(file.get(), "/steps/rs_rejected"), (std::vector<int32_t>{-1, -1, 4, 6}));
+    EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/rs_rejected_tokens"), (std::vector<int64_t>{-1, -1, 18, 27}));
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/train_real_tokens"), (std::vector<int64_t>{-1, -1, 102, 103}));
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/train_token_slots"), (std::vector<int64_t>{-1, -1, 304, 306}));
     EXPECT_EQ(read_string_attr(open_dataset(file.get(), "/steps/stale_dropped").get(), "units"), "samples");

@@ -342,21 +342,38 @@ def case_offpolicy(a):
         common_checks(f, "offpolicy_rs", [1], 5)
         rej, n = f["steps"]["rs_rejected"][()], f["steps"]["samples"][()]
         mean = f["steps"]["is_weight_mean"][()]
+        rtok, tok = f["steps"]["rs_rejected_tokens"][()], f["steps"]["tokens"][()]
     check(np.all(rej >= 0) and np.all(rej <= n) and rej.sum() > 0,
           f"a tiny --rollout-rs band rejects sequences: {rej.tolist()} of {n.tolist()}")
+    # /steps tokens are the tokens still in the loss; the rejected ones are counted apart.
+    check(np.all(rtok >= rej) and np.all((rtok > 0) == (rej > 0)),
+          f"rs_rejected_tokens counts the rejected sequences' tokens: {rtok.tolist()} (kept {tok.tolist()})")
     check(np.all(np.isfinite(mean)) and np.all(mean > 0), f"is_weight_mean finite and > 0: {np.round(mean, 4).tolist()}")
+    # Token-level rejection: single tokens leave the loss, no sequence as a whole.
+    out = train_ok(a, "offpolicy_rs_token", 2, base + ["--rollout-rs", "token", "--rollout-rs-threshold", "1.0000001",
+                                                       "--rollout-rs-threshold-lower", "0.9999999"])
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        common_checks(f, "offpolicy_rs_token", [1], 5)
+        st = f["steps"]
+        rej, rtok, tok = st["rs_rejected"][()], st["rs_rejected_tokens"][()], st["tokens"][()]
+    check(np.all(rej == 0) and rtok.sum() > 0 and np.all(rtok >= 0),
+          f"--rollout-rs token: tokens rejected ({rtok.tolist()}; kept {tok.tolist()}), no whole sequence ({rej.tolist()})")
     # --old-logprobs rollout: nothing is recomputed, so nothing is measured (-1).
     out = train_ok(a, "offpolicy_off", 2, ["--mode", "multiplex", "--rank-tags", TWO, "--steps", "2",
                                            "--old-logprobs", "rollout"])
     with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
         st = f["steps"]
-        cols = [st[c][()] for c in ("is_weight_mean", "is_weight_max", "rs_rejected")]
-    check(all(np.all(c == -1) for c in cols), "--old-logprobs rollout: the three columns are -1 (not measured)")
+        cols = [st[c][()] for c in ("is_weight_mean", "is_weight_max", "rs_rejected", "rs_rejected_tokens")]
+    check(all(np.all(c == -1) for c in cols), "--old-logprobs rollout: the four columns are -1 (not measured)")
     # Bad usage: one line naming the option, exit 2.
     for args, needle in [(["--rollout-is", "token", "--old-logprobs", "rollout"], "--old-logprobs recompute"),
                          (["--rollout-is", "tokens"], "--rollout-is"),
                          (["--old-logprobs", "fresh"], "--old-logprobs"),
                          (["--rollout-rs", "sequence", "--rollout-rs-threshold", "0.5"], "empty"),
+                         (["--rollout-rs", "tokens"], "--rollout-rs"),
+                         (["--rollout-token-veto-threshold", "2"], "--rollout-token-veto-threshold"),
+                         (["--rollout-token-veto-threshold", "1e-4", "--old-logprobs", "rollout"],
+                          "--old-logprobs recompute"),
                          (["--rollout-is-cap", "3", "--rollout-is-threshold", "4"], "--rollout-is-cap"),
                          (["--rollout-is-threshold", "0"], "--rollout-is-threshold")]:
         _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)

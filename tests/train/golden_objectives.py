@@ -143,7 +143,8 @@ def tis_case(rng):
     lp = f32(old + rng.normal(0, 0.1, n))
     adv = f32(rng.normal(0, 1, n))
     is_level = str(rng.choice(["off", "token", "sequence"]))
-    rs_level = str(rng.choice(["off", "sequence", "geometric"]))
+    rs_level = str(rng.choice(["off", "token", "sequence", "geometric"]))
+    veto = float(rng.choice([0.0, 0.0, 1e-4, 0.5]))
     cap = float(f32(rng.choice([2.0, 1.2, 5.0, float(rng.uniform(1.0, 10.0))])))
     rs_upper = float(f32(rng.choice([0.0, 1.001, 1.5, 3.0])))
     rs_lower = float(f32(rng.choice([0.0, 0.999, 0.5])))
@@ -161,8 +162,12 @@ def tis_case(rng):
 
     m2 = mask.reshape(rows, cols)
     o2, b2 = old.reshape(rows, cols), beh.reshape(rows, cols)
-    rejected = ref.rejected_rows(o2, b2, m2, rs_level, up, lo) if rs_level != "off" else np.zeros(rows, bool)
+    by_seq = rs_level in ("sequence", "geometric")
+    rejected = ref.rejected_rows(o2, b2, m2, rs_level, up, lo) if by_seq else np.zeros(rows, bool)
+    rejected = rejected | ref.vetoed_rows(o2, b2, m2, veto)
     kept = np.where(rejected[:, None], 0.0, m2)
+    if rs_level == "token":
+        kept = np.where(ref.rejected_tokens(o2, b2, m2, up, lo), 0.0, kept)
     tokens = kept.sum() + extra_tokens
     seqs = float((kept.sum(axis=1) > 0).sum()) + extra_seqs
     w = ref.tis_weights(o2, b2, m2, is_level, cap) if is_level != "off" else np.ones((rows, cols))
@@ -182,11 +187,12 @@ def tis_case(rng):
     rmax = ref.ratio_max_per_row(o2, b2, m2, stat_level)
     want = dict(rejected=rejected.astype(np.float64), ratio_max=rmax,
                 weight_mean=float(used.mean()) if used.size else 1.0,
-                stat_ratio_max=float(rmax.max()), stat_rejected=float(rejected.sum()), loss=loss, grad=grad)
+                stat_ratio_max=float(rmax.max()), stat_rejected=float(rejected.sum()),
+                stat_rejected_tokens=float(m2.sum() - kept.sum()), loss=loss, grad=grad)
     if is_level != "off":
         want["weights"] = w.ravel()
     inputs = {"rows": rows, "cols": cols, "old": old, "beh": beh, "mask": mask, "lp": lp, "adv": adv,
-              "is": is_level, "cap": cap, "rs": rs_level, "rs_upper": rs_upper, "rs_lower": rs_lower,
+              "is": is_level, "cap": cap, "rs": rs_level, "rs_upper": rs_upper, "rs_lower": rs_lower, "veto": veto,
               "clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual, "agg": agg,
               "extra_tokens": extra_tokens, "extra_seqs": extra_seqs, "norm_tokens": norm_tokens}
     return "tis", inputs, want

@@ -166,6 +166,7 @@ void run_tis(const Case& c, std::ostream& out) {
     cfg.rs = tagflow::train::parse_rs_level(c.w("rs"));
     cfg.rs_upper = c.d("rs_upper");
     cfg.rs_lower = c.d("rs_lower");
+    cfg.veto = c.d("veto");
     const std::vector<double>&old = c.v("old"), &beh = c.v("beh"), &mask = c.v("mask"), &adv = c.v("adv");
     std::vector<tagflow::train::TrainSeq> batch(static_cast<size_t>(rows));
     std::vector<double> ratio_max, rejected;
@@ -207,6 +208,7 @@ void run_tis(const Case& c, std::ostream& out) {
     put(out, "weight_mean", {st.weight_mean()});
     put(out, "stat_ratio_max", {st.ratio_max});
     put(out, "stat_rejected", {static_cast<double>(st.rejected)});
+    put(out, "stat_rejected_tokens", {static_cast<double>(st.rejected_tokens)});
     put(out, "loss", {loss_v});
     put(out, "grad",
         lp.grad().defined() ? to_d(lp.grad()) : std::vector<double>(static_cast<size_t>(rows * cols), 0.0));

@@ -36,7 +36,10 @@ Sources, per function:
                   a constant; per token, or per sequence with the product of the token ratios.
                   Rejection (Liu, Li et al. 2025, "When speed kills stability", veRL rollout_rs): a
                   sequence whose ratio (product, or geometric mean over its tokens) lies outside
-                  [lower, upper] (lower defaults to 1 / upper) leaves the loss and its normalisers.
+                  [lower, upper] (lower defaults to 1 / upper) leaves the loss and its normalisers;
+                  at token level each produced token whose own ratio lies outside the band leaves
+                  them alone. The veto (veRL rollout_token_veto_threshold) rejects the whole sequence
+                  when any produced token's ratio, not clamped, is below the threshold.
                   Log-ratios are clamped to [-20, 20] before the exp (veRL's safety bound).
   tagflow's conventions where the definitions are silent: masks are per token (1 = produced
   by the policy); every quantity is 0 on mask-0 tokens; a group of one sample has no baseline
@@ -296,6 +299,24 @@ def rejected_rows(old, beh, mask, level, upper, lower):
     else:
         raise ValueError(level)
     return (n > 0) & ((ratio > upper) | (ratio < lower))
+
+
+def rejected_tokens(old, beh, mask, upper, lower):
+    """[rows, cols] bool: produced tokens whose own ratio pi_old / pi_beh (safety-clamped) lies
+    outside [lower, upper] (token-level rejection)."""
+    old, beh = np.asarray(old, dtype=np.float64), np.asarray(beh, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    ratio = np.exp(np.clip(old - beh, -LOG_BOUND, LOG_BOUND))
+    return m & ((ratio > upper) | (ratio < lower))
+
+
+def vetoed_rows(old, beh, mask, veto):
+    """Rows holding a produced token whose unclamped ratio is below veto (veto <= 0: none)."""
+    old, beh = np.asarray(old, dtype=np.float64), np.asarray(beh, dtype=np.float64)
+    m = np.asarray(mask, dtype=bool)
+    if veto <= 0:
+        return np.zeros(m.shape[0], bool)
+    return (m & (old - beh < np.log(veto))).any(axis=1)
 
 
 def ratio_max_per_row(old, beh, mask, level):
