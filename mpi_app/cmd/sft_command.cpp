@@ -74,21 +74,12 @@ std::vector<int32_t> before_eos(const std::vector<int32_t>& r, int32_t eos) {
 // round up to a multiple of 64
 int64_t round64(int64_t x) { return (x + 63) / 64 * 64; }
 
+model::FreshShape shape(const SftOptions& o) { return {o.d_model, o.d_ff, o.layers, o.heads, o.kv_heads}; }
+
 model::HfConfig new_config(const SftOptions& o, const rollout::Task& task) {
-    model::HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = o.d_model;
-    c.intermediate_size = o.d_ff;
-    c.num_hidden_layers = o.layers;
-    c.num_attention_heads = o.heads;
-    c.num_key_value_heads = o.kv_heads;
-    c.head_dim = o.d_model / o.heads;
-    c.vocab_size = task.vocab_size();
-    if (!o.tokenizer.empty())
-        model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(o.tokenizer), task.vocab_size());
-    c.max_position_embeddings = round64(task.max_prompt_tokens() + task.max_response_tokens());
-    c.rms_norm_eps = 1e-6;
-    c.rope_theta = 10000.0;
+    model::HfConfig c = model::fresh_config(shape(o), task.vocab_size(),
+                                            o.tokenizer.empty() ? "" : model::resolve_tokenizer_json(o.tokenizer),
+                                            round64(task.max_prompt_tokens() + task.max_response_tokens()));
     c.validate("tagflow sft");
     return c;
 }
@@ -143,19 +134,9 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
 
     std::shared_ptr<model::LlamaModelImpl> m;
     if (o.init.empty()) {
-        model::HfConfig c;
-        c.model_type = "llama";
-        c.hidden_size = o.d_model;
-        c.intermediate_size = o.d_ff;
-        c.num_hidden_layers = o.layers;
-        c.num_attention_heads = o.heads;
-        c.num_key_value_heads = o.kv_heads;
-        c.head_dim = o.d_model / o.heads;
-        model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(d.tokenizer_path()), 0);
-        c.max_position_embeddings =
-            round64(std::max<int64_t>(d.longest_sequence(), d.longest_val_prompt() + val_budget));
-        c.rms_norm_eps = 1e-6;
-        c.rope_theta = 10000.0;
+        model::HfConfig c =
+            model::fresh_config(shape(o), 0, model::resolve_tokenizer_json(d.tokenizer_path()),
+                                round64(std::max<int64_t>(d.longest_sequence(), d.longest_val_prompt() + val_budget)));
         c.validate("tagflow sft");
         m = std::make_shared<model::LlamaModelImpl>(c, static_cast<uint64_t>(o.seed));
     } else {

@@ -97,6 +97,21 @@ void apply_tokenizer_vocab(HfConfig& c, const std::string& tokenizer_json, int64
     if (tok.pad_id()) c.pad_token_id = *tok.pad_id();
 }
 
+HfConfig fresh_config(const FreshShape& shape, int64_t vocab, const std::string& tokenizer_json, int64_t positions) {
+    HfConfig c;
+    c.model_type = "llama";
+    c.hidden_size = shape.d_model;
+    c.intermediate_size = shape.d_ff;
+    c.num_hidden_layers = shape.layers;
+    c.num_attention_heads = shape.heads;
+    c.num_key_value_heads = shape.kv_heads > 0 ? shape.kv_heads : shape.heads;
+    c.head_dim = shape.heads > 0 ? shape.d_model / shape.heads : 0;
+    c.vocab_size = vocab;
+    if (!tokenizer_json.empty()) apply_tokenizer_vocab(c, tokenizer_json, vocab);
+    c.max_position_embeddings = positions;
+    return c;
+}
+
 void check_tokenizer_fits(const std::string& tokenizer_json, int64_t model_vocab, const std::string& model_dir,
                           const std::string& option) {
     const text::HfTokenizer tok = text::HfTokenizer::load(tokenizer_json);

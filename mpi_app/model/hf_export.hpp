@@ -66,6 +66,17 @@ std::string export_tokenizer(const std::string& tokenizer_option, const std::str
 void apply_tokenizer_vocab(HfConfig& c, const std::string& tokenizer_json, int64_t min_vocab,
                            const std::string& option = "--tokenizer");
 
+/// The shape of a fresh (randomly initialised) Llama: --d-model, --d-ff, --layers, --heads and
+/// --kv-heads (<= 0: as many as --heads) of `tagflow train` and `tagflow sft`.
+struct FreshShape {
+    int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, kv_heads = 0;
+};
+/// The config of a fresh Llama of `shape` with `positions` positions and `vocab` ids; with a
+/// tokenizer (`tokenizer_json` not ""), its vocabulary and special ids instead, which must hold
+/// the `vocab` ids (apply_tokenizer_vocab). rms_norm_eps and rope_theta are HfConfig's defaults
+/// (1e-6, 10000). Not validated: the caller may change it first.
+HfConfig fresh_config(const FreshShape& shape, int64_t vocab, const std::string& tokenizer_json, int64_t positions);
+
 /// --tokenizer with a --model / --init checkpoint: every id of the tokenizer must be an id of the
 /// model (its vocab_size >= the tokenizer's). ConfigError naming `option`, the file and the sizes.
 void check_tokenizer_fits(const std::string& tokenizer_json, int64_t model_vocab, const std::string& model_dir,

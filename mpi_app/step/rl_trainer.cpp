@@ -508,18 +508,9 @@ model::LlamaModel make_policy(const config::Options& opt, const rollout::Task& t
                         " positions task " + task.name() + " needs");
         return model::LlamaModel(m);
     }
-    model::HfConfig c;
-    c.model_type = "llama";
-    c.hidden_size = opt.d_model;
-    c.intermediate_size = opt.d_ff;
-    c.num_hidden_layers = opt.layers;
-    c.num_attention_heads = opt.heads;
-    c.num_key_value_heads = opt.kv_heads > 0 ? opt.kv_heads : opt.heads;
-    c.head_dim = opt.d_model / opt.heads;
-    c.vocab_size = task.vocab_size();
-    if (!opt.tokenizer.empty())
-        model::apply_tokenizer_vocab(c, model::resolve_tokenizer_json(opt.tokenizer), task.vocab_size());
-    c.max_position_embeddings = positions;
+    model::HfConfig c =
+        model::fresh_config({opt.d_model, opt.d_ff, opt.layers, opt.heads, opt.kv_heads}, task.vocab_size(),
+                            opt.tokenizer.empty() ? "" : model::resolve_tokenizer_json(opt.tokenizer), positions);
     c.rope_theta = opt.rope_theta;
     c.abs_positions = opt.abs_positions;
     return model::LlamaModel(c, static_cast<uint64_t>(opt.seed));
