@@ -154,6 +154,7 @@ int sft_data_run(SftOptions o, const po::variables_map& vm, int rank, int size) 
                               " tokens leaves no room to answer in --init " + o.init + "'s " +
                               std::to_string(c.max_position_embeddings) + " positions");
     }
+    m->model->activation_checkpointing = o.activation_checkpointing;
     model::HfExport out_export;
     out_export.dtype = model::parse_export_dtype(o.export_dtype, o.init.empty() ? "" : m->config().torch_dtype);
     out_export.source_dir = o.init;
@@ -456,6 +457,7 @@ int sft_command(int argc, char** argv) {
     }
     // How OUT/model is written (model/hf_export.hpp): sft samples nothing (its evaluation is
     // greedy), so generation_config.json gets the ids, no sampling defaults.
+    m->model->activation_checkpointing = o.activation_checkpointing;
     model::HfExport out_export;
     out_export.dtype = model::parse_export_dtype(o.export_dtype, o.init.empty() ? "" : m->config().torch_dtype);
     out_export.source_dir = o.init;

@@ -52,6 +52,9 @@ po::options_description describe(SftOptions& o) {
         ("heads", val(&o.heads), "attention heads (must divide d-model)")
         ("kv-heads", val(&o.kv_heads), "key/value heads (must divide heads)")
         ("d-ff", val(&o.d_ff), "SwiGLU intermediate size (new model)")
+        ("activation-checkpointing", val(&o.activation_checkpointing)->implicit_value(true),
+         "keep only each decoder layer's input in the forward and recompute the layer in the backward "
+         "(less memory for long sequences, about one more forward of compute)")
         ("eval-prompts", val(&o.eval_prompts), "held-out prompts per greedy evaluation")
         ("eval-every", val(&o.eval_every), "also evaluate every N steps (0 = only at the start and the end)")
         ("log-every", val(&o.log_every), "progress line every N steps (0 = about 20 lines)")

@@ -17,7 +17,8 @@ struct SftOptions {
     std::string export_dtype = "auto";  // --export-dtype: OUT/model's weights (model/hf_export.hpp)
     bool overwrite = false;
     bool allow_shared_dir = false;
-    int32_t digits = 0;  // 0 = the task's default
+    bool activation_checkpointing = false;  // recompute each decoder layer in the backward (model/layer_checkpoint.hpp)
+    int32_t digits = 0;                     // 0 = the task's default
     int64_t steps = 1000;
     int64_t batch = 64;
     double lr = 3e-3;

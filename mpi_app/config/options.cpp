@@ -171,6 +171,9 @@ po::options_description describe(Options& o) {
         ("pack", val(&o.pack), "on: pack several sequences per row (attention and positions per sequence, no "
                                "padding); off: one right-padded sequence per row")
         ("bf16", val(&o.bf16)->implicit_value(true), "bf16 autocast for the trainer's matmuls")
+        ("activation-checkpointing", val(&o.activation_checkpointing)->implicit_value(true),
+         "keep only each decoder layer's input during the trainer's forward and recompute the layer in the "
+         "backward: less memory for long sequences, about one more forward of compute (policy and critic)")
         ("shuffle-advantages", val(&o.shuffle_advantages)->implicit_value(true),
          "control experiment: shuffle advantages across samples (must not learn)")
         // Objectives (share/doc/train.md "Objectives"): veRL's names and defaults.

@@ -93,6 +93,7 @@ struct Options {
     int64_t micro_batch_tokens = 0;  // token slots per forward/backward (0 = by --micro-batch)
     std::string pack = "on";         // on: several sequences per row, no padding (train/engine.hpp)
     bool bf16 = false;
+    bool activation_checkpointing = false;  // recompute each decoder layer in the backward (model/layer_checkpoint.hpp)
     bool shuffle_advantages = false;
     // ---- data and rewards (issue 18; share/doc/data.md, rewards.md) ----
     std::string data;                   // --data FILE: JSON Lines prompts (plain or gzip) instead of --task's

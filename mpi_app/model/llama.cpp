@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "common/safe_file.hpp"
+#include "model/layer_checkpoint.hpp"
 
 namespace tagflow::model {
 namespace fs = std::filesystem;
@@ -217,6 +219,18 @@ torch::Tensor LlamaBackboneImpl::embed_at(const torch::Tensor& tokens, const tor
     return embed_positions ? h + embed_positions(positions) : h;
 }
 
+torch::Tensor LlamaBackboneImpl::run_layers(const torch::Tensor& h, const torch::Tensor& cos,
+                                            const torch::Tensor& sin) {
+    torch::Tensor x = h;
+    for (size_t l = 0; l < layers->size(); ++l) {
+        LlamaDecoderLayerImpl* layer = layers[l]->as<LlamaDecoderLayerImpl>();
+        x = run_layer(
+            activation_checkpointing,
+            [layer, cos, sin](const torch::Tensor& in) { return layer->forward(in, cos, sin, nullptr, nullptr); }, x);
+    }
+    return x;
+}
+
 namespace {
 
 // Self-attention of one layer on packed rows, per run of slots: run i = (row, first slot, length)
@@ -283,10 +297,17 @@ torch::Tensor packed_hidden_states(LlamaBackboneImpl& m, const HfConfig& c, cons
     const torch::Tensor emb = torch::cat({freqs, freqs}, -1).unsqueeze(1);             // [B,1,T,D]
     const torch::Tensor cos = emb.cos(), sin = emb.sin();
     torch::Tensor h = m.embed_at(tokens, positions);
+    auto shared_runs = std::make_shared<const std::vector<std::array<int64_t, 3>>>(std::move(runs));
     for (size_t l = 0; l < m.layers->size(); ++l) {
-        auto& layer = *m.layers[l]->as<LlamaDecoderLayerImpl>();
-        h = h + attention_runs(*layer.self_attn, layer.input_layernorm(h), cos, sin, runs);
-        h = h + layer.mlp(layer.post_attention_layernorm(h));
+        LlamaDecoderLayerImpl* layer = m.layers[l]->as<LlamaDecoderLayerImpl>();
+        h = run_layer(
+            m.activation_checkpointing,
+            [layer, cos, sin, shared_runs](const torch::Tensor& x) {
+                torch::Tensor y =
+                    x + attention_runs(*layer->self_attn, layer->input_layernorm(x), cos, sin, *shared_runs);
+                return y + layer->mlp(layer->post_attention_layernorm(y));
+            },
+            h);
     }
     return m.norm(h);
 }
@@ -336,10 +357,13 @@ torch::Tensor LlamaModelImpl::run(const torch::Tensor& tokens, LlamaKVCache* cac
         }
         TORCH_CHECK(static_cast<int64_t>(cache->k.size()) == n_layers, "LlamaModel: cache has wrong layer count");
     }
-    for (int64_t l = 0; l < n_layers; ++l) {
-        const auto li = static_cast<std::size_t>(l);
-        h = model->layers[li]->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin, cache ? &cache->k[li] : nullptr,
-                                                                    cache ? &cache->v[li] : nullptr);
+    if (cache) {
+        for (int64_t l = 0; l < n_layers; ++l) {
+            const auto li = static_cast<std::size_t>(l);
+            h = model->layers[li]->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin, &cache->k[li], &cache->v[li]);
+        }
+    } else {
+        h = model->run_layers(h, cos, sin);
     }
     h = model->norm(h);
     if (cache) cache->len += T;

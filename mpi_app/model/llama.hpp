@@ -107,10 +107,18 @@ public:
     torch::Tensor embed(const torch::Tensor& tokens, int64_t start);
     /// The same with an explicit position per token (positions [B,T] int64; packed rows).
     torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions);
+    /// Every decoder layer on hidden states h [B,T,hidden] (no KV cache; RoPE tables cos/sin as
+    /// the layers take them), checkpointed per layer when activation_checkpointing is on. Before
+    /// the final norm.
+    torch::Tensor run_layers(const torch::Tensor& h, const torch::Tensor& cos, const torch::Tensor& sin);
     torch::nn::Embedding embed_tokens{nullptr};
     torch::nn::Embedding embed_positions{nullptr};  ///< null unless HfConfig::abs_positions
     torch::nn::ModuleList layers{nullptr};
     RMSNorm norm{nullptr};
+    /// Training forwards keep only each layer's input and recompute the layer in the backward
+    /// (model/layer_checkpoint.hpp; --activation-checkpointing). A setting of the run, not of
+    /// the model: not in config.json. Off by default.
+    bool activation_checkpointing = false;
 };
 TORCH_MODULE(LlamaBackbone);
 

@@ -36,9 +36,7 @@ torch::Tensor ValueModelImpl::hidden_states(const torch::Tensor& tokens) {
     const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
     const torch::Tensor cos = emb.cos(), sin = emb.sin();
     torch::Tensor h = model->embed(tokens, 0);
-    for (size_t l = 0; l < model->layers->size(); ++l)
-        h = model->layers[l]->as<LlamaDecoderLayerImpl>()->forward(h, cos, sin, nullptr, nullptr);
-    return model->norm(h);
+    return model->norm(model->run_layers(h, cos, sin));
 }
 
 torch::Tensor ValueModelImpl::forward(const torch::Tensor& tokens) {

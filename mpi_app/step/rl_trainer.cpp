@@ -197,6 +197,7 @@ struct RlTrainer::Impl {
             ac.loss_agg = train::parse_loss_agg(opt.loss_agg);
             ac.loss_norm_tokens = norm_tokens;
             ac.temperature = opt.temperature;
+            policy->model->activation_checkpointing = opt.activation_checkpointing;
             actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(policy), ec), ac);
         }
         if (adv.estimator == train::AdvEstimator::kGae && in_critic) {
@@ -204,6 +205,7 @@ struct RlTrainer::Impl {
             // veRL starts the critic from the actor's weights; its value head starts at 0.
             model::ValueModel vm(policy->config(), static_cast<uint64_t>(opt.seed) + 17);
             vm->init_from_policy(*policy);
+            vm->model->activation_checkpointing = opt.activation_checkpointing;
             train::TrainEngineConfig cc = ec;
             cc.optim.lr = opt.critic_lr;
             train::CriticConfig crc;

@@ -25,9 +25,7 @@ torch::Tensor policy_logits_rows(model::LlamaModelImpl& m, const torch::Tensor& 
     const torch::Tensor emb = torch::cat({freqs, freqs}, -1);
     const torch::Tensor cos = emb.cos(), sin = emb.sin();
     torch::Tensor h = m.model->embed(tokens, 0);
-    for (size_t l = 0; l < m.model->layers->size(); ++l)
-        h = m.model->layers[l]->as<model::LlamaDecoderLayerImpl>()->forward(h, cos, sin, nullptr, nullptr);
-    h = m.model->norm(h);
+    h = m.model->norm(m.model->run_layers(h, cos, sin));
     h = h.reshape({-1, h.size(-1)}).index_select(0, rows);
     return c.tie_word_embeddings ? torch::nn::functional::linear(h, m.model->embed_tokens->weight) : m.lm_head(h);
 }

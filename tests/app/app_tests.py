@@ -377,11 +377,13 @@ def case_objectives(a):
           "seq-mean-token-sum-norm without a constant: one line, exit 2")
     # Packed training (issue 22) with a critic, a reference and PPO epochs: the first step (same
     # samples: sync, same seed) trains the same real tokens in fewer slots than the padded run.
-    slots = {}
-    for pack in ("off", "on"):
+    slots, first = {}, {}
+    # The same PPO run (critic, reference, epochs) padded, packed, and packed with activation
+    # checkpointing (issue 22 point 3: each layer recomputed in the backward).
+    for pack, flag, extra in (("off", "off", []), ("on", "on", []), ("on_ckpt", "on", ["--activation-checkpointing"])):
         out = fresh(a, "pack_" + pack)
         p = mpirun(a, 2, ["train", "--out", out, "--mode", "sync", "--seed", "3", "--algo", "ppo", "--kl-coef",
-                          "0.01", "--ppo-epochs", "2", "--micro-batch", "3", "--pack", pack] + FAST)
+                          "0.01", "--ppo-epochs", "2", "--micro-batch", "3", "--pack", flag] + extra + FAST)
         check(p.returncode == 0, f"ppo --pack {pack} exits 0 ({p.stderr.strip()[-300:]})")
         with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
             st = tagflow_run.table(f, "steps")
@@ -390,8 +392,12 @@ def case_objectives(a):
             check((real > 0).all() and (slot >= real).all(),
                   f"--pack {pack}: /steps train_real_tokens {real.tolist()} <= train_token_slots {slot.tolist()}")
             slots[pack] = (int(real[0]), int(slot[0]))
+            first[pack] = (float(st["loss"][0]), float(st["kl"][0]), float(st["entropy"][0]))
     check(slots["on"][0] == slots["off"][0] and slots["on"][1] < slots["off"][1],
           f"step 0: the same real tokens in fewer slots packed (real, slots): {slots}")
+    # Step 0 trains the same samples from the same weights: checkpointing changes no number.
+    check(slots["on_ckpt"] == slots["on"] and np.allclose(first["on_ckpt"], first["on"], rtol=0, atol=1e-5),
+          f"--activation-checkpointing: step 0's loss, kl, entropy as without: {first['on_ckpt']} vs {first['on']}")
     p = mpirun(a, 2, ["train", "--out", fresh(a, "bad"), "--pack", "on", "--micro-batch-tokens", "9"] + FAST)
     errs = [l for l in p.stderr.splitlines() if "--micro-batch-tokens 9 is smaller than sample" in l]
     check(p.returncode != 0 and errs, f"a sample longer than --micro-batch-tokens: named in one line, exit {p.returncode}")

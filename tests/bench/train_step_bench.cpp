@@ -7,13 +7,23 @@
 // -O lengths=lognormal draws `longtail`-like response lengths (p99/median 10) and -O pack=on trains
 // them packed (train/engine.hpp); then the padded step on the same batch is timed in the same run
 // (the baseline, after the timed loop) and `x_pad` = packed real tokens/s / padded real tokens/s.
+// -O ckpt=on trains with activation checkpointing (model/layer_checkpoint.hpp); after the loop the
+// same step without it (the baseline, same starting weights) and both steps' peak resident memory
+// above the memory before the step (the kernel's high-water mark, reset through
+// /proc/self/clear_refs; large blocks are given back to the kernel when freed): base_MiB, ckpt_MiB,
+// x_mem = ckpt / base and x_time = ckpt step time / base step time.
 // #wrong = non-finite losses + ranks whose weights differ after the step.
 #include <ATen/ATen.h>
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
 
 #include "bench_common.hpp"
 #include "common/error.hpp"
@@ -32,6 +42,7 @@ struct Data {
     model::LlamaModel policy{nullptr};
     std::unique_ptr<train::ActorWorker> actor;
     std::unique_ptr<train::ActorWorker> padded;  // -O pack=on: the baseline (same weights at the start)
+    std::unique_ptr<train::ActorWorker> plain;   // -O ckpt=on: the baseline without checkpointing
     std::unique_ptr<train::MpiCollectives> comm;
     std::vector<train::TrainSeq> batch;
     double loss = 0, gemm_gflops = 0, params = 0;
@@ -40,6 +51,30 @@ struct Data {
     int64_t median = 32, prompt = 16;
     double real = 0, slots = 0;  // all ranks' tokens and token slots of the last timed step
 };
+
+// A field of /proc/self/status in KiB ("VmRSS:", "VmHWM:").
+long status_kib(const std::string& key) {
+    std::ifstream f("/proc/self/status");
+    for (std::string line; std::getline(f, line);)
+        if (line.compare(0, key.size(), key) == 0) return std::strtol(line.c_str() + key.size(), nullptr, 10);
+    throw Error("/proc/self/status has no " + key);
+}
+
+// Peak resident memory while fn() runs, above the resident memory before it (MiB), the largest
+// over the ranks.
+double peak_mib(const std::function<void()>& fn) {
+    {
+        std::ofstream clear("/proc/self/clear_refs");
+        clear << "5";  // resets VmHWM to the current VmRSS
+    }
+    const long before = status_kib("VmRSS:");
+    if (status_kib("VmHWM:") > before + 1024)
+        throw Error("cannot reset the peak resident memory (/proc/self/clear_refs): no memory figures");
+    fn();
+    double mib = static_cast<double>(status_kib("VmHWM:") - before) / 1024.0;
+    MPI_Allreduce(MPI_IN_PLACE, &mib, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return mib;
+}
 
 void setup(BenchState& s) {
     Data& d = s.emplace<Data>();
@@ -64,6 +99,8 @@ void setup(BenchState& s) {
         throw ConfigError("-O lengths=lognormal needs prompt >= 1, median >= 1 and prompt + 1 < seq");
     const std::string pack = s.args->opt("pack", "off");
     if (pack != "on" && pack != "off") throw ConfigError("-O pack=on|off");
+    const std::string ckpt = s.args->opt("ckpt", "off");
+    if (ckpt != "on" && ckpt != "off") throw ConfigError("-O ckpt=on|off");
     c.max_position_embeddings = d.seq;
     c.abs_positions = s.args->opt_int("abs_positions", 0) != 0;
     d.policy = model::LlamaModel(c, 1);
@@ -80,6 +117,14 @@ void setup(BenchState& s) {
     ac.entropy_coef = std::strtod(ent.c_str(), &end);
     if (end == ent.c_str() || *end != '\0' || !(ac.entropy_coef >= 0))
         throw ConfigError("-O entropy=" + ent + ": expected a number >= 0");
+    if (ckpt == "on") {
+        // Freed tensors go back to the kernel at once (no dynamic mmap threshold keeping them in the
+        // heap), so resident memory follows what the step holds.
+        mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+        d.plain = std::make_unique<train::ActorWorker>(
+            train::make_engine(train::policy_handle(train::clone_llama(d.policy)), ec), ac);
+        d.policy->model->activation_checkpointing = true;
+    }
     d.actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(d.policy), ec), ac);
     if (ec.pack) {
         train::TrainEngineConfig pc = ec;
@@ -167,8 +212,31 @@ void extras(BenchState& s, double sec) {
         MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         pad_s = real / dt;
     }
-    s.extra = {tok_s,  gflops, d.gemm_gflops, gflops / d.gemm_gflops,
-               real_s, fill,   pad_s,         pad_s > 0 ? real_s / pad_s : 0};
+    double base_mib = 0, ckpt_mib = 0, x_time = 0;
+    if (d.plain) {  // the baseline: the same step without checkpointing; then both steps' peaks
+        const long reps = std::max<long>(1, s.args->opt_int("base_reps", 2));
+        d.plain->update(d.batch, d.comm.get());  // warm-up: its optimiser state exists before the peaks
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        for (long i = 0; i < reps; ++i) d.plain->update(d.batch, d.comm.get());
+        double dt = (MPI_Wtime() - t0) / reps;
+        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        x_time = sec / dt;  // sec: the checkpointed step's time in the timed loop
+        base_mib = peak_mib([&] { d.plain->update(d.batch, d.comm.get()); });
+        ckpt_mib = peak_mib([&] { d.actor->update(d.batch, d.comm.get()); });
+    }
+    s.extra = {tok_s,
+               gflops,
+               d.gemm_gflops,
+               gflops / d.gemm_gflops,
+               real_s,
+               fill,
+               pad_s,
+               pad_s > 0 ? real_s / pad_s : 0,
+               base_mib,
+               ckpt_mib,
+               base_mib > 0 ? ckpt_mib / base_mib : 0,
+               x_time};
 }
 
 BenchOp make_op() {
@@ -177,7 +245,7 @@ BenchOp make_op() {
     op.description =
         "one actor step of the Llama policy (fwd+bwd+allreduce+AdamW), tokens/s; "
         "-O dtype=fp32|bf16 d_model= layers= heads= kv_heads= d_ff= vocab= seq= micro_batch= entropy= abs_positions= "
-        "lengths=fixed|lognormal median= prompt= pack=on|off micro_tokens= base_reps=";
+        "lengths=fixed|lognormal median= prompt= pack=on|off micro_tokens= base_reps= ckpt=on|off";
     op.type = "token";
     op.elem_size = 4;  // -b/-e are bytes: 4 bytes per token id
     op.setup = setup;
@@ -194,8 +262,11 @@ BenchOp make_op() {
         "-O lengths=lognormal   prompt= tokens + a response of lognormal length (median=, p99/median 10, capped at",
         "                       seq - prompt; defaults 16, 32, seq 512) until the rank's share of tokens",
         "-O pack=on             packed micro-batches (micro_tokens= slots each, 0 = all rows); the padded step on",
-        "                       the same batch is timed after the loop (base_reps=, default 2): pad_real/s, x_pad"};
-    op.extra_columns = {"tokens/s", "GFLOP/s/rk", "gemm/rk", "util", "real/s", "fill", "pad_real/s", "x_pad"};
+        "                       the same batch is timed after the loop (base_reps=, default 2): pad_real/s, x_pad",
+        "-O ckpt=on             activation checkpointing; the step without it is timed after the loop (base_reps=)",
+        "                       and both steps' peak memory measured: base_MiB, ckpt_MiB, x_mem, x_time"};
+    op.extra_columns = {"tokens/s",   "GFLOP/s/rk", "gemm/rk",  "util",     "real/s", "fill",
+                        "pad_real/s", "x_pad",      "base_MiB", "ckpt_MiB", "x_mem",  "x_time"};
     op.extras = extras;
     return op;
 }
