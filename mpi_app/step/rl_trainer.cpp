@@ -102,7 +102,6 @@ struct RlTrainer::Impl {
     std::vector<int> train_ranks, critic_ranks;
     int me = 0;
     bool in_train = false, in_critic = false;
-    bool by_position = false;  // owners by the group's position in the batch (async modes)
     MPI_Comm train_c = MPI_COMM_NULL, critic_c = MPI_COMM_NULL;
     Comm actor_own, critic_own;  // async modes with the critic on ranks of its own
 
@@ -110,7 +109,6 @@ struct RlTrainer::Impl {
         : opt(o), roles(r), policy(std::move(p)) {
         if (g) {
             exch = g->comm;
-            by_position = true;
             if (g->comm != MPI_COMM_NULL) {
                 int n = 0;
                 TAGFLOW_MPI_CHECK(MPI_Comm_size(g->comm, &n));
@@ -268,22 +266,25 @@ struct RlTrainer::Impl {
     TrainReport step(int32_t s, const std::vector<RolloutSample>& all) {
         TrainReport rep;
         const size_t N = all.size();
-        const int64_t P = opt.prompts_per_step;
         const auto n_train = static_cast<int64_t>(train_ranks.size());
         const auto n_critic = static_cast<int64_t>(critic_ranks.size());
         std::vector<train::TrainSeq> seqs(N);
         std::vector<int> train_owner(N), critic_owner(N);
         std::vector<size_t> lengths(N);
-        int64_t ordinal = -1;
+        std::vector<int64_t> slots(N);
         for (size_t i = 0; i < N; ++i) {
             seqs[i] = train::make_train_seq(all[i].prompt, all[i].response, all[i].logprobs);
             seqs[i].loss_mask = all[i].loss_mask;  // multi-turn: tool tokens out of the loss (empty = all in)
             lengths[i] = all[i].response.size();
-            // Async batches hold any groups: there the k-th group of the batch is prompt k.
-            if (by_position && (i == 0 || all[i].group != all[i - 1].group)) ++ordinal;
-            const int64_t j = by_position ? ordinal : all[i].group - static_cast<int64_t>(s) * P;
-            train_owner[i] = train_ranks[static_cast<size_t>(((j % n_train) + n_train) % n_train)];
-            critic_owner[i] = critic_ranks[static_cast<size_t>(((j % n_critic) + n_critic) % n_critic)];
+            slots[i] = static_cast<int64_t>(seqs[i].tokens.size()) - 1;
+        }
+        // Each rank's share of the step: whole sequences, balanced by token slots (the same on
+        // every rank: `all` is), so no rank of the group waits long for another's longer share.
+        const std::vector<int> by_train = train::balance_by_slots(slots, static_cast<int>(n_train));
+        const std::vector<int> by_critic = train::balance_by_slots(slots, static_cast<int>(n_critic));
+        for (size_t i = 0; i < N; ++i) {
+            train_owner[i] = train_ranks[static_cast<size_t>(by_train[i])];
+            critic_owner[i] = critic_ranks[static_cast<size_t>(by_critic[i])];
         }
         const std::vector<size_t> my_train = mine(train_owner);
         if (opt.pack == "on" && opt.micro_batch_tokens > 0)  // the same decision on every rank (`all` is)

@@ -203,6 +203,21 @@ MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, si
     return mb;
 }
 
+std::vector<int> balance_by_slots(const std::vector<int64_t>& slots, int n) {
+    if (n < 1) throw ConfigError("balance_by_slots: " + std::to_string(n) + " ranks");
+    std::vector<size_t> order(slots.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slots[a] > slots[b]; });
+    std::vector<int64_t> load(static_cast<size_t>(n), 0);
+    std::vector<int> owner(slots.size(), 0);
+    for (size_t i : order) {
+        const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        owner[i] = static_cast<int>(r);
+        load[r] += slots[i];
+    }
+    return owner;
+}
+
 std::vector<PackPlan> plan_packed_micro_batches(const std::vector<TrainSeq>& batch, int64_t max_seqs,
                                                 int64_t max_tokens) {
     if (max_seqs < 1) throw ConfigError("engine: micro_batch must be >= 1");

@@ -366,3 +366,35 @@ TEST(PackEngine, HandleWithoutPackedForwardIsOneLineError) {
 
 }  // namespace
 }  // namespace tagflow::train
+
+namespace tagflow::train {
+namespace {
+
+// The step's sequences over the train ranks (train::balance_by_slots): longest first to the rank
+// holding the fewest slots, so the shares differ by at most one sequence's slots.
+TEST(Balance, LongestFirstToTheLightestRank) {
+    EXPECT_EQ(balance_by_slots({10, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, 2),
+              (std::vector<int>{0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}));
+    EXPECT_EQ(balance_by_slots({5, 5, 4, 3, 3}, 2), (std::vector<int>{0, 1, 0, 1, 1}));  // 9 and 11
+    EXPECT_EQ(balance_by_slots({3, 7, 2}, 1), (std::vector<int>{0, 0, 0}));
+    EXPECT_TRUE(balance_by_slots({}, 3).empty());
+    EXPECT_THROW(balance_by_slots({1}, 0), ConfigError);
+    std::mt19937 rng(7);
+    std::vector<int64_t> slots(200);
+    for (auto& x : slots) x = 1 + static_cast<int64_t>(rng() % 300);
+    for (int n : {2, 3, 4}) {
+        const std::vector<int> owner = balance_by_slots(slots, n);
+        std::vector<int64_t> load(static_cast<size_t>(n), 0);
+        for (size_t i = 0; i < slots.size(); ++i) {
+            ASSERT_GE(owner[i], 0);
+            ASSERT_LT(owner[i], n);
+            load[static_cast<size_t>(owner[i])] += slots[i];
+        }
+        const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+        EXPECT_LE(*hi - *lo, *std::max_element(slots.begin(), slots.end())) << n << " ranks";
+        EXPECT_EQ(balance_by_slots(slots, n), owner);  // deterministic
+    }
+}
+
+}  // namespace
+}  // namespace tagflow::train
