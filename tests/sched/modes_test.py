@@ -345,9 +345,9 @@ def case_offpolicy(a):
         rtok, tok = f["steps"]["rs_rejected_tokens"][()], f["steps"]["tokens"][()]
     check(np.all(rej >= 0) and np.all(rej <= n) and rej.sum() > 0,
           f"a tiny --rollout-rs band rejects sequences: {rej.tolist()} of {n.tolist()}")
-    # /steps tokens are the tokens still in the loss; the rejected ones are counted apart.
-    check(np.all(rtok >= rej) and np.all((rtok > 0) == (rej > 0)),
-          f"rs_rejected_tokens counts the rejected sequences' tokens: {rtok.tolist()} (kept {tok.tolist()})")
+    # /steps tokens: every prompt and response token of the step's samples.
+    check(np.all(rtok >= rej) and np.all(rtok <= tok) and np.all((rtok > 0) == (rej > 0)),
+          f"rs_rejected_tokens counts the rejected sequences' tokens: {rtok.tolist()} of {tok.tolist()}")
     check(np.all(np.isfinite(mean)) and np.all(mean > 0), f"is_weight_mean finite and > 0: {np.round(mean, 4).tolist()}")
     # Token-level rejection: single tokens leave the loss, no sequence as a whole.
     out = train_ok(a, "offpolicy_rs_token", 2, base + ["--rollout-rs", "token", "--rollout-rs-threshold", "1.0000001",
@@ -356,8 +356,8 @@ def case_offpolicy(a):
         common_checks(f, "offpolicy_rs_token", [1], 5)
         st = f["steps"]
         rej, rtok, tok = st["rs_rejected"][()], st["rs_rejected_tokens"][()], st["tokens"][()]
-    check(np.all(rej == 0) and rtok.sum() > 0 and np.all(rtok >= 0),
-          f"--rollout-rs token: tokens rejected ({rtok.tolist()}; kept {tok.tolist()}), no whole sequence ({rej.tolist()})")
+    check(np.all(rej == 0) and rtok.sum() > 0 and np.all(rtok <= tok),
+          f"--rollout-rs token: tokens rejected ({rtok.tolist()} of {tok.tolist()}), no whole sequence ({rej.tolist()})")
     # --old-logprobs rollout: nothing is recomputed, so nothing is measured (-1).
     out = train_ok(a, "offpolicy_off", 2, ["--mode", "multiplex", "--rank-tags", TWO, "--steps", "2",
                                            "--old-logprobs", "rollout"])
