@@ -3,32 +3,20 @@
 
 #include <cstddef>
 #include <stdexcept>
+#include <string_view>
 
 #include "common/error.hpp"
+#include "common/mpi_gather.hpp"
 
 namespace tagflow::sched {
 
 std::vector<RolloutSample> allgather_samples(const std::vector<RolloutSample>& mine, MPI_Comm comm) {
-    std::vector<char> send = pack_samples(mine);
-    int n = 0;
-    TAGFLOW_MPI_CHECK(MPI_Comm_size(comm, &n));
-    int my_size = static_cast<int>(send.size());
-    std::vector<int> sizes(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
-    TAGFLOW_MPI_CHECK(MPI_Allgather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, comm));
-    int64_t total = 0;
-    for (int r = 0; r < n; ++r) {
-        displs[static_cast<size_t>(r)] = static_cast<int>(total);
-        total += sizes[static_cast<size_t>(r)];
-    }
-    if (total > INT32_MAX) throw InternalError("allgather_samples: step batch over 2 GiB");
-    std::vector<char> recv(static_cast<size_t>(total));
-    TAGFLOW_MPI_CHECK(
-        MPI_Allgatherv(send.data(), my_size, MPI_CHAR, recv.data(), sizes.data(), displs.data(), MPI_CHAR, comm));
+    const std::vector<char> send = pack_samples(mine);
+    const GatheredBytes got = allgather_bytes(send.data(), send.size(), comm, "allgather_samples (the step's batch)");
     std::vector<RolloutSample> all;
-    for (int r = 0; r < n; ++r) {
-        auto part = unpack_samples(recv.data() + displs[static_cast<size_t>(r)],
-                                   static_cast<size_t>(sizes[static_cast<size_t>(r)]));
-        for (auto& s : part) all.push_back(std::move(s));
+    for (int r = 0; r < got.ranks(); ++r) {
+        const std::string_view b = got.part(r);
+        for (auto& s : unpack_samples(b.data(), b.size())) all.push_back(std::move(s));
     }
     return all;
 }

@@ -11,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "common/mpi_env.hpp"
+#include "common/mpi_gather.hpp"
 #include "rollout/engine.hpp"
 #include "rollout/sampling.hpp"
 
@@ -133,24 +134,12 @@ ValResult reduce_validation(const ValResult& local, MPI_Comm comm) {
     j["f"] = local.failed;
     j["k"] = local.k;
     const std::string mine = j.dump();
-    int size = 0;
-    TAGFLOW_MPI_CHECK(MPI_Comm_size(comm, &size));
-    int len = static_cast<int>(mine.size());
-    std::vector<int> lens(static_cast<size_t>(size)), offs(static_cast<size_t>(size));
-    TAGFLOW_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
-    int total = 0;
-    for (int r = 0; r < size; ++r) {
-        offs[static_cast<size_t>(r)] = total;
-        total += lens[static_cast<size_t>(r)];
-    }
-    std::string all(static_cast<size_t>(total), '\0');
-    TAGFLOW_MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offs.data(), MPI_CHAR, comm));
+    const GatheredBytes all = allgather_bytes(mine.data(), mine.size(), comm, "validation scores");
     ValResult out;
     out.k = local.k;
     out.greedy = local.greedy;
-    for (int r = 0; r < size; ++r) {
-        const auto p = nlohmann::json::parse(all.substr(static_cast<size_t>(offs[static_cast<size_t>(r)]),
-                                                        static_cast<size_t>(lens[static_cast<size_t>(r)])));
+    for (int r = 0; r < all.ranks(); ++r) {
+        const auto p = nlohmann::json::parse(all.part(r));
         out.failed += p.at("f").get<int64_t>();
         if (p.contains("s"))
             for (const auto& [k, v] : p.at("s").items()) {
