@@ -2,8 +2,10 @@
 // clock_sync: ping-pong clock offsets and the test-only skew (see clock_sync.hpp).
 #include "profile/clock_sync.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 
@@ -13,7 +15,7 @@
 
 namespace tagflow::profile {
 
-void set_clock_skew(double seconds);  // timeline.cpp
+void set_clock_skew(double seconds, double rate);  // timeline.cpp
 
 ClockOffset best_offset(const std::vector<PingRound>& rounds) {
     ClockOffset best;
@@ -27,36 +29,45 @@ ClockOffset best_offset(const std::vector<PingRound>& rounds) {
     return best;
 }
 
-double parse_test_skew(const std::string& spec, int rank) {
+TestSkew parse_test_skew(const std::string& spec, int rank) {
     const std::string what = "TAGFLOW_TEST_CLOCK_SKEW_S='" + spec + "'";
-    double mine = 0;
+    TestSkew mine;
     size_t pos = 0;
+    auto number = [&](const std::string& v, double limit, const char* what_kind) {
+        char* e = nullptr;
+        const double x = std::strtod(v.c_str(), &e);
+        if (v.empty() || *e || !std::isfinite(x) || std::fabs(x) > limit)
+            throw ConfigError(what + ": '" + v + "' is not " + what_kind);
+        return x;
+    };
     while (pos <= spec.size()) {
         size_t end = spec.find(',', pos);
         if (end == std::string::npos) end = spec.size();
         const std::string item = spec.substr(pos, end - pos);
         const size_t colon = item.find(':');
         if (colon == std::string::npos || colon == 0 || colon + 1 == item.size())
-            throw ConfigError(what + ": expected RANK:SECONDS[,RANK:SECONDS...] (a test-only variable)");
+            throw ConfigError(what + ": expected RANK:SECONDS[:RATE][,RANK:SECONDS[:RATE]...] (a test-only variable)");
         char* e = nullptr;
         errno = 0;
         const long r = std::strtol(item.c_str(), &e, 10);
         if (e != item.c_str() + colon || r < 0 || errno)
             throw ConfigError(what + ": '" + item.substr(0, colon) + "' is not a rank");
-        const char* v = item.c_str() + colon + 1;
-        const double s = std::strtod(v, &e);
-        if (*e || !std::isfinite(s) || std::fabs(s) > 1e6)
-            throw ConfigError(what + ": '" + std::string(v) + "' is not a number of seconds");
-        if (r == rank) mine = s;
+        const std::string rest = item.substr(colon + 1);
+        const size_t colon2 = rest.find(':');
+        TestSkew t;
+        t.seconds = number(rest.substr(0, colon2), 1e6, "a number of seconds");
+        if (colon2 != std::string::npos)
+            t.rate = number(rest.substr(colon2 + 1), 0.1, "a drift rate (seconds per second, at most 0.1)");
+        if (r == rank) mine = t;
         pos = end + 1;
     }
     return mine;
 }
 
-double init_test_clock_skew(int rank) {
+TestSkew init_test_clock_skew(int rank) {
     const char* spec = std::getenv("TAGFLOW_TEST_CLOCK_SKEW_S");
-    const double s = spec && *spec ? parse_test_skew(spec, rank) : 0.0;
-    set_clock_skew(s);
+    const TestSkew s = spec && *spec ? parse_test_skew(spec, rank) : TestSkew{};
+    set_clock_skew(s.seconds, s.rate);
     return s;
 }
 
@@ -95,6 +106,40 @@ std::vector<ClockOffset> measure_clock_offsets(MPI_Comm comm, int ref, int round
     std::vector<ClockOffset> all(static_cast<size_t>(size));
     for (size_t r = 0; r < all.size(); ++r) all[r] = {flat[2 * r], flat[2 * r + 1]};
     return all;
+}
+
+ClockOffset ping_peer(MPI_Comm comm, int peer, int tag, int rounds) {
+    rounds = std::max(rounds, 1);
+    std::vector<PingRound> got(static_cast<size_t>(rounds));
+    for (int k = 0; k < rounds; ++k) {
+        PingRound& p = got[static_cast<size_t>(k)];
+        const int32_t left = rounds - k;  // this one included: the peer stops answering after 1
+        p.t_send = unix_now();
+        TAGFLOW_MPI_CHECK(MPI_Send(&left, 1, MPI_INT32_T, peer, tag, comm));
+        TAGFLOW_MPI_CHECK(MPI_Recv(&p.t_ref, 1, MPI_DOUBLE, peer, tag, comm, MPI_STATUS_IGNORE));
+        p.t_recv = unix_now();
+    }
+    // best_offset: seconds added to this rank's clock to read the peer's; the peer's to read ours
+    // is its negative, within the same bound.
+    ClockOffset c = best_offset(got);
+    c.offset_s = -c.offset_s;
+    return c;
+}
+
+bool clock_ping_waiting(MPI_Comm comm, int from, int tag) {
+    int flag = 0;
+    TAGFLOW_MPI_CHECK(MPI_Iprobe(from, tag, comm, &flag, MPI_STATUS_IGNORE));
+    return flag != 0;
+}
+
+void answer_clock_pings(MPI_Comm comm, int from, int tag) {
+    for (;;) {
+        int32_t left = 0;
+        TAGFLOW_MPI_CHECK(MPI_Recv(&left, 1, MPI_INT32_T, from, tag, comm, MPI_STATUS_IGNORE));
+        const double t = unix_now();
+        TAGFLOW_MPI_CHECK(MPI_Send(&t, 1, MPI_DOUBLE, from, tag, comm));
+        if (left <= 1) return;
+    }
 }
 
 }  // namespace tagflow::profile

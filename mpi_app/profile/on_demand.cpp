@@ -25,8 +25,6 @@
 
 namespace tagflow::profile {
 
-double clock_skew();  // timeline.cpp: the test-only skew of unix_now() (0 in real runs)
-
 namespace detail {
 std::atomic<int64_t> g_seen_step{-1};
 }  // namespace detail

@@ -12,9 +12,12 @@
 
 namespace tagflow::profile {
 
-/// Wall-clock seconds since the Unix epoch (CLOCK_REALTIME), plus the test-only skew that
-/// clock_sync.hpp's init_test_clock_skew() may set (0 in real runs).
+/// Wall-clock seconds since the Unix epoch (CLOCK_REALTIME), plus the test-only skew (and drift)
+/// that clock_sync.hpp's init_test_clock_skew() may set (0 in real runs).
 double unix_now();
+
+/// unix_now() minus the system clock at this moment: the test-only skew (0 in real runs).
+double clock_skew();
 
 class Clock {
 public:

@@ -12,6 +12,7 @@
 
 #include "ckpt/policy_dir.hpp"
 #include "common/safe_file.hpp"
+#include "profile/clock_sync.hpp"
 
 namespace tagflow::sched::async {
 
@@ -57,11 +58,41 @@ std::vector<int64_t> AsyncScheduler::split_ints(const std::string& s) {
 void AsyncScheduler::checkpoint_now(const RunSummary& sum) {
     wait_weight_sends();
     enter(SpanKind::kIo);
+    // Clocks drift: measured again here, as sync mode does at its checkpoints; `tagflow trace`
+    // applies each rank's latest /ranks row. Not at a fresh run's step 0 (just measured).
+    if (step_ > 0 || resumed_) remeasure_clocks();
     std::vector<io::SpanRecord> spans = take_spans();
     spans.insert(spans.end(), other_spans_.begin(), other_spans_.end());
     other_spans_.clear();
     write({}, {}, spans);
     write_checkpoint(sum);
+}
+
+void AsyncScheduler::remeasure_clocks() {
+    // Offsets to the coordinator (theta[r]: add to rank r's clock to read the coordinator's),
+    // then to rank 0, the run's reference: theta[r] - theta[0], within both bounds.
+    const auto n = static_cast<size_t>(roles_.world_size);
+    std::vector<profile::ClockOffset> to_coord(n);
+    for (int r = 0; r < roles_.world_size; ++r)
+        if (r != coord_) to_coord[static_cast<size_t>(r)] = profile::ping_peer(clk_.get(), r, kTagClock);
+    std::vector<io::RankRecord> rows;
+    for (size_t r = 0; r < n; ++r) {
+        io::RankRecord rr;
+        rr.rank = static_cast<int32_t>(r);
+        rr.host = roles_.hosts[r];
+        rr.tags = cluster::tags_to_string(roles_.all_tags[r]);
+        rr.tag_source = roles_.sources[r];
+        rr.gpus = 0;
+        rr.clock_offset = r == 0 ? 0.0 : to_coord[r].offset_s - to_coord[0].offset_s;
+        rr.clock_error = r == 0 ? 0.0 : to_coord[r].error_s + to_coord[0].error_s;
+        rows.push_back(rr);
+    }
+    run_->append_ranks(rows);  // on disk with the checkpoint's flush, before its manifest takes the sizes
+}
+
+void AsyncScheduler::poll_clock() {
+    if (profile::clock_ping_waiting(clk_.get(), coord_, kTagClock))
+        profile::answer_clock_pings(clk_.get(), coord_, kTagClock);
 }
 
 ckpt::FileEntry AsyncScheduler::write_staged(const std::string& tmp, const std::string& name, const char* data,

@@ -152,6 +152,9 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         }
     }
     wait_weight_sends();
+    // The final checkpoint's clock offsets, measured while the other ranks still loop (after STOP
+    // they no longer answer).
+    if (have_ckpt_ && (step_ > 0 || resumed_)) remeasure_clocks();
     // End of run: STOP to every other rank; their last samples and spans come back.
     for (int r = 0; r < roles_.world_size; ++r)
         if (r != coord_) send_ctl(r, kCtlStop, step_);

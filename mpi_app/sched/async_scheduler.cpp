@@ -118,6 +118,7 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
 
     // Communicators, once, up front (every rank is here: nobody is generating yet).
     p2p_ = Comm::world().dup();
+    clk_ = Comm::world().dup();
     // Weight pushes to the rollout-only ranks, dense or (--sync-delta) per receiver's version.
     train::PushOptions po;
     po.delta = opt.sync_delta;

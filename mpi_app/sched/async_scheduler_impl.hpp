@@ -73,6 +73,8 @@ inline constexpr int kTagRewardError = 7108;
 // --admission staleness: C -> generator, int64 pairs (version V, K): holding version >= V, the
 // generator may start its local prompt groups below K (async_admission.cpp).
 inline constexpr int kTagAdmit = 7109;
+// Clock ping-pongs, C -> every other rank and back, on clk_ only (profile/clock_sync.hpp ping_peer).
+inline constexpr int kTagClock = 7110;
 // Weights, C -> rollout-only ranks (train/weight_push_mpi.hpp): a header on this tag, bucket b on this + 1 + b.
 inline constexpr int kTagWeights = 9000;
 // kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
@@ -292,6 +294,13 @@ private:
     // checkpoint at step_ (the weight sends of this version complete first, so /syncs has it).
     void checkpoint_now(const RunSummary& sum);
 
+    // Coordinator, at a checkpoint after step 0 (and before the final one): every rank's clock
+    // offset to rank 0 measured again, by ping-pong with each rank in turn while the others go on
+    // (profile::ping_peer), appended to /ranks. Blocks until each rank's loop has answered.
+    void remeasure_clocks();
+    // Every other rank, once per loop: answers the coordinator's clock pings if some are waiting.
+    void poll_clock();
+
     // Writes `n` bytes as the checkpoint staging dir's file `name`; its manifest entry.
     static ckpt::FileEntry write_staged(const std::string& tmp, const std::string& name, const char* data, size_t n);
 
@@ -355,6 +364,7 @@ private:
     std::unique_ptr<RlTrainer> trainer_;
     std::unique_ptr<rollout::InferenceEngine> engine_;
     Comm p2p_, bcast_, train_comm_;
+    Comm clk_;  // clock ping-pongs only (remeasure_clocks): nothing else can match them
 
     // span recorder
     bool open_ = false;

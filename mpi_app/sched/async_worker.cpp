@@ -40,6 +40,7 @@ void AsyncScheduler::worker_loop() {
     for (;;) {
         // A requeue signal here: tell the coordinator once (it checkpoints and STOPs all).
         if (!sig_sent_ && ckpt::requeue_signal() != 0) send_signal(ckpt::requeue_signal());
+        poll_clock();                             // the coordinator's checkpoint measures this rank's clock again
         if (data_ && is_gen_) poll_assign();      // --data: the coordinator's prompt groups
         if (admission_ && is_gen_) poll_admit();  // --admission staleness: the groups it may start
         if (poll_ctl(ctl)) {

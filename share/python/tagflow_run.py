@@ -369,7 +369,7 @@ def check_invariants(f):
     cons = f["consumed"]["id"][()]
     if len(cons) and not np.all(np.isin(cons, ids)):
         bad.append("/consumed names a sample id missing from /samples")
-    # One row per rank at start, and in sync mode one more per rank at each checkpoint (fresh clock
+    # One row per rank at start, and one more per rank at each checkpoint after step 0 (fresh clock
     # offsets): whole blocks of world_size rows that cover every rank.
     ranks = f["ranks"]["rank"][()]
     world = int(f.attrs["world_size"])

@@ -8,6 +8,14 @@ CASE `skew`: a 2-rank sync run whose rank 1 clock is skewed by +0.3 s and rank 0
 1 ms and within its recorded clock_error; the raw /timeline of rank 1 is 0.28 s late against rank 0
 at the steps' ends, the merged `tagflow trace` is not (within 20 ms: the ranks leave each step's
 last collective together, their last spans differ by a few ms).
+CASE `skew_async`: the same skews in a 2-rank multiplex run with a rollout-only rank 0 (the
+coordinator is rank 1, rank 0 the clocks' reference), rank 1's clock also drifting 5% fast,
+checkpoints every 2 of 8 steps (all within a second): the coordinator measures every rank's offset again at each
+checkpoint after step 0 and before the final one by ping-pong while the other rank goes on
+generating (profile::ping_peer). /ranks holds a row per rank per measurement (start, steps 2, 4,
+6, the end); rank 0's are 0; rank 1's bounds are under 1 ms, and its offsets after step 2 follow the
+drift (5% of the time since step 2's, read off the checkpoint spans and /steps) within 2.5 ms
+(50 ms of the coordinator's time; the last step's end to the final measurement can take tens of ms).
 CASE `roles`: a 2-rank multiplex run with a rollout-only rank 0 (`0=rollout;1=rollout,train`), polled
 (status.json, 4 times a second for 20 s, and `tagflow status --json`) while it runs: the record is at most 2.5 s old at every poll, names both
 ranks with host and tags, shows rank 0 rolling out and rank 1 both training and rolling out, the
@@ -121,6 +129,51 @@ def case_skew(a):
     # What is left is how far apart the ranks really leave a step (their last spans differ), a few ms
     # here: far below the 280 ms skew.
     check(abs(np.median(merged)) < 0.02, "the merged trace is aligned: step ends within 20 ms (median)")
+
+
+DRIFT = 0.05  # s/s: rank 1's clock in case skew_async gains 5 ms every 0.1 s
+
+
+def case_skew_async(a):
+    out = fresh_dir(a, "skew_async")
+    spec = f"0:{SKEW[0]},1:{SKEW[1]}:{DRIFT}"
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "multiplex", "--rank-tags",
+           "0=rollout;1=rollout,train", "--steps", "8", "--ckpt-every", "2", "--seed", "5", "--prompts-per-step", "4",
+           "--group-size", "4", "--eval-every", "0", "--gemm-check", "false"]
+    p = subprocess.run(cmd, env=dict(ENV, TAGFLOW_TEST_CLOCK_SKEW_S=spec), capture_output=True, text=True,
+                       timeout=300)
+    if p.returncode != 0:
+        sys.stdout.write(p.stdout[-2000:] + p.stderr[-2000:])
+    check(p.returncode == 0, f"2-rank multiplex run with TAGFLOW_TEST_CLOCK_SKEW_S={spec} exits 0")
+    with h5py.File(os.path.join(out, "tagflow.h5"), "r") as f:
+        g = f["ranks"]
+        rows = [(int(r), float(o), float(e)) for r, o, e in zip(g["rank"][()], g["clock_offset"][()],
+                                                               g["clock_error"][()])]
+        tl = f["timeline"]
+        names = tl["kind"].attrs["enum_names"]
+        names = (names.decode() if isinstance(names, bytes) else str(names)).split(",")
+        ck = {int(st): float(t) for t, k, r, st in zip(tl["t_start"][()], tl["kind"][()], tl["rank"][()],
+                                                       tl["step"][()]) if names[int(k)] == "checkpoint" and r == 1}
+        last_end = float(f["steps"]["t_end"][-1])
+    per = {r: [(o, e) for rr, o, e in rows if rr == r] for r in (0, 1)}
+    print(f"/ranks: {len(rows)} rows; rank 1: " +
+          ", ".join(f"{1e3 * o:+.3f} ms (bound {1e6 * e:.1f} us)" for o, e in per[1]))
+    # Measured at start, then at the checkpoints of steps 2, 4 and 6 and before the final one (8).
+    check(len(per[0]) == len(per[1]) == 5, f"a row per rank per measurement: start + 4 ({len(per[1])})")
+    check(all(o == 0 and e == 0 for o, e in per[0]), "rank 0 (the reference) is 0 and 0 in every row")
+    check(all(0 <= e < 1e-3 for _, e in per[1]), "every bound of rank 1 is under 1 ms")
+    check(all(k in ck for k in (2, 4, 6)), f"checkpoint spans of the coordinator at steps 2, 4, 6 ({sorted(ck)})")
+    # When each was measured, on the run clock: the checkpoints' spans (the measurement is in the
+    # io span just before), and the end of the last step (measured then, before STOP).
+    t = [ck[2], ck[4], ck[6], last_end]
+    o = [x for x, _ in per[1]]
+    check(abs(o[0] - (SKEW[0] - SKEW[1])) < 0.05, f"the start's measurement is the injected skew ({1e3 * o[0]:+.3f} ms)")
+    check(o[1] < o[0], "rank 1's clock drifted ahead between the start and step 2")
+    for k in (2, 3, 4):
+        want = o[1] - DRIFT * (t[k - 1] - t[0])  # rank 1 gains DRIFT seconds per second
+        print(f"  measurement {k} at t={t[k - 1]:.3f} s: drifted from step 2's {1e3 * want:+.3f} ms, "
+              f"measured {1e3 * o[k]:+.3f} ms")
+        check(abs(o[k] - want) < 2.5e-3, f"measurement {k} follows the drift within 2.5 ms")
 
 
 # ---------------------------------------------------------------- case: roles change as the run goes
@@ -320,5 +373,5 @@ def case_hostile(a):
 
 
 if __name__ == "__main__":
-    sys.exit(case_main("status", {"skew": case_skew, "roles": case_roles, "stale": case_stale,
+    sys.exit(case_main("status", {"skew": case_skew, "skew_async": case_skew_async, "roles": case_roles, "stale": case_stale,
                                   "hostile": case_hostile}))

@@ -42,7 +42,7 @@ def main():
         span_rank = [int(r) for r in f["/timeline/rank"][:]]
         span_kind = [int(k) for k in f["/timeline/kind"][:]]
 
-    if sorted(set(ranks)) != list(range(world)):  # sync mode adds a row per rank at each checkpoint
+    if sorted(set(ranks)) != list(range(world)):  # every mode adds a row per rank at each checkpoint
         problems.append(f"/ranks/rank is {sorted(ranks)}, expected 0..{world - 1}")
     for r in sorted(srcs):
         if srcs[r] != a.source:
