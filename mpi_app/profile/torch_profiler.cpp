@@ -20,6 +20,7 @@
 
 #include "common/error.hpp"
 #include "common/safe_file.hpp"
+#include "profile/trace_command.hpp"
 
 namespace tagflow::profile {
 namespace {
@@ -104,12 +105,16 @@ int64_t torch_profile_stop_and_write(const std::string& path, const TraceHeader&
         events.push_back(std::move(ev));
         ++n;
     }
+    // Whole µs from startUs()/durationUs(): an operator may end up to 1 µs after the one it runs in,
+    // which Perfetto drops; end it with its parent (trace_command.hpp).
+    const int64_t shortened = nest_complete_events(events);
     nlohmann::json other;
     other["generator"] = "tagflow profile";
     other["rank"] = h.rank;
     other["id"] = h.id;
     other["first_step"] = h.first_step;
     other["last_step"] = h.last_step;
+    other["ends_shortened"] = shortened;  // operators ended with their parent (≤ 1 µs shorter)
     other["time"] = "ts and dur in microseconds since t0_unix on this rank's clock (clock_offset not applied)";
     std::string o = other.dump();
     char t0[64];

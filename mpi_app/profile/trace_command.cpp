@@ -223,7 +223,7 @@ void merge_profiles(const std::string& run_h5, const RunData& r, TraceWriter& w,
             const std::string steps = std::to_string(o.value("first_step", int64_t{-1})) + "-" +
                                       std::to_string(o.value("last_step", int64_t{-1}));
             std::map<int64_t, int> tids;  // profiler thread -> trace thread
-            int64_t n = 0;
+            nlohmann::json merged = nlohmann::json::array();
             for (const nlohmann::json& e : *ev) {
                 if (!e.is_object() || !e.contains("ts") || !e["ts"].is_number() || !e.contains("ph") ||
                     !e["ph"].is_string())
@@ -243,11 +243,15 @@ void merge_profiles(const std::string& run_h5, const RunData& r, TraceWriter& w,
                 c["ts"] = std::round((ts + off_us) * 1e3) / 1e3;
                 c["pid"] = pid;
                 c["tid"] = it->second;
-                std::string body = c.dump();
-                w.event(body.substr(1, body.size() - 2));
-                ++n;
+                merged.push_back(std::move(c));
             }
-            sum.profile_events += n;
+            // Profiles written before torch_profiler.cpp nested the operators itself: the same repair here.
+            nest_complete_events(merged);
+            for (const nlohmann::json& c : merged) {
+                const std::string body = c.dump();
+                w.event(body.substr(1, body.size() - 2));
+            }
+            sum.profile_events += static_cast<int64_t>(merged.size());
             ++sum.profiles;
         } catch (const std::exception& e) {
             notes.push_back("skipped " + path + ": " + first_line(e.what()));
@@ -256,6 +260,53 @@ void merge_profiles(const std::string& run_h5, const RunData& r, TraceWriter& w,
 }
 
 }  // namespace
+
+int64_t nest_complete_events(nlohmann::json& events, double tolerance_us) {
+    if (!events.is_array()) return 0;
+    struct Slice {
+        int64_t ts, dur;  // ns
+        size_t i;
+    };
+    std::map<std::pair<int64_t, int64_t>, std::vector<Slice>> threads;  // (pid, tid) -> its X events
+    for (size_t i = 0; i < events.size(); ++i) {
+        const nlohmann::json& e = events[i];
+        if (!e.is_object()) continue;
+        const auto ph = e.find("ph"), ts = e.find("ts"), dur = e.find("dur");
+        if (ph == e.end() || *ph != "X" || ts == e.end() || !ts->is_number() || dur == e.end() || !dur->is_number())
+            continue;
+        const double t = ts->get<double>(), d = dur->get<double>();
+        if (!std::isfinite(t) || !std::isfinite(d) || d < 0) continue;
+        const auto pid = e.find("pid"), tid = e.find("tid");
+        const int64_t p = pid != e.end() && pid->is_number_integer() ? pid->get<int64_t>() : 0;
+        const int64_t q = tid != e.end() && tid->is_number_integer() ? tid->get<int64_t>() : 0;
+        threads[{p, q}].push_back({std::llround(t * 1e3), std::llround(d * 1e3), i});
+    }
+    const int64_t tol = std::llround(tolerance_us * 1e3);
+    int64_t shortened = 0;
+    for (auto& kv : threads) {
+        std::vector<Slice>& v = kv.second;
+        std::sort(v.begin(), v.end(), [](const Slice& a, const Slice& b) {
+            return a.ts != b.ts ? a.ts < b.ts : a.dur != b.dur ? a.dur > b.dur : a.i < b.i;
+        });
+        std::vector<std::pair<int64_t, int64_t>> open;  // (end, dur) of the slices holding the current one
+        for (Slice& s : v) {
+            // Perfetto closes a slice that ended before this one begins, or where it begins (unless both are empty).
+            while (!open.empty() && (open.back().first < s.ts ||
+                                     (open.back().first == s.ts && !(open.back().second == 0 && s.dur == 0))))
+                open.pop_back();
+            int64_t end = s.ts + s.dur;
+            if (!open.empty() && end > open.back().first) {
+                if (end - open.back().first > tol) continue;  // a real overlap: left as it is (Perfetto drops it)
+                end = open.back().first;
+                s.dur = end - s.ts;
+                events[s.i]["dur"] = static_cast<double>(s.dur) / 1e3;
+                ++shortened;
+            }
+            open.emplace_back(end, s.dur);
+        }
+    }
+    return shortened;
+}
 
 TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& out_json) {
     std::error_code ec;

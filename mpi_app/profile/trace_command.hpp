@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace tagflow::profile {
 
 /// What write_chrome_trace() wrote.
@@ -40,6 +42,16 @@ struct TraceSummary {
 /// line naming the problem: missing/unreadable file, not HDF5, not a tagflow file, newer
 /// format_version, no /timeline, columns of unequal length, non-finite times, unwritable output.
 TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& out_json);
+
+/// LibTorch's profiler gives whole microseconds (KinetoEvent::startUs() and durationUs(), both
+/// truncated), so an operator's end (ts + dur) can come out up to 1 µs after the end of the operator
+/// it runs inside. Perfetto drops such a slice (it begins inside another one on its thread and ends
+/// after it: slice_drop_overlapping_complete_event). This ends each "X" event of `events` (a
+/// traceEvents array) that overshoots the innermost "X" event holding its start on the same
+/// (pid, tid) by at most `tolerance_us` at that event's end (dur shortened); a larger overlap is left
+/// as it is. Events are taken in Perfetto's order (ts, the longer first). Returns how many events
+/// were shortened.
+int64_t nest_complete_events(nlohmann::json& events, double tolerance_us = 1.0);
 
 /// argv[0] is "trace". Bad usage throws tagflow::ConfigError (exit 2); a file problem prints
 /// one line and returns 1; success prints a summary line (rank 0) and returns 0.
