@@ -12,7 +12,17 @@ result record and nothing of rank 0; the trace is valid Trace Event JSON with Li
 checkpoint, each rank's offsets all the injected skew within 1 ms. `tagflow trace` merges the profile:
 on rank 1's process, with the offset applied, every operator event lies inside the profiled steps'
 /timeline spans of rank 1 (from the first span of step S to the first span after step T), and none is
-on rank 0; a garbage file and another run's profile in profiles/ are skipped with a note each.
+on rank 0; a garbage file and another run's profile in profiles/ are skipped with a note each. The merged
+trace keeps Perfetto's import rules (tests/common/perfetto_check.py: no event dropped).
+CASE `main5`: issue 23's goal, a profile of 5 steps of the main job on both ranks in Perfetto with the
+timeline. The README's main job shape (2 ranks, the default mode multiplex, both ranks rollout,train, rank
+0 the coordinator) with the quick settings above; once it has done 2 steps `tagflow profile RUN --ranks
+0,1 --steps 5` exits 0 and each rank delivers a 5-step trace (rank.R.step.S-T.json, T-S = 4) of LibTorch
+operator events; the job goes on (SIGUSR1: exit 75). Each rank's file and `tagflow trace`'s merged trace
+keep Perfetto's import rules (no event dropped: operators nest on their thread). In the merged trace each
+rank's operators are on its own process, all of them inside its profiled steps' /timeline spans, each
+one inside a single span of its rank (±1 µs; printed: how many per span kind), and every profiled step's
+train span(s) on both ranks hold operators (both ranks train every step).
 CASE `deliver`: a long 2-rank sync job. Garbage, foreign, newer, malformed and linked request files
 planted as RUN/profile.request: every rank logs one line each and goes on (steps advance), nothing is
 profiled; a request for ranks the job lacks is ignored silently. A rank whose trace cannot be written
@@ -30,6 +40,7 @@ a JSON object, ranks the job lacks, steps 0, an unknown field, "shapes" not a bo
 message naming the problem; an unknown id 404. The job goes on (SIGUSR1: exit 75).
 Each case prints what it measured and exits non-zero on failure.
 """
+import bisect
 import glob
 import json
 import os
@@ -44,14 +55,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from testlib import (ENV, Failure, as_nobody, case_main, check, fresh_dir, http_json,  # noqa: E402
                      one_line_error, run_tagflow, stop_job)
 from trace_tests import rank_pid  # noqa: E402
+from perfetto_check import perfetto_file_problems  # noqa: E402
 
 SKEW = {1: 0.30}
 
 
-def start_job(a, out, steps, extra=(), env=None):
-    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "sync", "--steps", str(steps),
-           "--seed", "5", "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "0", "--gemm-check",
-           "false", "--heartbeat-timeout", "120"] + list(extra)
+def start_job(a, out, steps, extra=(), env=None, mode="sync"):
+    """A 2-rank `tagflow train` with quick settings; mode None: the default mode (multiplex)."""
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out] + (["--mode", mode] if mode else []) + [
+           "--steps", str(steps), "--seed", "5", "--prompts-per-step", "4", "--group-size", "4", "--eval-every", "0",
+           "--gemm-check", "false", "--heartbeat-timeout", "120"] + list(extra)
     log_path = os.path.join(a.workdir, os.path.basename(out) + ".log")
     log = open(log_path, "w")
     return subprocess.Popen(cmd, env=dict(ENV, **(env or {})), stdout=log, stderr=subprocess.STDOUT), log, log_path
@@ -88,6 +101,17 @@ def valid_chrome_trace(path):
     keys = list(j)
     check(keys.index("traceEvents") < keys.index("otherData"), "traceEvents before otherData (Perfetto)")
     return j
+
+
+def perfetto_clean(path):
+    """Perfetto's JSON importer would take every event of the file (tests/common/perfetto_check.py)."""
+    problems = perfetto_file_problems(path)
+    for p in problems[:20]:
+        print("  perfetto:", p)
+    if len(problems) > 20:
+        print(f"  perfetto: ... and {len(problems) - 20} more")
+    check(not problems,
+          f"{os.path.basename(path)}: Perfetto's import rules hold for every event ({len(problems)} problems)")
 
 
 # ---------------------------------------------------------------- case: a profile requested mid-run
@@ -155,6 +179,7 @@ def case_midrun(a):
     check(len(notes) == 2 and "not JSON" in notes[0] and "another run" in notes[1],
           f"a garbage file and another run's profile are skipped, one note each ({notes})")
     tr = valid_chrome_trace(trace)
+    perfetto_clean(trace)
     ev = tr["traceEvents"]
     spans = [e for e in ev if e.get("cat") == "timeline" and e["pid"] == 2]
     merged = [e for e in ev if e.get("cat") == "cpu_op"]
@@ -175,6 +200,96 @@ def case_midrun(a):
         tr_k = [(e["ts"], e["ts"] + e["dur"]) for e in spans if e["args"]["step"] == k and e["name"] == "train"]
         inside = sum(1 for e in merged if any(t0 <= e["ts"] + 0.5 * e["dur"] <= t1 for t0, t1 in tr_k))
         check(tr_k and inside >= 10, f"step {k}: {inside} operator events inside its train span(s)")
+
+
+# ---------------------------------------------------------------- case: 5 steps of the main job on both ranks
+def case_main5(a):
+    out = fresh_dir(a, "main5")
+    job, log, log_path = start_job(a, out, 2000, mode=None)  # the README's main job: default mode, 2 ranks
+    try:
+        wait_step(out, 2, job, timeout=180)
+        p = run_tagflow(a, ["profile", out, "--ranks", "0,1", "--steps", "5", "--timeout", "120"], timeout=200)
+        sys.stdout.write(p.stdout + p.stderr)
+        check(p.returncode == 0, f"tagflow profile --ranks 0,1 --steps 5 exits 0 ({p.wall:.1f} s)")
+        check(job.poll() is None, "the job still runs after the profile")
+        job.send_signal(signal.SIGUSR1)  # checkpoint at the next step, exit 75
+        rc = job.wait(timeout=180)
+    finally:
+        stop_job(job)
+        log.close()
+    check(rc == 75, f"the profiled job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
+    mode = json.load(open(os.path.join(out, "status.json"))).get("mode")
+    check(mode == "multiplex", f"the job ran in the default mode, multiplex ({mode})")
+    prof = os.path.join(out, "profiles")
+    files = sorted(os.listdir(prof))
+    print("profiles/:", files)
+    steps, ops = {}, {}
+    for r in (0, 1):
+        traces = [f for f in files if f.startswith(f"rank.{r}.step.")]
+        check(len(traces) == 1, f"one trace of rank {r}")
+        S, T = (int(x) for x in traces[0][len(f"rank.{r}.step."):-len(".json")].split("-"))
+        check(T - S == 4 and f"rank {r}: steps {S}-{T}" in p.stdout, f"rank {r} delivered steps {S}-{T} (5 steps)")
+        steps[r] = (S, T)
+        path = os.path.join(prof, traces[0])
+        j = valid_chrome_trace(path)
+        perfetto_clean(path)
+        ops[r] = [e for e in j["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+        names = {e["name"] for e in ops[r]}
+        print(f"rank {r} profile: steps {S}-{T}, {len(ops[r])} operator events, {len(names)} operators")
+        check(len(ops[r]) >= 50 and any(n.startswith("aten::") for n in names), f"rank {r}: LibTorch operator events")
+        check(j["otherData"]["rank"] == r and j["otherData"]["first_step"] == S, f"rank {r}: otherData names it")
+        print(f"rank {r}: {j['otherData'].get('ends_shortened', 'no count of')} operator ends shortened to "
+              "their parent's (whole-µs times)")
+
+    trace = os.path.join(a.workdir, "main5.trace.json")
+    p = run_tagflow(a, ["trace", os.path.join(out, "tagflow.h5"), "-o", trace])
+    sys.stdout.write(p.stdout)
+    check(p.returncode == 0 and "2 LibTorch profile(s)" in p.stdout,
+          f"tagflow trace merges both profiles ({p.stderr})")
+    tr = valid_chrome_trace(trace)
+    perfetto_clean(trace)
+    ev = tr["traceEvents"]
+    for r in (0, 1):
+        S, T = steps[r]
+        pid = r + 1
+        spans = [e for e in ev if e.get("cat") == "timeline" and e["pid"] == pid]
+        merged = [e for e in ev if e.get("cat") == "cpu_op" and e["pid"] == pid]
+        check(spans, f"rank {r}: timeline spans on its process (pid {pid})")
+        check(len(merged) == len(ops[r]),
+              f"rank {r}: all {len(ops[r])} operator events on its process ({len(merged)})")
+        # The profiled steps on rank r: from its first span of step S to its first span of a later step.
+        lo = min(e["ts"] for e in spans if e["args"]["step"] == S)
+        after = [e["ts"] for e in spans if e["args"]["step"] > T]
+        hi = min(after) if after else max(e["ts"] + e["dur"] for e in spans)
+        first = min(e["ts"] for e in merged)
+        last = max(e["ts"] + e["dur"] for e in merged)
+        print(f"rank {r} steps {S}-{T}: spans {lo / 1e3:.3f}..{hi / 1e3:.3f} ms; operators {first / 1e3:.3f}.."
+              f"{last / 1e3:.3f} ms")
+        tol = 1000.0  # µs: the profiler's clock is read in whole µs
+        check(first >= lo - tol and last <= hi + tol,
+              f"rank {r}: every operator event lies inside its profiled steps' /timeline spans")
+        # Each operator lies inside one /timeline span of its rank (its midpoint in the span, its ends
+        # within the span's, ±1 µs): the profile and the spans agree on the clock, operator by operator.
+        spans.sort(key=lambda e: e["ts"])
+        starts = [e["ts"] for e in spans]
+        kinds, astray = {}, []
+        for o in merged:
+            mid = o["ts"] + 0.5 * o["dur"]
+            k = bisect.bisect_right(starts, mid) - 1
+            hit = next((s for s in spans[max(0, k - 3):k + 1][::-1] if s["ts"] <= mid <= s["ts"] + s["dur"]), None)
+            if hit is None or o["ts"] < hit["ts"] - 1 or o["ts"] + o["dur"] > hit["ts"] + hit["dur"] + 1:
+                astray.append(o)
+            else:
+                kinds[hit["name"]] = kinds.get(hit["name"], 0) + 1
+        print(f"rank {r}: operator events by the span holding them: {sorted(kinds.items(), key=lambda x: -x[1])}")
+        check(not astray, f"rank {r}: every operator event lies inside one of its spans ({len(astray)} do not"
+              f"{', e.g. ' + repr(astray[0]) if astray else ''})")
+        # Both ranks are in the train group (tags rollout,train): each profiled step's train span on the
+        # rank holds LibTorch operators (generation runs tagflow's own decode kernels, not LibTorch's).
+        for k in range(S, T + 1):
+            tr_k = [(e["ts"], e["ts"] + e["dur"]) for e in spans if e["args"]["step"] == k and e["name"] == "train"]
+            inside = sum(1 for e in merged if any(t0 <= e["ts"] + 0.5 * e["dur"] <= t1 for t0, t1 in tr_k))
+            check(tr_k and inside >= 10, f"rank {r} step {k}: {inside} operator events inside its train span(s)")
 
 
 # ---------------------------------------------------------------- case: bad requests, a rank that does not deliver
@@ -385,5 +500,5 @@ def case_gateway(a):
 
 
 if __name__ == "__main__":
-    sys.exit(case_main("profile", {"midrun": case_midrun, "deliver": case_deliver, "hostile": case_hostile,
-                                   "gateway": case_gateway}))
+    sys.exit(case_main("profile", {"midrun": case_midrun, "main5": case_main5, "deliver": case_deliver,
+                                   "hostile": case_hostile, "gateway": case_gateway}))

@@ -102,7 +102,8 @@ def main_test():
                 ["flow_invalid_id"])
     one_problem("args a list", [X("a", 1, 1, args=[1])], ["\"args\" is not an object"])
     p = problems_for([X("deep%d" % k, k, 10000 - 2 * k) for k in range(514)])
-    check(len(p) == 2 and all("deeper than 512" in x for x in p), f"slices nested deeper than 512 are dropped ({p[:1]})")
+    check(len(p) == 2 and all("deeper than 512" in x for x in p),
+          f"slices nested deeper than 512 are dropped ({p[:1]})")
 
     check(perfetto_problems({"traceEvents": {"a": 1}})[0].startswith("top level: \"traceEvents\" is not an array"),
           "traceEvents not an array")
