@@ -291,14 +291,14 @@ void AsyncScheduler::say(const char* fmt, ...) {
 }
 
 void AsyncScheduler::enter(SpanKind k, int32_t step) {
-    profile::note_step(step);  // on-demand profiling looks at step boundaries (profile/on_demand.hpp)
     const double now = clock_.now();
-    if (open_ && (k != kind_ || step != span_step_)) {
-        if (now > span_t0_) tl_.add(kind_, span_t0_, now, span_step_);
-        span_t0_ = now;
-    } else if (!open_) {
-        span_t0_ = now;
-    }
+    const bool change = open_ && (k != kind_ || step != span_step_);
+    if (change && now > span_t0_) tl_.add(kind_, span_t0_, now, span_step_);
+    // On-demand profiling looks at step boundaries (profile/on_demand.hpp) after the span before
+    // ends and before the next begins, as profile::Span does: a profile written here shows as a gap
+    // in this rank's timeline, not as part of the last span of its last step.
+    profile::note_step(step);
+    if (change || !open_) span_t0_ = clock_.now();
     open_ = true;
     kind_ = k;
     span_step_ = step;

@@ -268,15 +268,17 @@ def case_main5(a):
         tol = 1000.0  # µs: the profiler's clock is read in whole µs
         check(first >= lo - tol and last <= hi + tol,
               f"rank {r}: every operator event lies inside its profiled steps' /timeline spans")
-        # Each operator lies inside one /timeline span of its rank (its midpoint in the span, its ends
-        # within the span's, ±1 µs): the profile and the spans agree on the clock, operator by operator.
+        # Each operator lies inside one /timeline span of its rank (its midpoint and its ends within the
+        # span's, ±1 µs: the profiler's times are whole µs, and a step boundary leaves a few µs between
+        # two spans): the profile and the spans agree on the clock, operator by operator.
         spans.sort(key=lambda e: e["ts"])
         starts = [e["ts"] for e in spans]
         kinds, astray = {}, []
         for o in merged:
             mid = o["ts"] + 0.5 * o["dur"]
-            k = bisect.bisect_right(starts, mid) - 1
-            hit = next((s for s in spans[max(0, k - 3):k + 1][::-1] if s["ts"] <= mid <= s["ts"] + s["dur"]), None)
+            k = bisect.bisect_right(starts, mid + 1) - 1
+            hit = next((s for s in spans[max(0, k - 3):k + 1][::-1] if s["ts"] - 1 <= mid <= s["ts"] + s["dur"] + 1),
+                       None)
             if hit is None or o["ts"] < hit["ts"] - 1 or o["ts"] + o["dur"] > hit["ts"] + hit["dur"] + 1:
                 astray.append(o)
             else:
@@ -290,6 +292,15 @@ def case_main5(a):
             tr_k = [(e["ts"], e["ts"] + e["dur"]) for e in spans if e["args"]["step"] == k and e["name"] == "train"]
             inside = sum(1 for e in merged if any(t0 <= e["ts"] + 0.5 * e["dur"] <= t1 for t0, t1 in tr_k))
             check(tr_k and inside >= 10, f"rank {r} step {k}: {inside} operator events inside its train span(s)")
+        # The profile is written at the boundary to step T+1, between two spans (a gap in the rank's
+        # timeline), not booked to the span that held the last operator (commands.md).
+        holder = max((e for e in spans if e["ts"] <= last), key=lambda e: e["ts"])
+        tail = holder["ts"] + holder["dur"] - last
+        later = [e["ts"] for e in spans if e["ts"] >= holder["ts"] + holder["dur"] - 1]
+        gap = (min(later) - (holder["ts"] + holder["dur"])) if later else 0.0
+        print(f"rank {r}: the span holding the last operator ({holder['name']}, step {holder['args']['step']}) "
+              f"goes on {tail / 1e3:.1f} ms after it; then a gap of {gap / 1e3:.1f} ms (the trace written)")
+        check(gap >= 50e3 and tail < gap, f"rank {r}: the profile's write is a gap between spans, not in a span")
 
 
 # ---------------------------------------------------------------- case: bad requests, a rank that does not deliver
