@@ -12,7 +12,9 @@ result record and nothing of rank 0; the trace is valid Trace Event JSON with Li
 checkpoint, each rank's offsets all the injected skew within 1 ms. `tagflow trace` merges the profile:
 on rank 1's process, with the offset applied, every operator event lies inside the profiled steps'
 /timeline spans of rank 1 (from the first span of step S to the first span after step T), and none is
-on rank 0; a garbage file and another run's profile in profiles/ are skipped with a note each. The merged
+on rank 0; a garbage file and another run's profile in profiles/ are skipped with a note each. The
+same job without a profile, stopped after as many steps, has the same /steps figures (loss, reward,
+kl, entropy, samples) and tokens bit for bit: profiling does not change what the run computes. The merged
 trace keeps Perfetto's import rules (tests/common/perfetto_check.py: no event dropped).
 CASE `main5`: issue 23's goal, a profile of 5 steps of the main job on both ranks in Perfetto with the
 timeline. The README's main job shape (2 ranks, the default mode multiplex, both ranks rollout,train, rank
@@ -50,6 +52,7 @@ import sys
 import time
 
 import h5py
+import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 from testlib import (ENV, Failure, as_nobody, case_main, check, fresh_dir, http_json,  # noqa: E402
@@ -200,6 +203,27 @@ def case_midrun(a):
         tr_k = [(e["ts"], e["ts"] + e["dur"]) for e in spans if e["args"]["step"] == k and e["name"] == "train"]
         inside = sum(1 for e in merged if any(t0 <= e["ts"] + 0.5 * e["dur"] <= t1 for t0, t1 in tr_k))
         check(tr_k and inside >= 10, f"step {k}: {inside} operator events inside its train span(s)")
+
+    # Profiling does not change what the run computes: the same job (sync mode, same seed) without a
+    # profile gives the same /steps figures and tokens, bit for bit, over the profiled run's steps.
+    ref = fresh_dir(a, "midrun_ref")
+    job, log, log_path = start_job(a, ref, 2000, ["--ckpt-every", "4"], env={"TAGFLOW_TEST_CLOCK_SKEW_S": spec})
+    try:
+        wait_step(ref, nsteps, job)
+        job.send_signal(signal.SIGUSR1)
+        rc = job.wait(timeout=120)
+    finally:
+        stop_job(job)
+        log.close()
+    check(rc == 75, f"the unprofiled run stops at SIGUSR1 too (exit 75: {rc})")
+    cols = ("loss", "reward_mean", "kl", "entropy", "samples")
+    with h5py.File(h5, "r") as f, h5py.File(os.path.join(ref, "tagflow.h5"), "r") as g:
+        check(len(g["steps"]["step"]) >= nsteps, f"the unprofiled run reached step {nsteps}")
+        same = all(np.array_equal(f["steps"][c][:nsteps], g["steps"][c][:nsteps], equal_nan=True) for c in cols)
+        n_tok = int(f["samples"]["token_offsets"][()][-1]) if len(f["samples"]["token_offsets"]) else 0
+        toks = np.array_equal(f["samples"]["tokens"][:n_tok], g["samples"]["tokens"][:n_tok])
+    print(f"steps 0-{nsteps - 1} ({', '.join(cols)}) and the first {n_tok} tokens compared with an unprofiled run")
+    check(same and toks, "the profiled run's figures and tokens equal the unprofiled run's, bit for bit")
 
 
 # ---------------------------------------------------------------- case: 5 steps of the main job on both ranks
