@@ -167,6 +167,25 @@ int print(const std::string& dir, nlohmann::json j, bool json) {
                num(r, "engine_slots").c_str(), num(r, "engine_waiting").c_str(), num(r, "tokens_per_s", "%.1f").c_str(),
                num(r, "queue").c_str(), state.c_str(), age_s);
     }
+    // Where each rank's time went since it started (role_s): a multiplexed rank switches roles
+    // faster than any refresh can show, this says how it splits its time.
+    for (const auto& r : j["ranks"]) {
+        if (!r.contains("role_s") || !r["role_s"].is_object()) continue;
+        double total = 0;
+        for (const auto& [k, v] : r["role_s"].items())
+            if (v.is_number()) total += std::max(0.0, v.get<double>());
+        if (total <= 0) continue;
+        std::string line;
+        for (const auto& [k, v] : r["role_s"].items()) {
+            const double sec = v.is_number() ? v.get<double>() : 0.0;
+            if (sec <= 0) continue;
+            char b[96];
+            snprintf(b, sizeof b, "%s%s %.1f s (%.0f%%)", line.empty() ? "" : ", ", k.c_str(), sec,
+                     100.0 * sec / total);
+            line += b;
+        }
+        printf("rank %s time by role: %s\n", num(r, "rank").c_str(), line.c_str());
+    }
     if (done) printf("the run finished at step %s\n", num(run, "step").c_str());
     if (record_stale)
         printf(

@@ -20,7 +20,7 @@ CASE `roles`: a 2-rank multiplex run with a rollout-only rank 0 (`0=rollout;1=ro
 (status.json, 4 times a second for 20 s, and `tagflow status --json`) while it runs: the record is at most 2.5 s old at every poll, names both
 ranks with host and tags, shows rank 0 rolling out and rank 1 both training and rolling out, the
 run's step and rank 1's policy version advancing; at the end it says done at --steps. `--watch`
-reprints. The plain printout exits 0 and names every rank.
+reprints. The plain printout exits 0, names every rank and says each rank's time by role.
 CASE `stale`: the same job; rank 0 (not the coordinator) SIGSTOPped for 8 s: `tagflow status`
 exits 1 and names rank 0 (and only it) stale; after SIGCONT it is fresh again; the coordinator
 (rank 1) stopped for 7 s: the whole record is stale, naming it; after SIGKILL of rank 0 (mpirun
@@ -212,6 +212,10 @@ def case_roles(a):
         check(p.returncode == 0 and len(p.stdout.splitlines()) >= 4 and
               [l.split()[0] for l in p.stdout.splitlines()[2:4]] == ["0", "1"],
               f"the plain printout exits 0 and lists both ranks (exit {p.returncode})")
+        by_role = {l.split()[1]: l for l in p.stdout.splitlines() if l.startswith("rank ") and "time by role:" in l}
+        check(set(by_role) == {"0", "1"} and "rollout" in by_role["0"] and "train" not in by_role["0"] and
+              "train" in by_role["1"] and "%)" in by_role["1"],
+              "the printout says each rank's time by role (rank 0 never trains, rank 1 does)")
         if job.poll() is None:
             # SIGUSR1 (forwarded by mpirun): stop at the next step, exit 75; the record then says done.
             job.send_signal(signal.SIGUSR1)
