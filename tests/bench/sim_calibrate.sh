@@ -9,9 +9,11 @@
 #                              token, c = (step(256,LONG) - step(256,NEW)) / (256 (LONG-NEW) / 2)
 #                              (a step at new=N attends to PROMPT + N/2 positions per sequence on
 #                              average); decode_s(b) is then step(b) less c b (PROMPT + NEW/2)
-#   train_step_bench (1 rank)  seconds per token of one actor step on BATCH sequences of 16, 32,
-#                              64 and 128 tokens (TRAIN_SEQS) -> the per-token cost by sequence
-#                              length (short sequences pay the per-step overhead, long ones attention)
+#   train_step_bench (1 rank)  seconds per real token of one actor step on BATCH sequences of 16,
+#                              32, 64 and 128 tokens (TRAIN_SEQS), packed as tagflow train packs
+#                              them (PACK=on, default; off: padded) -> the per-token cost by
+#                              sequence length (short sequences pay the per-step overhead, long
+#                              ones attention)
 #   weight_sync_bench(2 ranks) flat weight sync at 1 KiB and 4 MiB -> latency and bandwidth
 # The model is tagflow train's default (d 64, 2 layers, 2 heads, d_ff 256) at the longtail task's
 # vocabulary (14) and prompt (7 tokens); override with D_MODEL, LAYERS, HEADS, D_FF, VOCAB, PROMPT.
@@ -26,6 +28,10 @@ BATCH=${BATCH:-128} TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128}  # tagflow train's de
 ENTROPY=${ENTROPY:-0.01}  # tagflow train's --entropy-coef; its model has learned absolute positions too
 TEMPERATURE=${TEMPERATURE:-1}
 TRAIN_ITERS=${TRAIN_ITERS:-8}  # more than ITERS: one step is 30-300 ms and this VM's speed wanders
+# The trainer as tagflow train runs it: packed rows by default (--pack on; each sample attends within
+# its own run of slots, one attention call per sample and layer: 1.5x the padded batch's cost per
+# token at equal lengths on the default model, 2026-12-02). PACK=off calibrates for --pack off runs.
+PACK=${PACK:-on}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 B=$BUILD/tests/bench
@@ -76,7 +82,7 @@ busy gen
 for L in $TRAIN_SEQS; do
   TOK=$((BATCH * L))
   one 0 "$B/train_step_bench" -b $TOK -e $TOK -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
-    -O entropy=$ENTROPY -O abs_positions=1 \
+    -O entropy=$ENTROPY -O abs_positions=1 -O pack=$PACK \
     -J "$TMP/train_$L.json" > "$TMP/train_$L.txt"
 done
 unbusy
@@ -99,14 +105,16 @@ ctx = max(0.0, (long_step - step[bl]) / (bl * ($LONG - new) / 2))
 dec = [max(1e-7, step[b] - ctx * b * (p + new / 2)) for b in batches]
 pre = g1[64] / (64 * p) if 64 in g1 else g1[batches[-1]] / (batches[-1] * p)
 seqs = [int(x) for x in "$TRAIN_SEQS".split()]
-train_at = [1.0 / ld(f"train_{L}")[0]["tokens/s"] for L in seqs]
+train_at = [1.0 / ld(f"train_{L}")[0]["real/s" if "$PACK" == "on" else "tokens/s"] for L in seqs]
 train_s = train_at[len(train_at) // 2]  # for readers of the scalar; the points take precedence
 sy = sorted(ld("sync"), key=lambda r: r["size"])
 lat = sy[0]["time_us"] * 1e-6
 bw = (sy[-1]["size"] - sy[0]["size"]) / max(1e-9, (sy[-1]["time_us"] - sy[0]["time_us"]) * 1e-6)
 d, L, V, F, P = $D_MODEL, $LAYERS, $VOCAB, $D_FF, $MAX_POS
 params = 2 * V * d + P * d + L * (4 * d * d + 3 * d * F + 2 * d) + d
-cost = {"model_bytes": 4 * params, "train_padded": True,  # tagflow pads each micro-batch (pack_micro_batch, train/engine.cpp)
+# --pack on (the default): the cost per real token of packed rows, at the batch's mean sample length;
+# --pack off: each micro-batch padded to its longest sample (pack_micro_batch, train/engine.cpp).
+cost = {"model_bytes": 4 * params, "train_padded": "$PACK" != "on",
         "link": {"latency_s": lat, "bandwidth_Bps": bw},
         "hw": {"cpu": {"decode_batch": batches, "decode_s": dec, "decode_s_per_ctx_token": ctx,
                        "prefill_s_per_token": pre,
