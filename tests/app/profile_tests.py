@@ -43,7 +43,6 @@ message naming the problem; an unknown id 404. The job goes on (SIGUSR1: exit 75
 Each case prints what it measured and exits non-zero on failure.
 """
 import bisect
-import glob
 import json
 import os
 import signal
