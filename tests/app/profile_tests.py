@@ -116,23 +116,57 @@ def perfetto_clean(path):
           f"{os.path.basename(path)}: Perfetto's import rules hold for every event ({len(problems)} problems)")
 
 
+def ops_within_steps(spans, ops, S, T, who, note=""):
+    """Checks that the operator events `ops` lie within the profiled steps S..T of the rank's timeline
+    `spans` (merged trace events): from its first span of step S to its first span of a later step,
+    within 1 ms (the profiler's clock is read in whole µs). Returns the last operator's end."""
+    lo = min(e["ts"] for e in spans if e["args"]["step"] == S)
+    after = [e["ts"] for e in spans if e["args"]["step"] > T]
+    hi = min(after) if after else max(e["ts"] + e["dur"] for e in spans)
+    first = min(e["ts"] for e in ops)
+    last = max(e["ts"] + e["dur"] for e in ops)
+    print(f"{who} steps {S}-{T}: spans {lo / 1e3:.3f}..{hi / 1e3:.3f} ms; operators {first / 1e3:.3f}.."
+          f"{last / 1e3:.3f} ms{note}")
+    check(first >= lo - 1000.0 and last <= hi + 1000.0,
+          f"{who}: every operator event lies inside the profiled steps' /timeline spans")
+    return last
+
+
+def stop_at_step(out, job, step, before=None):
+    """Once the job `(proc, log, log_path)` has done `step` steps (then `before()`, if given), SIGUSR1:
+    it checkpoints at the next step and exits 75. Returns before()'s result."""
+    proc, log, log_path = job
+    try:
+        wait_step(out, step, proc, timeout=180)
+        got = before() if before else None
+        check(proc.poll() is None, "the job still runs")
+        proc.send_signal(signal.SIGUSR1)
+        rc = proc.wait(timeout=180)
+    finally:
+        stop_job(proc)
+        log.close()
+    check(rc == 75, f"the job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
+    return got
+
+
+def profile_then_stop(a, out, job, ranks, steps, timeout=60):
+    """After the job's step 2, `tagflow profile OUT --ranks RANKS --steps STEPS` must exit 0; then the
+    job is stopped (stop_at_step). Returns the profile command's result."""
+    def profile():
+        p = run_tagflow(a, ["profile", out, "--ranks", ranks, "--steps", str(steps), "--timeout", str(timeout)],
+                        timeout=timeout + 80)
+        sys.stdout.write(p.stdout + p.stderr)
+        check(p.returncode == 0, f"tagflow profile --ranks {ranks} --steps {steps} exits 0 ({p.wall:.1f} s)")
+        return p
+    return stop_at_step(out, job, 2, profile)
+
+
 # ---------------------------------------------------------------- case: a profile requested mid-run
 def case_midrun(a):
     out = fresh_dir(a, "midrun")
     spec = ",".join(f"{r}:{s}" for r, s in SKEW.items())
-    job, log, log_path = start_job(a, out, 2000, ["--ckpt-every", "4"], env={"TAGFLOW_TEST_CLOCK_SKEW_S": spec})
-    try:
-        wait_step(out, 2, job)
-        p = run_tagflow(a, ["profile", out, "--ranks", "1", "--steps", "3", "--timeout", "60"])
-        sys.stdout.write(p.stdout + p.stderr)
-        check(p.returncode == 0, f"tagflow profile --ranks 1 --steps 3 exits 0 ({p.wall:.1f} s)")
-        check(job.poll() is None, "the job still runs after the profile")
-        job.send_signal(signal.SIGUSR1)  # checkpoint at the next step, exit 75
-        rc = job.wait(timeout=120)
-    finally:
-        stop_job(job)
-        log.close()
-    check(rc == 75, f"the profiled job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
+    job = start_job(a, out, 2000, ["--ckpt-every", "4"], env={"TAGFLOW_TEST_CLOCK_SKEW_S": spec})
+    p = profile_then_stop(a, out, job, "1", 3)
     prof = os.path.join(out, "profiles")
     files = sorted(os.listdir(prof))
     print("profiles/:", files)
@@ -186,16 +220,7 @@ def case_midrun(a):
     spans = [e for e in ev if e.get("cat") == "timeline" and e["pid"] == 2]
     merged = [e for e in ev if e.get("cat") == "cpu_op"]
     check(len(merged) == len(ops) and all(e["pid"] == 2 for e in merged), "all operator events on rank 1's process")
-    lo = min(e["ts"] for e in spans if e["args"]["step"] == S)
-    after = [e["ts"] for e in spans if e["args"]["step"] > T]
-    hi = min(after) if after else max(e["ts"] + e["dur"] for e in spans)
-    first = min(e["ts"] for e in merged)
-    last = max(e["ts"] + e["dur"] for e in merged)
-    print(f"steps {S}-{T} on rank 1: spans {lo / 1e3:.3f}..{hi / 1e3:.3f} ms; operators {first / 1e3:.3f}.."
-          f"{last / 1e3:.3f} ms (merged, offset {1e3 * truth:+.1f} ms applied)")
-    tol = 1000.0  # µs: the profiler's clock is read in whole µs
-    check(first >= lo - tol and last <= hi + tol,
-          "every operator event lies inside the profiled steps' /timeline spans of rank 1")
+    ops_within_steps(spans, merged, S, T, "rank 1", f" (merged, offset {1e3 * truth:+.1f} ms applied)")
     # The LibTorch work of a step is its update (rollout runs tagflow's own decode kernels): each
     # profiled step's train span holds operators, on the merged clock.
     for k in range(S, T + 1):
@@ -206,15 +231,7 @@ def case_midrun(a):
     # Profiling does not change what the run computes: the same job (sync mode, same seed) without a
     # profile gives the same /steps figures and tokens, bit for bit, over the profiled run's steps.
     ref = fresh_dir(a, "midrun_ref")
-    job, log, log_path = start_job(a, ref, 2000, ["--ckpt-every", "4"], env={"TAGFLOW_TEST_CLOCK_SKEW_S": spec})
-    try:
-        wait_step(ref, nsteps, job)
-        job.send_signal(signal.SIGUSR1)
-        rc = job.wait(timeout=120)
-    finally:
-        stop_job(job)
-        log.close()
-    check(rc == 75, f"the unprofiled run stops at SIGUSR1 too (exit 75: {rc})")
+    stop_at_step(ref, start_job(a, ref, 2000, ["--ckpt-every", "4"], env={"TAGFLOW_TEST_CLOCK_SKEW_S": spec}), nsteps)
     cols = ("loss", "reward_mean", "kl", "entropy", "samples")
     with h5py.File(h5, "r") as f, h5py.File(os.path.join(ref, "tagflow.h5"), "r") as g:
         check(len(g["steps"]["step"]) >= nsteps, f"the unprofiled run reached step {nsteps}")
@@ -228,19 +245,8 @@ def case_midrun(a):
 # ---------------------------------------------------------------- case: 5 steps of the main job on both ranks
 def case_main5(a):
     out = fresh_dir(a, "main5")
-    job, log, log_path = start_job(a, out, 2000, mode=None)  # the README's main job: default mode, 2 ranks
-    try:
-        wait_step(out, 2, job, timeout=180)
-        p = run_tagflow(a, ["profile", out, "--ranks", "0,1", "--steps", "5", "--timeout", "120"], timeout=200)
-        sys.stdout.write(p.stdout + p.stderr)
-        check(p.returncode == 0, f"tagflow profile --ranks 0,1 --steps 5 exits 0 ({p.wall:.1f} s)")
-        check(job.poll() is None, "the job still runs after the profile")
-        job.send_signal(signal.SIGUSR1)  # checkpoint at the next step, exit 75
-        rc = job.wait(timeout=180)
-    finally:
-        stop_job(job)
-        log.close()
-    check(rc == 75, f"the profiled job goes on until SIGUSR1 stops it (exit 75: {rc}; {log_path})")
+    job = start_job(a, out, 2000, mode=None)  # the README's main job: default mode, 2 ranks
+    p = profile_then_stop(a, out, job, "0,1", 5, timeout=120)
     mode = json.load(open(os.path.join(out, "status.json"))).get("mode")
     check(mode == "multiplex", f"the job ran in the default mode, multiplex ({mode})")
     prof = os.path.join(out, "profiles")
@@ -280,17 +286,7 @@ def case_main5(a):
         check(spans, f"rank {r}: timeline spans on its process (pid {pid})")
         check(len(merged) == len(ops[r]),
               f"rank {r}: all {len(ops[r])} operator events on its process ({len(merged)})")
-        # The profiled steps on rank r: from its first span of step S to its first span of a later step.
-        lo = min(e["ts"] for e in spans if e["args"]["step"] == S)
-        after = [e["ts"] for e in spans if e["args"]["step"] > T]
-        hi = min(after) if after else max(e["ts"] + e["dur"] for e in spans)
-        first = min(e["ts"] for e in merged)
-        last = max(e["ts"] + e["dur"] for e in merged)
-        print(f"rank {r} steps {S}-{T}: spans {lo / 1e3:.3f}..{hi / 1e3:.3f} ms; operators {first / 1e3:.3f}.."
-              f"{last / 1e3:.3f} ms")
-        tol = 1000.0  # µs: the profiler's clock is read in whole µs
-        check(first >= lo - tol and last <= hi + tol,
-              f"rank {r}: every operator event lies inside its profiled steps' /timeline spans")
+        last = ops_within_steps(spans, merged, S, T, f"rank {r}")
         # Each operator lies inside one /timeline span of its rank (its midpoint and its ends within the
         # span's, ±1 µs: the profiler's times are whole µs, and a step boundary leaves a few µs between
         # two spans): the profile and the spans agree on the clock, operator by operator.
