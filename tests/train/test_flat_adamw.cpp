@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // train/flat_adamw: a model's parameters stepped by torch::optim::AdamW (decay and no-decay groups
 // as TorchEngine builds them) and the same parameters flattened, cut into 1 to 4 uneven shards,
-// each stepped by its own FlatAdamW, end equal bit for bit after several steps with new gradients
-// each and a learning-rate change (issue 22 point 2: sharded optimiser state changes nothing).
+// each stepped by its own FlatAdamW, end equal after several steps with new gradients each and a
+// learning-rate change: within 1e-6 (issue 22 point 2), bit for bit on this machine.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -101,8 +102,11 @@ TEST(FlatAdamW, ShardsStepExactlyAsTorchAdamW) {
         const torch::Tensor got = torch::cat(shard_p), want = flat(ref);
         EXPECT_EQ(opt[0].steps(), 6);
         EXPECT_FALSE(torch::equal(got, start)) << "the parameters moved";
-        EXPECT_TRUE(torch::equal(got, want))
-            << ranks << " shard(s): max |diff| " << (got - want).abs().max().item<double>();
+        // Bit for bit here (the same elementwise ops); the issue's bound is 1e-6.
+        const double diff = (got - want).abs().max().item<double>();
+        printf("%d shard(s): max |diff| to torch's AdamW %.3g%s\n", ranks, diff,
+               torch::equal(got, want) ? " (bit for bit)" : "");
+        EXPECT_LE(diff, 1e-6) << ranks << " shard(s)";
     }
 }
 
