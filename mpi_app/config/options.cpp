@@ -174,6 +174,9 @@ po::options_description describe(Options& o) {
         ("activation-checkpointing", val(&o.activation_checkpointing)->implicit_value(true),
          "keep only each decoder layer's input during the trainer's forward and recompute the layer in the "
          "backward: less memory for long sequences, about one more forward of compute (policy and critic)")
+        ("shard", val(&o.shard),
+         "off: every train rank keeps all of the AdamW state; optimizer: each keeps its share of the moments "
+         "(ZeRO stage 1); gradients: its share of the gradients too (ZeRO stage 2)")
         ("shuffle-advantages", val(&o.shuffle_advantages)->implicit_value(true),
          "control experiment: shuffle advantages across samples (must not learn)")
         // Objectives (share/doc/train.md "Objectives"): veRL's names and defaults.

@@ -94,6 +94,7 @@ struct Options {
     std::string pack = "on";         // on: several sequences per row, no padding (train/engine.hpp)
     bool bf16 = false;
     bool activation_checkpointing = false;  // recompute each decoder layer in the backward (model/layer_checkpoint.hpp)
+    std::string shard = "off";  // off | optimizer | gradients: ZeRO 1/2 over the train group (train/engine.hpp)
     bool shuffle_advantages = false;
     // ---- data and rewards (issue 18; share/doc/data.md, rewards.md) ----
     std::string data;                   // --data FILE: JSON Lines prompts (plain or gzip) instead of --task's

@@ -127,6 +127,7 @@ void validate_options(const Options& o) {
     check_range<int32_t>("micro-batch", o.micro_batch, 0, 1 << 20);
     check_range<int64_t>("micro-batch-tokens", o.micro_batch_tokens, 0, int64_t{1} << 32);
     check_choice("pack", o.pack, {"on", "off"});
+    check_choice("shard", o.shard, {"off", "optimizer", "gradients"});
     if (o.pack == "on" && o.micro_batch_tokens > 0 && o.micro_batch_tokens < o.max_new_tokens)
         throw ConfigError("--micro-batch-tokens " + std::to_string(o.micro_batch_tokens) + " is smaller than " +
                           "--max-new-tokens " + std::to_string(o.max_new_tokens) +

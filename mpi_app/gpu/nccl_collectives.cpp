@@ -277,4 +277,47 @@ train::SyncStats NcclCollectives::broadcast(const std::vector<at::Tensor>& tenso
     return impl_->run(tensors, root);
 }
 
+namespace {
+
+int64_t part_offset(const std::vector<int64_t>& counts, int r) {
+    int64_t at = 0;
+    for (int k = 0; k < r; ++k) at += counts[static_cast<size_t>(k)];
+    return at;
+}
+
+void check_parts(const std::vector<int64_t>& counts, int size) {
+    if (static_cast<int>(counts.size()) != size)
+        throw InternalError("nccl_collectives: " + std::to_string(counts.size()) + " counts for a group of " +
+                            std::to_string(size));
+}
+
+}  // namespace
+
+train::SyncStats NcclCollectives::reduce_scatter_sum(const at::Tensor& send, const std::vector<int64_t>& counts,
+                                                     const at::Tensor& recv) {
+    check_parts(counts, size());
+    at::Tensor sum = send.detach().clone();
+    train::SyncStats s = impl_->run({sum}, -1);
+    recv.copy_(sum.narrow(0, part_offset(counts, rank()), counts[static_cast<size_t>(rank())]));
+    return s;
+}
+
+train::SyncStats NcclCollectives::allgather(const at::Tensor& mine, const std::vector<int64_t>& counts,
+                                            const at::Tensor& out) {
+    check_parts(counts, size());
+    out.narrow(0, part_offset(counts, rank()), counts[static_cast<size_t>(rank())]).copy_(mine);
+    train::SyncStats s;
+    for (int r = 0; r < size(); ++r) {
+        const int64_t n = counts[static_cast<size_t>(r)];
+        if (n == 0) continue;
+        at::Tensor part = out.narrow(0, part_offset(counts, r), n).contiguous();
+        const train::SyncStats one = impl_->run({part}, r);
+        out.narrow(0, part_offset(counts, r), n).copy_(part);
+        s.bytes += one.bytes;
+        s.buckets += one.buckets;
+        s.seconds += one.seconds;
+    }
+    return s;
+}
+
 }  // namespace tagflow::gpu

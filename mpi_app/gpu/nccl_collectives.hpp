@@ -68,6 +68,11 @@ public:
     /// or on this member's CUDA device. Returns after the results are in the tensors.
     train::SyncStats allreduce_sum(const std::vector<at::Tensor>& tensors) override;
     train::SyncStats broadcast(const std::vector<at::Tensor>& tensors, int root) override;
+    /// Through allreduce_sum (a copy of `send`) and one broadcast per rank: right, not lean.
+    train::SyncStats reduce_scatter_sum(const at::Tensor& send, const std::vector<int64_t>& counts,
+                                        const at::Tensor& recv) override;
+    train::SyncStats allgather(const at::Tensor& mine, const std::vector<int64_t>& counts,
+                               const at::Tensor& out) override;
     size_t bucket_bytes() const override;
     /// The CUDA device this member uses.
     int device() const;

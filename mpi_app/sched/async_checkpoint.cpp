@@ -126,6 +126,16 @@ void AsyncScheduler::write_checkpoint(const RunSummary& sum) {
         }
         files.push_back(write_staged(tmp, "critic_state.pt", critic_bytes_.data(), critic_bytes_.size()));
     }
+    if (ships_shards())  // --shard: every other step member's share of the moments, as it sent it
+        for (int r : step_members_) {
+            if (r == coord_) continue;
+            while (shards_[r].step != step_) {
+                poll_messages();
+                nap();
+            }
+            for (const auto& [name, bytes] : shards_[r].files)
+                files.push_back(write_staged(tmp, name, bytes.data(), bytes.size()));
+        }
     std::vector<RolloutSample> pooled;
     for (const auto& [g, v] : pool_.groups()) pooled.insert(pooled.end(), v.begin(), v.end());
     const int64_t partial = pool_.partial_groups();
@@ -213,13 +223,28 @@ void AsyncScheduler::resume_summary(RunSummary& sum) {
         static_cast<long long>(m.get_int("next_group")), static_cast<long long>(m.get_int("sched.pool_samples")));
 }
 
-void AsyncScheduler::send_critic_state() {
-    if (!have_ckpt_ || me_ != critic_root_ || me_ == coord_ || !trainer_) return;
-    const std::string st = trainer_->critic_state();
-    wire::Writer w;
-    w.put<int64_t>(trained_);
-    w.raw(st.data(), st.size());
-    queue_send(w.take(), kTagCritic);
+bool AsyncScheduler::ships_shards() const { return opt_.shard != "off" && step_members_.size() > 1; }
+
+void AsyncScheduler::send_trainer_state() {
+    if (!have_ckpt_ || me_ == coord_ || !trainer_) return;
+    if (me_ == critic_root_) {
+        const std::string st = trainer_->critic_state();
+        wire::Writer w;
+        w.put<int64_t>(trained_);
+        w.raw(st.data(), st.size());
+        queue_send(w.take(), kTagCritic);
+    }
+    if (ships_shards() && in_step_) {
+        const auto shards = trainer_->optim_shards();
+        wire::Writer w;
+        w.put<int64_t>(trained_);
+        w.put<int64_t>(static_cast<int64_t>(shards.size()));
+        for (const auto& [name, bytes] : shards) {
+            w.str(name);
+            w.str(bytes);
+        }
+        queue_send(w.take(), kTagShards);
+    }
 }
 
 }  // namespace tagflow::sched::async

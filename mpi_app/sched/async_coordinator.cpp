@@ -58,6 +58,16 @@ void AsyncScheduler::poll_messages() {
             critic_bytes_.assign(in.pos(), in.left());
             continue;
         }
+        if (st.MPI_TAG == kTagShards) {  // --shard: a step member's moment shards after step sh.step
+            Shards& sh = shards_[st.MPI_SOURCE];
+            sh.step = in.get<int64_t>();
+            sh.files.resize(static_cast<size_t>(in.get<int64_t>()));
+            for (auto& [name, bytes] : sh.files) {
+                name = in.str();
+                bytes = in.str();
+            }
+            continue;
+        }
         if (st.MPI_TAG == kTagRewardError) {  // --data, --reward-error fail: checkpoint, stop, exit 1
             std::string cause = in.str();
             if (reward_error_.empty()) reward_error_ = std::move(cause);

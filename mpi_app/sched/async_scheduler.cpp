@@ -256,7 +256,7 @@ RunSummary AsyncScheduler::run() {
         }
         coordinator_loop(sum);
     } else {
-        if (!resumed_) send_critic_state();  // for the coordinator's checkpoint of the start
+        if (!resumed_) send_trainer_state();  // for the coordinator's checkpoint of the start
         worker_loop();
     }
     // The one final collective: every rank meets here, then learns the summary.

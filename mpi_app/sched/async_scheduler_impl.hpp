@@ -75,6 +75,9 @@ inline constexpr int kTagRewardError = 7108;
 inline constexpr int kTagAdmit = 7109;
 // Clock ping-pongs, C -> every other rank and back, on clk_ only (profile/clock_sync.hpp ping_peer).
 inline constexpr int kTagClock = 7110;
+// --shard: a train or critic rank's shares of the AdamW moments -> C, for its checkpoint: int64
+// step, int64 count, then (file name, bytes) strings (RlTrainer::optim_shards).
+inline constexpr int kTagShards = 7111;
 // Weights, C -> rollout-only ranks (train/weight_push_mpi.hpp): a header on this tag, bucket b on this + 1 + b.
 inline constexpr int kTagWeights = 9000;
 // kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
@@ -320,7 +323,10 @@ private:
     // The first critic rank, when it is not the coordinator and the run checkpoints: the critic's
     // state (after `trained_` steps) to the coordinator, which writes it into the checkpoint.
     // Through sends_, so it completes before this rank's final message.
-    void send_critic_state();
+    // After a step a checkpoint follows, at the start and at STOP: the critic's state (the first
+    // critic rank, when it is not C) and the moment shards (--shard, every step member but C).
+    void send_trainer_state();
+    bool ships_shards() const;  // --shard with step members besides C
 
     // Any rank but the coordinator: a requeue signal to the coordinator, once (through sends_,
     // so it completes before this rank's final message).
@@ -353,6 +359,12 @@ private:
     int64_t trained_ = 0;       // steps this rank took part in (critic state stamps)
     int64_t critic_step_ = -1;  // coordinator: the step of critic_bytes_
     std::string critic_bytes_;
+    // coordinator, --shard: per step member, the step of its shards and the shards (name, bytes)
+    struct Shards {
+        int64_t step = -1;
+        std::vector<std::pair<std::string, std::string>> files;
+    };
+    std::map<int, Shards> shards_;
     int64_t threshold_ = 0;
     int32_t max_new_ = 0;
     int32_t version_ = 0;

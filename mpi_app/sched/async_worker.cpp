@@ -71,7 +71,7 @@ void AsyncScheduler::worker_loop() {
                 started_ = 0;
                 resume_generations();  // --resume-mode
             }
-            if (ctl[0] == kCtlTrainCkpt) send_critic_state();
+            if (ctl[0] == kCtlTrainCkpt) send_trainer_state();
             enter(is_gen_ ? SpanKind::kRollout : SpanKind::kIdle);
             continue;
         }
@@ -97,7 +97,7 @@ void AsyncScheduler::worker_loop() {
         }
     }
     // STOP: unfinished generations are discarded (never written); finished ones are sent.
-    send_critic_state();                 // for the checkpoint the coordinator writes now
+    send_trainer_state();                // for the checkpoint the coordinator writes now
     if (gw_router_) gw_router_->stop();  // the HTTP thread ends; requests in flight end "abort"
     if (gw_worker_) gw_worker_->finish_sends();
     if (is_recv_) cancel_weight_recv();

@@ -53,6 +53,14 @@ public:
     train::SyncStats broadcast(const std::vector<at::Tensor>& tensors, int root) override {
         return timed([&] { return inner_.broadcast(tensors, root); });
     }
+    train::SyncStats reduce_scatter_sum(const at::Tensor& send, const std::vector<int64_t>& counts,
+                                        const at::Tensor& recv) override {
+        return timed([&] { return inner_.reduce_scatter_sum(send, counts, recv); });
+    }
+    train::SyncStats allgather(const at::Tensor& mine, const std::vector<int64_t>& counts,
+                               const at::Tensor& out) override {
+        return timed([&] { return inner_.allgather(mine, counts, out); });
+    }
 
 private:
     template <class F>
@@ -177,6 +185,7 @@ struct RlTrainer::Impl {
         ec.bf16 = opt.bf16;
         ec.micro_batch_tokens = opt.micro_batch_tokens;
         ec.pack = opt.pack == "on";
+        ec.shard = train::parse_shard(opt.shard);
         if (in_train) {
             train_comm = std::make_unique<WaitTimedCollectives>(train_c, bucket, wait_hook);
             if (opt.kl_coef > 0) {
@@ -197,6 +206,7 @@ struct RlTrainer::Impl {
             ac.temperature = opt.temperature;
             policy->model->activation_checkpointing = opt.activation_checkpointing;
             actor = std::make_unique<train::ActorWorker>(train::make_engine(train::policy_handle(policy), ec), ac);
+            actor->engine().set_group(train_comm.get());  // --shard: the AdamW state split over the train group
         }
         if (adv.estimator == train::AdvEstimator::kGae && in_critic) {
             critic_comm = std::make_unique<WaitTimedCollectives>(critic_c, bucket, wait_hook);
@@ -211,6 +221,7 @@ struct RlTrainer::Impl {
             crc.loss_agg = train::parse_loss_agg(opt.loss_agg);
             crc.loss_norm_tokens = norm_tokens;
             critic = std::make_unique<train::CriticWorker>(train::make_engine(train::value_handle(vm), cc), crc);
+            critic->engine().set_group(critic_comm.get());
         }
     }
 
@@ -403,17 +414,42 @@ bool RlTrainer::has_actor() const { return impl_->actor != nullptr; }
 // ---- checkpoints (mpi_app/ckpt, share/doc/checkpoints.md) ----
 namespace {
 
-void save_engine(const train::TrainEngine& e, const std::string& dir, const std::string& name) {
+void save_file(const std::string& dir, const std::string& name, const std::function<void(std::ostream&)>& write) {
     const std::string path = dir + "/" + name;
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     if (!out) throw Error("checkpoint: cannot create " + path + ": " + std::strerror(errno));
     try {
-        e.save(out);
+        write(out);
     } catch (const std::exception& ex) {
         throw Error("checkpoint: writing " + path + " failed (" + ex.what() + ")");
     }
     out.flush();
     if (!out) throw Error("checkpoint: writing " + path + " failed: " + std::strerror(errno));
+}
+
+void save_engine(const train::TrainEngine& e, const std::string& dir, const std::string& name) {
+    save_file(dir, name, [&](std::ostream& out) { e.save(out); });
+}
+
+// --shard: every rank of the group writes its share of the AdamW moments, "<prefix>.<lo>-<hi>.pt".
+void save_optim_shard(const train::TrainEngine& e, const std::string& dir, const std::string& prefix,
+                      std::vector<std::string>* files) {
+    const auto [lo, hi] = e.shard_range();
+    if (lo >= hi) return;  // more ranks than elements: nothing of its own
+    const std::string name = train::optim_shard_name(prefix, lo, hi);
+    save_file(dir, name, [&](std::ostream& out) { e.save_optim_shard(out); });
+    files->push_back(name);
+}
+
+// The moments a sharded checkpoint keeps beside the weights (any group size wrote them).
+void load_optim_shards(train::TrainEngine& e, const std::string& dir, const std::string& prefix) {
+    const std::vector<std::string> paths = train::list_optim_shards(dir, prefix);
+    if (paths.empty()) return;
+    try {
+        e.load_optim_shards(paths);
+    } catch (const Error& err) {
+        throw Error("checkpoint " + dir + ": " + err.what());
+    }
 }
 
 void load_engine(train::TrainEngine& e, const std::string& dir, const std::string& name) {
@@ -454,6 +490,8 @@ std::vector<std::string> RlTrainer::save_state(const std::string& dir) const {
         save_engine(m.critic->engine(), dir, "critic_state.pt");
         files.push_back("critic_state.pt");
     }
+    if (m.actor && m.actor->engine().sharded()) save_optim_shard(m.actor->engine(), dir, "actor_optim", &files);
+    if (m.critic && m.critic->engine().sharded()) save_optim_shard(m.critic->engine(), dir, "critic_optim", &files);
     return files;
 }
 
@@ -466,9 +504,28 @@ std::string RlTrainer::critic_state() const {
     return out.str();
 }
 
+std::vector<std::pair<std::string, std::string>> RlTrainer::optim_shards() const {
+    const Impl& m = *impl_;
+    std::vector<std::pair<std::string, std::string>> out;
+    auto add = [&](const train::TrainEngine& e, const std::string& prefix) {
+        const auto [lo, hi] = e.shard_range();
+        if (!e.sharded() || lo >= hi) return;
+        std::ostringstream bytes(std::ios::binary);
+        e.save_optim_shard(bytes);
+        if (!bytes) throw Error("checkpoint: serialising the " + prefix + " shard failed");
+        out.emplace_back(train::optim_shard_name(prefix, lo, hi), bytes.str());
+    };
+    if (m.actor) add(m.actor->engine(), "actor_optim");
+    if (m.critic) add(m.critic->engine(), "critic_optim");
+    return out;
+}
+
 void RlTrainer::load_state(const std::string& dir) {
     Impl& m = *impl_;
-    if (m.actor) load_engine(m.actor->engine(), dir, "actor_state.pt");
+    if (m.actor) {
+        load_engine(m.actor->engine(), dir, "actor_state.pt");
+        load_optim_shards(m.actor->engine(), dir, "actor_optim");
+    }
     if (m.ref) load_engine(m.ref->engine(), dir, "reference_state.pt");
     if (m.kl_ctrl.horizon > 0) {  // absent in a checkpoint of a fixed-coefficient run: start from --kl-coef
         std::ifstream in(dir + "/kl_ctrl.txt");
@@ -478,7 +535,10 @@ void RlTrainer::load_state(const std::string& dir) {
             m.kl_ctrl.coef = m.adv.kl_coef = c;
         }
     }
-    if (m.critic) load_engine(m.critic->engine(), dir, "critic_state.pt");
+    if (m.critic) {
+        load_engine(m.critic->engine(), dir, "critic_state.pt");
+        load_optim_shards(m.critic->engine(), dir, "critic_optim");
+    }
 }
 
 rollout::GenParams rollout_params(const config::Options& opt, const rollout::Task& task, int32_t max_new, int64_t id) {

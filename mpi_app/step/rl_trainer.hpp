@@ -117,13 +117,19 @@ public:
     /// The critic's state as written to critic_state.pt (AdamW moments included), on the first
     /// critic rank; "" elsewhere. For a checkpoint written by a rank without the critic.
     std::string critic_state() const;
+    /// --shard: this rank's shares of the actor's and the critic's AdamW moments, as (file name,
+    /// bytes) for a checkpoint written by another rank (the async coordinator); empty unsharded.
+    std::vector<std::pair<std::string, std::string>> optim_shards() const;
 
     /// Checkpoints (mpi_app/ckpt): writes this rank's share of the trainer state into `dir` and
     /// returns the file names it wrote (relative to `dir`): the first train rank writes
     /// actor_state.pt (weights, AdamW moments, step, lr) and reference_state.pt (with a KL
-    /// reference), the first critic rank critic_state.pt. Throws tagflow::Error on I/O failure.
+    /// reference), the first critic rank critic_state.pt; with --shard every train and critic rank
+    /// also writes its share of the moments (actor_optim.LO-HI.pt, critic_optim.LO-HI.pt).
+    /// Throws tagflow::Error on I/O failure.
     std::vector<std::string> save_state(const std::string& dir) const;
-    /// Loads those files on every rank that holds the engine (not collective). Throws
+    /// Loads those files on every rank that holds the engine (not collective); with sharded
+    /// moments, each rank reads the files that overlap its share, whatever group size wrote them. Throws
     /// tagflow::Error naming the file on a missing file or a shape mismatch. The actor's
     /// parameters get new storage (LibTorch's archive load): re-share them afterwards.
     void load_state(const std::string& dir);

@@ -40,6 +40,15 @@ public:
     virtual SyncStats broadcast(const std::vector<at::Tensor>& tensors, int root) = 0;
     /// Bucket size in bytes (one collective per bucket, never one per tensor).
     virtual size_t bucket_bytes() const = 0;
+
+    // Sharded optimiser state (ZeRO, TrainEngineConfig::shard). `counts[r]` is rank r's part of a
+    // 1-D fp32 vector of sum(counts) elements, parts in rank order; one call is one bucket (the
+    // caller sizes the vector). MPI: MPI_Reduce_scatter and MPI_Allgatherv.
+    /// recv (counts[rank()] elements) <- this rank's part of the sum over the group of `send`.
+    virtual SyncStats reduce_scatter_sum(const at::Tensor& send, const std::vector<int64_t>& counts,
+                                         const at::Tensor& recv) = 0;
+    /// out (sum(counts) elements) <- every rank's `mine` (counts[r] elements), in rank order.
+    virtual SyncStats allgather(const at::Tensor& mine, const std::vector<int64_t>& counts, const at::Tensor& out) = 0;
 };
 
 }  // namespace tagflow::train

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "train/collectives_mpi.hpp"
 
+#include <ATen/core/Tensor.h>
+
+#include <climits>
+#include <numeric>
+
 #include "common/error.hpp"
 #include "train/weight_sync_mpi.hpp"
 
@@ -18,6 +23,67 @@ SyncStats MpiCollectives::allreduce_sum(const std::vector<at::Tensor>& tensors) 
 
 SyncStats MpiCollectives::broadcast(const std::vector<at::Tensor>& tensors, int root) {
     return broadcast_tensors(tensors, comm_, root, bucket_bytes_);
+}
+
+namespace {
+
+// MPI counts and displacements of `counts` (each part an int, as MPI wants).
+void mpi_counts(const std::vector<int64_t>& counts, int size, std::vector<int>& c, std::vector<int>& d) {
+    if (static_cast<int>(counts.size()) != size)
+        throw InternalError("collectives: " + std::to_string(counts.size()) + " counts for a group of " +
+                            std::to_string(size));
+    c.assign(counts.size(), 0);
+    d.assign(counts.size(), 0);
+    int64_t at = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] < 0 || counts[r] > INT_MAX || at > INT_MAX)
+            throw InternalError("collectives: a part of " + std::to_string(counts[r]) + " elements");
+        c[r] = static_cast<int>(counts[r]);
+        d[r] = static_cast<int>(at);
+        at += counts[r];
+    }
+}
+
+// A CPU fp32 contiguous vector of n elements (the MPI path reads and writes its memory).
+float* flat_data(const at::Tensor& t, int64_t n, const char* what) {
+    if (!t.defined() || t.scalar_type() != at::kFloat || !t.device().is_cpu() || !t.is_contiguous() || t.numel() != n)
+        throw InternalError(std::string("collectives: ") + what + " must be a contiguous CPU fp32 vector of " +
+                            std::to_string(n) + " elements");
+    return t.data_ptr<float>();
+}
+
+}  // namespace
+
+SyncStats MpiCollectives::reduce_scatter_sum(const at::Tensor& send, const std::vector<int64_t>& counts,
+                                             const at::Tensor& recv) {
+    SyncStats s;
+    const double t0 = MPI_Wtime();
+    std::vector<int> c, d;
+    mpi_counts(counts, size_, c, d);
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    float* in = flat_data(send, total, "reduce_scatter_sum's send");
+    float* out = flat_data(recv, counts[static_cast<size_t>(rank_)], "reduce_scatter_sum's recv");
+    TAGFLOW_MPI_CHECK(MPI_Reduce_scatter(in, out, c.data(), MPI_FLOAT, MPI_SUM, comm_));
+    s.buckets = 1;
+    s.bytes = total * static_cast<int64_t>(sizeof(float));
+    s.seconds = MPI_Wtime() - t0;
+    return s;
+}
+
+SyncStats MpiCollectives::allgather(const at::Tensor& mine, const std::vector<int64_t>& counts, const at::Tensor& out) {
+    SyncStats s;
+    const double t0 = MPI_Wtime();
+    std::vector<int> c, d;
+    mpi_counts(counts, size_, c, d);
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    float* in = flat_data(mine, counts[static_cast<size_t>(rank_)], "allgather's part");
+    float* all = flat_data(out, total, "allgather's out");
+    TAGFLOW_MPI_CHECK(
+        MPI_Allgatherv(in, c[static_cast<size_t>(rank_)], MPI_FLOAT, all, c.data(), d.data(), MPI_FLOAT, comm_));
+    s.buckets = 1;
+    s.bytes = total * static_cast<int64_t>(sizeof(float));
+    s.seconds = MPI_Wtime() - t0;
+    return s;
 }
 
 }  // namespace tagflow::train

@@ -18,6 +18,9 @@ public:
     SyncStats allreduce_sum(const std::vector<at::Tensor>& tensors) override;
     SyncStats broadcast(const std::vector<at::Tensor>& tensors, int root) override;
     size_t bucket_bytes() const override { return bucket_bytes_; }
+    SyncStats reduce_scatter_sum(const at::Tensor& send, const std::vector<int64_t>& counts,
+                                 const at::Tensor& recv) override;
+    SyncStats allgather(const at::Tensor& mine, const std::vector<int64_t>& counts, const at::Tensor& out) override;
     MPI_Comm comm() const { return comm_; }
 
 private:

@@ -5,6 +5,7 @@
 #include "train/engine.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -309,6 +310,33 @@ void TrainEngine::load_dir(const std::string& dir) {
     std::ifstream in(p, std::ios::binary);
     if (!in) throw Error("engine: cannot read " + p.string());
     load(in);
+}
+
+Shard parse_shard(const std::string& s) {
+    if (s == "off") return Shard::kOff;
+    if (s == "optimizer") return Shard::kOptimizer;
+    if (s == "gradients") return Shard::kGradients;
+    throw ConfigError("--shard " + s + ": expected off, optimizer or gradients");
+}
+
+std::string optim_shard_name(const std::string& prefix, int64_t lo, int64_t hi) {
+    return prefix + "." + std::to_string(lo) + "-" + std::to_string(hi) + ".pt";
+}
+
+std::vector<std::string> list_optim_shards(const std::string& dir, const std::string& prefix) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        long long lo = 0, hi = 0;
+        int used = 0;
+        const std::string pat = prefix + ".%lld-%lld.pt%n";
+        if (name.rfind(prefix + ".", 0) == 0 && std::sscanf(name.c_str(), pat.c_str(), &lo, &hi, &used) == 2 &&
+            static_cast<size_t>(used) == name.size())
+            out.push_back(it->path().string());
+    }
+    std::sort(out.begin(), out.end());
+    return out;
 }
 
 }  // namespace tagflow::train

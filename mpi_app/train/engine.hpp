@@ -47,8 +47,20 @@ struct OptimConfig {
     double grad_clip = 1.0;      ///< max global L2 norm; <= 0 disables clipping
 };
 
+/// Where the AdamW state lives across a data-parallel group (ZeRO; TrainEngine::set_group).
+enum class Shard {
+    kOff,        ///< every rank holds all of it: gradients all-reduced, torch::optim::AdamW
+    kOptimizer,  ///< stage 1: gradients all-reduced; each rank keeps and steps the moments of its share
+                 ///< of the flat parameter vector (FlatAdamW), then the parameters are all-gathered
+    kGradients,  ///< stage 2: as kOptimizer, but the gradients are reduce-scattered: each rank keeps
+                 ///< the summed gradients of its share only, and frees the whole ones after the sum
+};
+/// "off" | "optimizer" | "gradients" -> Shard; throws ConfigError naming the option otherwise.
+Shard parse_shard(const std::string& s);
+
 struct TrainEngineConfig {
     OptimConfig optim;
+    Shard shard = Shard::kOff;
     int64_t micro_batch = 8;  ///< sequences per forward/backward (>= 1)
     /// Token slots (rows x row length, padding included) per micro-batch; 0 = no budget. Padded:
     /// a longer sequence goes alone. Packed: replaces micro_batch, and a sequence longer than the
@@ -181,10 +193,17 @@ public:
                                     bool rows_only = false) = 0;
     /// Adds d loss / d params to the gradients.
     virtual void backward(const torch::Tensor& loss) = 0;
-    /// COLLECTIVE over comm: gradients <- sum over the group (nullptr or size 1: nothing).
+    /// The data-parallel group a sharded engine (TrainEngineConfig::shard) splits its AdamW state
+    /// over; nullptr (the default) or one rank: this rank holds all of it. Call before the first
+    /// step or load, with the group allreduce_grads will get. Unsharded engines ignore it.
+    virtual void set_group(Collectives* group) = 0;
+    /// COLLECTIVE over comm: gradients <- sum over the group (nullptr or size 1: nothing). With
+    /// Shard::kGradients, only this rank's share of the sum is kept (the whole gradients are
+    /// freed): gradients() is then empty until the next backward.
     virtual SyncStats allreduce_grads(Collectives* comm) = 0;
     /// Clips the global gradient norm, AdamW step, zeroes gradients. Returns the norm before
-    /// clipping. Call allreduce_grads first when data-parallel. A non-finite norm (NaN or inf
+    /// clipping. Call allreduce_grads first when data-parallel. Sharded: COLLECTIVE over the
+    /// group (the norm's sum for kGradients, then the all-gather of the updated parameters). A non-finite norm (NaN or inf
     /// gradients) skips the update: gradients zeroed, weights, optimiser state and global_step()
     /// unchanged, and the non-finite norm returned so the caller can count the skip.
     virtual double step() = 0;
@@ -193,17 +212,35 @@ public:
     virtual double lr() const = 0;
     virtual int64_t global_step() const = 0;  ///< optimiser steps taken (restored by load)
     virtual std::vector<torch::Tensor> parameters() const = 0;
-    virtual std::vector<torch::Tensor> gradients() const = 0;  ///< parameters() order, defined
+    /// parameters() order; defined, except after a reduce-scatter (Shard::kGradients) where they
+    /// are undefined until the next backward.
+    virtual std::vector<torch::Tensor> gradients() const = 0;
 
     /// Weights + optimiser state + step counter + lr. load() expects an engine built with the
     /// same module shapes; it throws tagflow::Error on a mismatch or unreadable data.
     virtual void save(std::ostream& out) const = 0;
     virtual void load(std::istream& in) = 0;
+    /// A sharded engine's save() holds no optimiser state: each rank of the group writes its share
+    /// with save_optim_shard() to a file named optim_shard_name(), and load_optim_shards() reads
+    /// those that overlap this rank's share, whatever group size wrote them (an unsharded engine
+    /// reads them all). load() of an unsharded checkpoint gives a sharded engine its share.
+    virtual bool sharded() const = 0;
+    /// This rank's share [lo, hi) of the flat parameter vector ([0, n) when not sharded).
+    virtual std::pair<int64_t, int64_t> shard_range() const = 0;
+    virtual void save_optim_shard(std::ostream& out) const = 0;
+    /// Throws tagflow::Error when the files do not cover this rank's share exactly once, or do
+    /// not belong to this model (element count, kind) or to one step.
+    virtual void load_optim_shards(const std::vector<std::string>& paths) = 0;
     /// save() throws tagflow::Error (nothing written) when a weight is NaN or inf (model::check_finite).
     /// save()/load() through `dir`/engine_state.pt (the directory is created).
     void save_dir(const std::string& dir) const;
     void load_dir(const std::string& dir);
 };
+
+/// "<prefix>.<lo>-<hi>.pt": the file of the optimiser shard [lo, hi) of the flat parameter vector.
+std::string optim_shard_name(const std::string& prefix, int64_t lo, int64_t hi);
+/// The shard files of `prefix` in `dir` (full paths, sorted); empty when there are none.
+std::vector<std::string> list_optim_shards(const std::string& dir, const std::string& prefix);
 
 /// The LibTorch engine (CPU, or CUDA in a CUDA build: see TrainEngineConfig::device). Moves the
 /// module to the device. Throws ConfigError on a bad config.

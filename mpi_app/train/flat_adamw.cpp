@@ -66,7 +66,7 @@ void FlatAdamW::step(torch::Tensor& params, const torch::Tensor& grads) {
     const double bc2 = 1 - std::pow(o_.beta2, static_cast<double>(step_));
     m_.mul_(o_.beta1).add_(grads, 1 - o_.beta1);
     v_.mul_(o_.beta2).addcmul_(grads, grads, 1 - o_.beta2);
-    const torch::Tensor denom = (v_.sqrt() / std::sqrt(bc2)).add_(o_.eps);
+    const torch::Tensor denom = v_.sqrt().div_(std::sqrt(bc2)).add_(o_.eps);  // one temporary of the shard's size
     params.addcdiv_(m_, denom, -(o_.lr / bc1));
 }
 

@@ -6,7 +6,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <istream>
 #include <ostream>
 
@@ -54,6 +57,98 @@ torch::Device parse_device(const std::string& s) {
     }
 }
 
+std::unique_ptr<torch::optim::AdamW> make_torch_adamw(const std::vector<torch::Tensor>& params, const OptimConfig& o) {
+    std::vector<torch::Tensor> decay, no_decay;
+    for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+    auto opts = torch::optim::AdamWOptions(o.lr)
+                    .betas(std::make_tuple(o.beta1, o.beta2))
+                    .eps(o.eps)
+                    .weight_decay(o.weight_decay);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(opts));
+    auto opts0 = opts;
+    opts0.weight_decay(0.0);
+    groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(opts0));
+    return std::make_unique<torch::optim::AdamW>(std::move(groups), opts);
+}
+
+std::string state_key(const torch::Tensor& p) { return c10::guts::to_string(p.unsafeGetTensorImpl()); }
+
+// The overlap of [a, b) and [lo, hi), empty (first >= second) when they do not meet.
+std::pair<int64_t, int64_t> overlap(int64_t a, int64_t b, int64_t lo, int64_t hi) {
+    return {std::max(a, lo), std::min(b, hi)};
+}
+
+// out (b - a elements) <- [a, b) of the flat vector of `ts` (laid out as `layout`); an undefined
+// tensor (a gradient never computed or freed) reads as zeros.
+void gather_range(const std::vector<torch::Tensor>& ts, const std::vector<FlatRange>& layout, int64_t a, int64_t b,
+                  const torch::Tensor& out) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+        const auto [x, y] = overlap(layout[i].begin, layout[i].end, a, b);
+        if (x >= y) continue;
+        torch::Tensor dst = out.narrow(0, x - a, y - x);
+        if (ts[i].defined()) dst.copy_(ts[i].detach().reshape({-1}).narrow(0, x - layout[i].begin, y - x));
+        else dst.zero_();
+    }
+}
+
+// [a, b) of the flat vector of `ts` <- in (b - a elements); every tensor defined and contiguous.
+void scatter_range(const torch::Tensor& in, int64_t a, int64_t b, const std::vector<torch::Tensor>& ts,
+                   const std::vector<FlatRange>& layout) {
+    for (size_t i = 0; i < ts.size(); ++i) {
+        const auto [x, y] = overlap(layout[i].begin, layout[i].end, a, b);
+        if (x >= y) continue;
+        ts[i].detach().view({-1}).narrow(0, x - layout[i].begin, y - x).copy_(in.narrow(0, x - a, y - x));
+    }
+}
+
+// Each rank's part of [a, b) when the flat vector of n elements is split over `ranks` ranks.
+std::vector<int64_t> part_counts(int64_t a, int64_t b, int64_t n, int ranks) {
+    std::vector<int64_t> c(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+        const auto [lo, hi] = shard_bounds(n, ranks, r);
+        const auto [x, y] = overlap(a, b, lo, hi);
+        c[static_cast<size_t>(r)] = std::max<int64_t>(0, y - x);
+    }
+    return c;
+}
+
+// Writes `ar` to `out`. LibTorch's archive writer must never see a short write: it throws, then
+// throws again from its destructor while unwinding (std::terminate, exit 134 on a full disk). The
+// function takes every byte, stops writing at the first failure and keeps its errno; the error
+// is ours to throw.
+void write_archive(torch::serialize::OutputArchive& ar, std::ostream& out, const std::string& what) {
+    int err = 0;
+    ar.save_to([&](const void* buf, size_t n) -> size_t {
+        if (err == 0 && n > 0) {
+            errno = 0;
+            out.write(static_cast<const char*>(buf), static_cast<std::streamsize>(n));
+            if (!out) err = errno != 0 ? errno : EIO;
+        }
+        return n;
+    });
+    if (err == 0 && !out.flush()) err = errno != 0 ? errno : EIO;
+    if (err != 0) throw Error("engine: writing the " + what + " failed: " + std::strerror(err));
+}
+
+// [lo, hi) of "<prefix>.<lo>-<hi>.pt" (optim_shard_name); false for another name.
+bool shard_range_of(const std::string& path, int64_t* lo, int64_t* hi) {
+    const std::string name = std::filesystem::path(path).filename().string();
+    if (name.size() < 4 || name.compare(name.size() - 3, 3, ".pt") != 0) return false;
+    const std::string stem = name.substr(0, name.size() - 3);
+    const size_t dot = stem.rfind('.'), dash = stem.rfind('-');
+    if (dot == std::string::npos || dash == std::string::npos || dash < dot) return false;
+    try {
+        size_t used = 0;
+        *lo = std::stoll(stem.substr(dot + 1, dash - dot - 1), &used);
+        if (used != dash - dot - 1) return false;
+        *hi = std::stoll(stem.substr(dash + 1), &used);
+        return used == stem.size() - dash - 1 && *lo >= 0 && *hi >= *lo;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 }  // namespace
 
 TorchEngine::TorchEngine(ModelHandle model, const TrainEngineConfig& cfg)
@@ -68,27 +163,37 @@ TorchEngine::TorchEngine(ModelHandle model, const TrainEngineConfig& cfg)
         for (auto& p : model_.module->parameters()) p.set_requires_grad(false);
         return;
     }
-    std::vector<torch::Tensor> decay, no_decay;
-    for (auto& p : model_.module->parameters()) {
+    trainable_ = true;
+    const std::vector<torch::Tensor> params = model_.module->parameters();
+    for (auto p : params) {
         p.set_requires_grad(true);
-        p.mutable_grad() = torch::zeros_like(p);
-        (p.dim() >= 2 ? decay : no_decay).push_back(p);
+        if (cfg_.shard != Shard::kGradients) p.mutable_grad() = torch::zeros_like(p);
     }
-    const OptimConfig& o = cfg_.optim;
-    auto opts = torch::optim::AdamWOptions(o.lr)
-                    .betas(std::make_tuple(o.beta1, o.beta2))
-                    .eps(o.eps)
-                    .weight_decay(o.weight_decay);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(opts));
-    auto opts0 = opts;
-    opts0.weight_decay(0.0);
-    groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(opts0));
-    opt_ = std::make_unique<torch::optim::AdamW>(std::move(groups), opts);
+    layout_ = flat_layout(params);
+    numel_ = layout_.empty() ? 0 : layout_.back().end;
+    if (cfg_.shard == Shard::kOff) {
+        opt_ = make_torch_adamw(params, cfg_.optim);
+    } else {
+        set_group(nullptr);  // the whole vector until set_group gives a group
+    }
 }
 
 void TorchEngine::require_trainable(const char* what) const {
-    if (!opt_) throw Error(std::string("engine: ") + what + " on a frozen " + model_.kind + " engine");
+    if (!trainable_) throw Error(std::string("engine: ") + what + " on a frozen " + model_.kind + " engine");
+}
+
+void TorchEngine::set_group(Collectives* group) {
+    if (!trainable_ || cfg_.shard == Shard::kOff) return;
+    if (step_ > 0 || (flat_ && flat_->steps() > 0))
+        throw InternalError("engine: set_group after the " + model_.kind + " engine's first step");
+    group_ = group;
+    const int ranks = group ? group->size() : 1, rank = group ? group->rank() : 0;
+    std::tie(lo_, hi_) = shard_bounds(numel_, ranks, rank);
+    flat_ = std::make_unique<FlatAdamW>(shard_layout(layout_, lo_, hi_), cfg_.optim);
+    if (!device_.is_cpu()) {
+        const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+        flat_->set_state(0, torch::zeros({hi_ - lo_}, opts), torch::zeros({hi_ - lo_}, opts));
+    }
 }
 
 torch::Tensor TorchEngine::forward(const torch::Tensor& tokens) {
@@ -146,22 +251,113 @@ void TorchEngine::backward(const torch::Tensor& loss) {
 }
 
 SyncStats TorchEngine::allreduce_grads(Collectives* comm) {
-    if (comm == nullptr || comm->size() == 1 || !opt_) return {};
-    return comm->allreduce_sum(gradients());
+    if (comm == nullptr || comm->size() == 1 || !trainable_) return {};
+    if (cfg_.shard != Shard::kGradients) return comm->allreduce_sum(gradients());
+    if (comm != group_)
+        throw InternalError("engine: the " + model_.kind +
+                            " gradients are reduce-scattered over another group than set_group's");
+    // ZeRO stage 2: bucket by bucket of the flat vector, each rank receives the sum of its share
+    // only; the whole gradients are freed after the last bucket.
+    torch::NoGradGuard no_grad;
+    const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+    std::vector<torch::Tensor> params = model_.module->parameters(), grads = gradients();
+    shard_grad_ = torch::empty({hi_ - lo_}, opts);
+    size_t freed = 0;  // parameters [0, freed) have had their whole gradient summed and let go
+    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(comm->bucket_bytes() / sizeof(float)));
+    SyncStats total;
+    for (int64_t a = 0; a < numel_; a += per) {
+        const int64_t b = std::min(numel_, a + per);
+        torch::Tensor send = torch::empty({b - a}, opts);
+        gather_range(grads, layout_, a, b, send);
+        const std::vector<int64_t> counts = part_counts(a, b, numel_, comm->size());
+        const int64_t at = std::clamp<int64_t>(a - lo_, 0, hi_ - lo_);
+        const SyncStats st = comm->reduce_scatter_sum(send, counts, shard_grad_.narrow(0, at, counts[comm->rank()]));
+        total.bytes += st.bytes;
+        total.buckets += st.buckets;
+        total.seconds += st.seconds;
+        for (; freed < params.size() && layout_[freed].end <= b; ++freed) {  // the peak: one bucket past
+            grads[freed] = torch::Tensor();
+            params[freed].mutable_grad() = torch::Tensor();
+        }
+    }
+    for (auto& p : params) p.mutable_grad() = torch::Tensor();
+    return total;
+}
+
+double TorchEngine::clip_whole_gradients() {
+    std::vector<torch::Tensor> params;
+    for (const auto& p : model_.module->parameters())
+        if (p.grad().defined()) params.push_back(p);
+    if (cfg_.optim.grad_clip > 0.0) return torch::nn::utils::clip_grad_norm_(params, cfg_.optim.grad_clip);
+    torch::NoGradGuard no_grad;
+    double sq = 0.0;
+    for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    return std::sqrt(sq);
+}
+
+// ZeRO: the norm (of the whole summed gradients, or from the group's sum of the shares' squares),
+// clipping, AdamW on this rank's share, then the all-gather of the updated share bucket by bucket.
+double TorchEngine::sharded_step() {
+    const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+    torch::Tensor g;
+    double norm;
+    if (shard_grad_.defined()) {
+        torch::NoGradGuard no_grad;
+        double sq = shard_grad_.to(torch::kFloat64).pow(2).sum().item<double>();
+        if (group_ && group_->size() > 1) {
+            torch::Tensor t = torch::tensor({static_cast<float>(sq)}, torch::kFloat32).to(device_);
+            group_->allreduce_sum({t});
+            sq = t.to(torch::kCPU).item<double>();
+        }
+        norm = std::sqrt(sq);
+        g = shard_grad_;
+        if (std::isfinite(norm) && cfg_.optim.grad_clip > 0.0) {
+            const double coef = cfg_.optim.grad_clip / (norm + 1e-6);  // clip_grad_norm_'s
+            if (coef < 1) g.mul_(coef);
+        }
+    } else {
+        norm = clip_whole_gradients();
+        if (std::isfinite(norm)) {
+            g = torch::empty({hi_ - lo_}, opts);
+            gather_range(gradients(), layout_, lo_, hi_, g);
+        }
+    }
+    if (!std::isfinite(norm)) {  // as in step(): nothing moves, on every rank (the norm is the group's)
+        zero_grad();
+        return norm;
+    }
+    torch::NoGradGuard no_grad;
+    const std::vector<torch::Tensor> params = model_.module->parameters();
+    torch::Tensor mine = torch::empty({hi_ - lo_}, opts);
+    gather_range(params, layout_, lo_, hi_, mine);
+    flat_->step(mine, g);
+    g = torch::Tensor();
+    shard_grad_ = torch::Tensor();
+    if (group_ && group_->size() > 1) {
+        const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(group_->bucket_bytes() / sizeof(float)));
+        for (int64_t a = 0; a < numel_; a += per) {
+            const int64_t b = std::min(numel_, a + per);
+            const std::vector<int64_t> counts = part_counts(a, b, numel_, group_->size());
+            const int64_t at = std::clamp<int64_t>(a - lo_, 0, hi_ - lo_);
+            torch::Tensor all = torch::empty({b - a}, opts);
+            group_->allgather(mine.narrow(0, at, counts[group_->rank()]), counts, all);
+            scatter_range(all, a, b, params, layout_);
+        }
+    } else {
+        scatter_range(mine, lo_, hi_, params, layout_);
+    }
+    ++step_;
+    zero_grad();
+    return norm;
 }
 
 double TorchEngine::step() {
     require_trainable("step");
-    auto params = model_.module->parameters();
-    double norm;
-    if (cfg_.optim.grad_clip > 0.0) {
-        norm = torch::nn::utils::clip_grad_norm_(params, cfg_.optim.grad_clip);
-    } else {
-        torch::NoGradGuard no_grad;
-        double sq = 0.0;
-        for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
-        norm = std::sqrt(sq);
-    }
+    if (moments_pending_)
+        throw Error("engine: the " + model_.kind +
+                    " checkpoint's optimiser shards were not loaded (load_optim_shards)");
+    if (flat_) return sharded_step();
+    const double norm = clip_whole_gradients();
     if (!std::isfinite(norm)) {
         // A NaN or inf gradient (a poisoned reward, an overflowing loss) never reaches the
         // weights or the AdamW moments: the update is dropped, the step counter stays. The
@@ -176,9 +372,14 @@ double TorchEngine::step() {
 }
 
 void TorchEngine::zero_grad() {
-    if (!opt_) return;
+    if (!trainable_) return;
     torch::NoGradGuard no_grad;
+    shard_grad_ = torch::Tensor();
     for (auto& p : model_.module->parameters()) {
+        if (cfg_.shard == Shard::kGradients) {  // ZeRO 2 holds no whole gradients between steps
+            p.mutable_grad() = torch::Tensor();
+            continue;
+        }
         if (p.grad().defined()) p.mutable_grad().zero_();
         else p.mutable_grad() = torch::zeros_like(p);
     }
@@ -186,7 +387,9 @@ void TorchEngine::zero_grad() {
 
 void TorchEngine::set_lr(double lr) {
     require_trainable("set_lr");
-    for (auto& group : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    if (opt_)
+        for (auto& group : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    if (flat_) flat_->set_lr(lr);
     cfg_.optim.lr = lr;
 }
 
@@ -209,23 +412,92 @@ void TorchEngine::save(std::ostream& out) const {
         opt_->save(opt_ar);
         ar.write("optim", opt_ar);
     }
+    if (flat_) ar.write("meta_optim_sharded", c10::IValue(true));  // moments in save_optim_shard files
     ar.write("meta_step", c10::IValue(step_));
     ar.write("meta_lr", c10::IValue(cfg_.optim.lr));
     ar.write("meta_kind", c10::IValue(model_.kind));
-    // LibTorch's archive writer must never see a short write: it throws, then throws again from
-    // its destructor while unwinding (std::terminate, exit 134 on a full disk). The function takes
-    // every byte, stops writing at the first failure and keeps its errno; the error is ours to throw.
-    int err = 0;
-    ar.save_to([&](const void* buf, size_t n) -> size_t {
-        if (err == 0 && n > 0) {
-            errno = 0;
-            out.write(static_cast<const char*>(buf), static_cast<std::streamsize>(n));
-            if (!out) err = errno != 0 ? errno : EIO;
+    write_archive(ar, out, model_.kind + " state");
+}
+
+void TorchEngine::save_optim_shard(std::ostream& out) const {
+    if (!flat_) throw InternalError("engine: save_optim_shard on an unsharded " + model_.kind + " engine");
+    if (moments_pending_) throw Error("engine: the " + model_.kind + " optimiser shards were never loaded");
+    torch::serialize::OutputArchive ar;
+    ar.write("lo", c10::IValue(lo_));
+    ar.write("hi", c10::IValue(hi_));
+    ar.write("numel", c10::IValue(numel_));
+    ar.write("step", c10::IValue(flat_->steps()));
+    ar.write("kind", c10::IValue(model_.kind));
+    ar.write("exp_avg", flat_->exp_avg().to(torch::kCPU));
+    ar.write("exp_avg_sq", flat_->exp_avg_sq().to(torch::kCPU));
+    write_archive(ar, out, model_.kind + " optimiser shard");
+}
+
+void TorchEngine::load_optim_shards(const std::vector<std::string>& paths) {
+    require_trainable("load_optim_shards");
+    const int64_t lo = flat_ ? lo_ : 0, hi = flat_ ? hi_ : numel_;
+    torch::Tensor m = torch::zeros({hi - lo}, torch::kFloat32), v = torch::zeros({hi - lo}, torch::kFloat32);
+    int64_t covered = 0, steps = -1;
+    for (const std::string& path : paths) {
+        int64_t a = 0, b = 0;
+        if (!shard_range_of(path, &a, &b)) throw Error("optimiser shard " + path + ": not a <name>.<lo>-<hi>.pt file");
+        const auto [x, y] = overlap(a, b, lo, hi);
+        if (x >= y) continue;  // another rank's share: not read
+        try {
+            std::ifstream in(path, std::ios::binary);
+            if (!in) throw Error("cannot open");
+            torch::serialize::InputArchive ar;
+            ar.load_from(in, torch::kCPU);
+            c10::IValue ilo, ihi, inumel, istep, ikind;
+            ar.read("lo", ilo);
+            ar.read("hi", ihi);
+            ar.read("numel", inumel);
+            ar.read("step", istep);
+            ar.read("kind", ikind);
+            if (ikind.toStringRef() != model_.kind)
+                throw Error("holds a " + ikind.toStringRef() + ", this engine trains a " + model_.kind);
+            if (inumel.toInt() != numel_)
+                throw Error("is a share of " + std::to_string(inumel.toInt()) + " elements, this " + model_.kind +
+                            " has " + std::to_string(numel_));
+            if (ilo.toInt() != a || ihi.toInt() != b) throw Error("holds another range than its name says");
+            if (steps >= 0 && istep.toInt() != steps) throw Error("is from another step than the other shards");
+            steps = istep.toInt();
+            torch::Tensor ea, es;
+            ar.read("exp_avg", ea);
+            ar.read("exp_avg_sq", es);
+            if (ea.numel() != b - a || es.numel() != b - a) throw Error("holds moments of another length");
+            m.narrow(0, x - lo, y - x).copy_(ea.reshape({-1}).narrow(0, x - a, y - x));
+            v.narrow(0, x - lo, y - x).copy_(es.reshape({-1}).narrow(0, x - a, y - x));
+            covered += y - x;
+        } catch (const tagflow::Error& e) {
+            throw Error("optimiser shard " + path + ": " + e.what());
+        } catch (const std::exception& e) {
+            const std::string what = e.what();
+            throw Error("optimiser shard " + path + ": unreadable: " + what.substr(0, what.find('\n')));
         }
-        return n;
-    });
-    if (err == 0 && !out.flush()) err = errno != 0 ? errno : EIO;
-    if (err != 0) throw Error("engine: writing the " + model_.kind + " state failed: " + std::strerror(err));
+    }
+    if (covered != hi - lo)
+        throw Error("engine: the " + model_.kind + " optimiser shards cover " + std::to_string(covered) + " of the " +
+                    std::to_string(hi - lo) + " elements [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    ") this rank needs (missing or overlapping files)");
+    if (steps != step_)
+        throw Error("engine: the " + model_.kind + " optimiser shards are from step " + std::to_string(steps) +
+                    ", its weights from step " + std::to_string(step_));
+    if (flat_) flat_->set_state(steps, m.to(device_), v.to(device_));
+    else set_torch_moments(steps, m.to(device_), v.to(device_));
+    moments_pending_ = false;
+}
+
+void TorchEngine::set_torch_moments(int64_t steps, const torch::Tensor& m, const torch::Tensor& v) {
+    const std::vector<torch::Tensor> params = model_.module->parameters();
+    for (size_t i = 0; i < params.size(); ++i) {
+        const FlatRange& f = layout_[i];
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->step(steps);
+        st->exp_avg(m.narrow(0, f.begin, f.end - f.begin).view_as(params[i]).clone());
+        st->exp_avg_sq(v.narrow(0, f.begin, f.end - f.begin).view_as(params[i]).clone());
+        opt_->state()[state_key(params[i])] = std::move(st);
+    }
 }
 
 void TorchEngine::load(std::istream& in) {
@@ -239,17 +511,41 @@ void TorchEngine::load(std::istream& in) {
         torch::serialize::InputArchive model_ar;
         ar.read("model", model_ar);
         model_.module->load(model_ar);
-        if (opt_) {
-            torch::serialize::InputArchive opt_ar;
-            if (!ar.try_read("optim", opt_ar)) throw Error("engine: state has no optimiser (saved by a frozen engine)");
-            opt_->load(opt_ar);
-        }
-        c10::IValue step, lr;
+        c10::IValue step, lr, sharded;
         ar.read("meta_step", step);
         ar.read("meta_lr", lr);
         step_ = step.toInt();
-        if (opt_) set_lr(lr.toDouble());
-        else cfg_.optim.lr = lr.toDouble();
+        if (trainable_) {
+            torch::serialize::InputArchive opt_ar;
+            if (ar.try_read("optim", opt_ar)) {
+                if (opt_) {
+                    opt_->load(opt_ar);
+                } else {  // an unsharded checkpoint: this rank takes its share of the moments
+                    const std::vector<torch::Tensor> params = model_.module->parameters();
+                    auto whole = make_torch_adamw(params, cfg_.optim);
+                    whole->load(opt_ar);
+                    torch::Tensor m = torch::zeros({hi_ - lo_}, torch::kFloat32), v = torch::zeros_like(m);
+                    for (size_t i = 0; i < params.size(); ++i) {
+                        const auto [x, y] = overlap(layout_[i].begin, layout_[i].end, lo_, hi_);
+                        const auto it = whole->state().find(state_key(params[i]));
+                        if (x >= y || it == whole->state().end()) continue;
+                        const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+                        const int64_t off = x - layout_[i].begin;
+                        m.narrow(0, x - lo_, y - x).copy_(st.exp_avg().reshape({-1}).narrow(0, off, y - x));
+                        v.narrow(0, x - lo_, y - x).copy_(st.exp_avg_sq().reshape({-1}).narrow(0, off, y - x));
+                    }
+                    flat_->set_state(step_, m.to(device_), v.to(device_));
+                }
+                moments_pending_ = false;
+            } else if (ar.try_read("meta_optim_sharded", sharded) && sharded.toBool()) {
+                moments_pending_ = true;  // the caller reads them with load_optim_shards
+            } else {
+                throw Error("engine: state has no optimiser (saved by a frozen engine)");
+            }
+            set_lr(lr.toDouble());
+        } else {
+            cfg_.optim.lr = lr.toDouble();
+        }
     } catch (const tagflow::Error&) {
         throw;
     } catch (const std::exception& e) {
