@@ -5,7 +5,6 @@
 #include "train/engine.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -323,18 +322,30 @@ std::string optim_shard_name(const std::string& prefix, int64_t lo, int64_t hi) 
     return prefix + "." + std::to_string(lo) + "-" + std::to_string(hi) + ".pt";
 }
 
+bool parse_optim_shard_name(const std::string& path, const std::string& prefix, int64_t* lo, int64_t* hi) {
+    const std::string name = fs::path(path).filename().string();
+    if (name.size() < 4 || name.compare(name.size() - 3, 3, ".pt") != 0) return false;
+    const std::string stem = name.substr(0, name.size() - 3);
+    const size_t dot = stem.rfind('.'), dash = stem.rfind('-');
+    if (dot == std::string::npos || dash == std::string::npos || dash < dot) return false;
+    if (!prefix.empty() && stem.compare(0, dot, prefix) != 0) return false;
+    try {
+        size_t used = 0;
+        *lo = std::stoll(stem.substr(dot + 1, dash - dot - 1), &used);
+        if (used != dash - dot - 1) return false;
+        *hi = std::stoll(stem.substr(dash + 1), &used);
+        return used == stem.size() - dash - 1 && *lo >= 0 && *hi >= *lo;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
 std::vector<std::string> list_optim_shards(const std::string& dir, const std::string& prefix) {
     std::vector<std::string> out;
     std::error_code ec;
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-        const std::string name = it->path().filename().string();
-        long long lo = 0, hi = 0;
-        int used = 0;
-        const std::string pat = prefix + ".%lld-%lld.pt%n";
-        if (name.rfind(prefix + ".", 0) == 0 && std::sscanf(name.c_str(), pat.c_str(), &lo, &hi, &used) == 2 &&
-            static_cast<size_t>(used) == name.size())
-            out.push_back(it->path().string());
-    }
+    int64_t lo = 0, hi = 0;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+        if (parse_optim_shard_name(it->path().string(), prefix, &lo, &hi)) out.push_back(it->path().string());
     std::sort(out.begin(), out.end());
     return out;
 }

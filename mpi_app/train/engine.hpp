@@ -239,6 +239,9 @@ public:
 
 /// "<prefix>.<lo>-<hi>.pt": the file of the optimiser shard [lo, hi) of the flat parameter vector.
 std::string optim_shard_name(const std::string& prefix, int64_t lo, int64_t hi);
+/// [lo, hi) of a file named by optim_shard_name (any prefix when `prefix` is empty; a directory
+/// part of `path` is ignored); false for another name.
+bool parse_optim_shard_name(const std::string& path, const std::string& prefix, int64_t* lo, int64_t* hi);
 /// The shard files of `prefix` in `dir` (full paths, sorted); empty when there are none.
 std::vector<std::string> list_optim_shards(const std::string& dir, const std::string& prefix);
 

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <istream>
 #include <ostream>
@@ -129,24 +128,6 @@ void write_archive(torch::serialize::OutputArchive& ar, std::ostream& out, const
     });
     if (err == 0 && !out.flush()) err = errno != 0 ? errno : EIO;
     if (err != 0) throw Error("engine: writing the " + what + " failed: " + std::strerror(err));
-}
-
-// [lo, hi) of "<prefix>.<lo>-<hi>.pt" (optim_shard_name); false for another name.
-bool shard_range_of(const std::string& path, int64_t* lo, int64_t* hi) {
-    const std::string name = std::filesystem::path(path).filename().string();
-    if (name.size() < 4 || name.compare(name.size() - 3, 3, ".pt") != 0) return false;
-    const std::string stem = name.substr(0, name.size() - 3);
-    const size_t dot = stem.rfind('.'), dash = stem.rfind('-');
-    if (dot == std::string::npos || dash == std::string::npos || dash < dot) return false;
-    try {
-        size_t used = 0;
-        *lo = std::stoll(stem.substr(dot + 1, dash - dot - 1), &used);
-        if (used != dash - dot - 1) return false;
-        *hi = std::stoll(stem.substr(dash + 1), &used);
-        return used == stem.size() - dash - 1 && *lo >= 0 && *hi >= *lo;
-    } catch (const std::exception&) {
-        return false;
-    }
 }
 
 }  // namespace
@@ -440,7 +421,8 @@ void TorchEngine::load_optim_shards(const std::vector<std::string>& paths) {
     int64_t covered = 0, steps = -1;
     for (const std::string& path : paths) {
         int64_t a = 0, b = 0;
-        if (!shard_range_of(path, &a, &b)) throw Error("optimiser shard " + path + ": not a <name>.<lo>-<hi>.pt file");
+        if (!parse_optim_shard_name(path, "", &a, &b))
+            throw Error("optimiser shard " + path + ": not a <name>.<lo>-<hi>.pt file");
         const auto [x, y] = overlap(a, b, lo, hi);
         if (x >= y) continue;  // another rank's share: not read
         try {
