@@ -36,8 +36,9 @@ namespace {
 
 // TAGFLOW_* variables that are not options but are allowed in the environment.
 // TAGFLOW_RUN is the run file the notebooks open.
-const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC", "TAGFLOW_RUN",
-                                     "TAGFLOW_TEST_CLOCK_SKEW_S"};  // profile/clock_sync.hpp, tests only
+// TAGFLOW_TEST_*: tests only (profile/clock_sync.hpp; train/collectives_mpi.cpp).
+const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC", "TAGFLOW_RUN", "TAGFLOW_TEST_CLOCK_SKEW_S",
+                                     "TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER"};
 
 po::options_description describe(Options& o) {
     po::options_description run("Run");

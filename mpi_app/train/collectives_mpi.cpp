@@ -3,8 +3,13 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+
 #include <climits>
 #include <numeric>
+#include <string>
 
 #include "common/error.hpp"
 #include "train/weight_sync_mpi.hpp"
@@ -44,6 +49,28 @@ void mpi_counts(const std::vector<int64_t>& counts, int size, std::vector<int>& 
     }
 }
 
+// For the health tests (tests/health/health_test.py): TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER=
+// R:N:kill|stop makes world rank R send itself SIGKILL (or SIGSTOP) on entering its N-th
+// reduce-scatter, while the rest of its group waits in theirs: the job must still end within the
+// watchdog's limit. A malformed value is an error, not ignored.
+void test_signal_in_reduce_scatter() {
+    static const char* spec = std::getenv("TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER");
+    static long calls = 0;
+    if (spec == nullptr || *spec == '\0') return;
+    int rank = 0, who = -1, n = 0, used = 0;
+    char what[8] = {0};
+    if (std::sscanf(spec, "%d:%d:%7[a-z]%n", &who, &n, what, &used) != 3 || spec[used] != '\0' ||
+        (std::string(what) != "kill" && std::string(what) != "stop"))
+        throw ConfigError(std::string("TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER='") + spec +
+                          "': expected RANK:CALL:kill|stop");
+    TAGFLOW_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    if (rank != who || ++calls != n) return;
+    std::printf("tagflow test: rank %d raises SIG%s in its reduce-scatter call %d\n", rank,
+                what[0] == 'k' ? "KILL" : "STOP", n);
+    std::fflush(stdout);
+    std::raise(what[0] == 'k' ? SIGKILL : SIGSTOP);
+}
+
 // A CPU fp32 contiguous vector of n elements (the MPI path reads and writes its memory).
 float* flat_data(const at::Tensor& t, int64_t n, const char* what) {
     if (!t.defined() || t.scalar_type() != at::kFloat || !t.device().is_cpu() || !t.is_contiguous() || t.numel() != n)
@@ -63,6 +90,7 @@ SyncStats MpiCollectives::reduce_scatter_sum(const at::Tensor& send, const std::
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     float* in = flat_data(send, total, "reduce_scatter_sum's send");
     float* out = flat_data(recv, counts[static_cast<size_t>(rank_)], "reduce_scatter_sum's recv");
+    test_signal_in_reduce_scatter();
     TAGFLOW_MPI_CHECK(MPI_Reduce_scatter(in, out, c.data(), MPI_FLOAT, MPI_SUM, comm_));
     s.buckets = 1;
     s.bytes = total * static_cast<int64_t>(sizeof(float));

@@ -48,6 +48,19 @@ private:
     bool on_, cpu_, prev_ = false;
 };
 
+// Σ x² of a tensor in fp64, a million elements at a time: the fp64 copy of a whole shard (or of a
+// 32k x 512 embedding's gradient) would be a temporary twice its size at the step's peak.
+double sum_squares(const torch::Tensor& t) {
+    const torch::Tensor flat = t.reshape({-1});
+    constexpr int64_t kChunk = int64_t{1} << 20;
+    double sq = 0.0;
+    for (int64_t a = 0; a < flat.numel(); a += kChunk) {
+        const torch::Tensor x = flat.narrow(0, a, std::min(kChunk, flat.numel() - a)).to(torch::kFloat64);
+        sq += x.dot(x).item<double>();
+    }
+    return sq;
+}
+
 torch::Device parse_device(const std::string& s) {
     try {
         return torch::Device(s);
@@ -110,6 +123,18 @@ std::vector<int64_t> part_counts(int64_t a, int64_t b, int64_t n, int ranks) {
         c[static_cast<size_t>(r)] = std::max<int64_t>(0, y - x);
     }
     return c;
+}
+
+// f(a, b, counts) for each bucket [a, b) of the flat vector of n elements in turn (buckets of
+// `group`'s bucket size), with every rank's part of the bucket (part_counts): the loop of the
+// reduce-scatter and of the all-gather, which must cut the vector the same way on every rank.
+template <class F>
+void for_each_bucket(int64_t n, const Collectives& group, F&& f) {
+    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(group.bucket_bytes() / sizeof(float)));
+    for (int64_t a = 0; a < n; a += per) {
+        const int64_t b = std::min(n, a + per);
+        f(a, b, part_counts(a, b, n, group.size()));
+    }
 }
 
 // Writes `ar` to `out`. LibTorch's archive writer must never see a short write: it throws, then
@@ -238,29 +263,38 @@ SyncStats TorchEngine::allreduce_grads(Collectives* comm) {
         throw InternalError("engine: the " + model_.kind +
                             " gradients are reduce-scattered over another group than set_group's");
     // ZeRO stage 2: bucket by bucket of the flat vector, each rank receives the sum of its share
-    // only; the whole gradients are freed after the last bucket.
+    // only, and writes it back into its own whole gradients at the same place. A whole gradient
+    // outside the share is freed once the last bucket holding part of it has passed, so what is
+    // held never exceeds the whole gradients plus one bucket; the share is copied out at the end,
+    // when only the gradients it overlaps are left.
     torch::NoGradGuard no_grad;
     const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
     std::vector<torch::Tensor> params = model_.module->parameters(), grads = gradients();
-    shard_grad_ = torch::empty({hi_ - lo_}, opts);
-    size_t freed = 0;  // parameters [0, freed) have had their whole gradient summed and let go
-    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(comm->bucket_bytes() / sizeof(float)));
+    for (size_t i = 0; i < params.size(); ++i)  // the share's sums land in these: they must exist
+        if (!grads[i].defined() && layout_[i].end > lo_ && layout_[i].begin < hi_)
+            grads[i] = params[i].mutable_grad() = torch::zeros_like(params[i]);
+    size_t passed = 0;  // parameters [0, passed) have had their whole gradient summed
     SyncStats total;
-    for (int64_t a = 0; a < numel_; a += per) {
-        const int64_t b = std::min(numel_, a + per);
+    for_each_bucket(numel_, *comm, [&](int64_t a, int64_t b, const std::vector<int64_t>& counts) {
         torch::Tensor send = torch::empty({b - a}, opts);
         gather_range(grads, layout_, a, b, send);
-        const std::vector<int64_t> counts = part_counts(a, b, numel_, comm->size());
-        const int64_t at = std::clamp<int64_t>(a - lo_, 0, hi_ - lo_);
-        const SyncStats st = comm->reduce_scatter_sum(send, counts, shard_grad_.narrow(0, at, counts[comm->rank()]));
+        torch::Tensor part = torch::empty({counts[comm->rank()]}, opts);
+        const SyncStats st = comm->reduce_scatter_sum(send, counts, part);
+        send = torch::Tensor();
+        const auto [x, y] = overlap(a, b, lo_, hi_);
+        if (x < y) scatter_range(part, x, y, grads, layout_);
         total.bytes += st.bytes;
         total.buckets += st.buckets;
         total.seconds += st.seconds;
-        for (; freed < params.size() && layout_[freed].end <= b; ++freed) {  // the peak: one bucket past
-            grads[freed] = torch::Tensor();
-            params[freed].mutable_grad() = torch::Tensor();
+        for (; passed < params.size() && layout_[passed].end <= b; ++passed) {
+            if (layout_[passed].end > lo_ && layout_[passed].begin < hi_) continue;  // holds part of the share
+            grads[passed] = torch::Tensor();
+            params[passed].mutable_grad() = torch::Tensor();
         }
-    }
+    });
+    shard_grad_ = torch::empty({hi_ - lo_}, opts);
+    gather_range(grads, layout_, lo_, hi_, shard_grad_);
+    grads.clear();
     for (auto& p : params) p.mutable_grad() = torch::Tensor();
     return total;
 }
@@ -272,7 +306,7 @@ double TorchEngine::clip_whole_gradients() {
     if (cfg_.optim.grad_clip > 0.0) return torch::nn::utils::clip_grad_norm_(params, cfg_.optim.grad_clip);
     torch::NoGradGuard no_grad;
     double sq = 0.0;
-    for (const auto& p : params) sq += p.grad().to(torch::kFloat64).pow(2).sum().item<double>();
+    for (const auto& p : params) sq += sum_squares(p.grad());
     return std::sqrt(sq);
 }
 
@@ -284,7 +318,7 @@ double TorchEngine::sharded_step() {
     double norm;
     if (shard_grad_.defined()) {
         torch::NoGradGuard no_grad;
-        double sq = shard_grad_.to(torch::kFloat64).pow(2).sum().item<double>();
+        double sq = sum_squares(shard_grad_);
         if (group_ && group_->size() > 1) {
             torch::Tensor t = torch::tensor({static_cast<float>(sq)}, torch::kFloat32).to(device_);
             group_->allreduce_sum({t});
@@ -315,15 +349,12 @@ double TorchEngine::sharded_step() {
     g = torch::Tensor();
     shard_grad_ = torch::Tensor();
     if (group_ && group_->size() > 1) {
-        const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(group_->bucket_bytes() / sizeof(float)));
-        for (int64_t a = 0; a < numel_; a += per) {
-            const int64_t b = std::min(numel_, a + per);
-            const std::vector<int64_t> counts = part_counts(a, b, numel_, group_->size());
+        for_each_bucket(numel_, *group_, [&](int64_t a, int64_t b, const std::vector<int64_t>& counts) {
             const int64_t at = std::clamp<int64_t>(a - lo_, 0, hi_ - lo_);
             torch::Tensor all = torch::empty({b - a}, opts);
             group_->allgather(mine.narrow(0, at, counts[group_->rank()]), counts, all);
             scatter_range(all, a, b, params, layout_);
-        }
+        });
     } else {
         scatter_range(mine, lo_, hi_, params, layout_);
     }

@@ -8,6 +8,11 @@ SIGSTOPped mid-run (after a few flushed steps).
 The probe cases run watchdog_probe_mpi (the watchdog around an MPI_Allreduce loop, no LibTorch)
 instead of `tagflow train`: the same launcher-level checks in seconds, without the run file.
 
+The *_rs_* cases train with `--mode sync --shard gradients` (every rank in the train group) and the
+victim stops itself on entering its 6th gradient reduce-scatter
+(TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER), so the others are waiting inside the collective when it
+goes: the job must end the same way.
+
 Checks: mpirun exits non-zero within 60 s of the signal (a stopped rank is found by the heartbeat
 watchdog, --heartbeat-timeout 5 here); stderr names the lost rank (the watchdog's
 "tagflow: rank R (host H) stopped answering" or mpirun's own "process rank R ... signal 9");
@@ -45,8 +50,9 @@ def alive(pid):
     return st[st.rindex(")") + 2] not in "ZX"
 
 
-def run_case(a, sig, np_, probe=False):
-    name = f"{'probe_' if probe else ''}{'kill' if sig == signal.SIGKILL else 'stop'}_np{np_}"
+def run_case(a, sig, np_, probe=False, in_rs=False):
+    sig_name = "kill" if sig == signal.SIGKILL else "stop"
+    name = f"{'probe_' if probe else ''}{sig_name}{'_rs' if in_rs else ''}_np{np_}"
     out = os.path.join(a.workdir, name)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(a.workdir, exist_ok=True)
@@ -59,14 +65,18 @@ def run_case(a, sig, np_, probe=False):
     else:
         cmd = ["mpirun", "-n", str(np_), a.tagflow, "train", "--out", out] + FAST
         progress = r"step\s+(\d+)/"
-    p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=err, text=True)
+    victim = np_ - 1
+    env = dict(ENV)
+    if in_rs:
+        cmd += ["--mode", "sync", "--shard", "gradients"]
+        env["TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER"] = f"{victim}:6:{sig_name}"
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in p.stdout] + [lines.put(None)], daemon=True).start()
-    victim = np_ - 1
     pids = {}
     try:
-        steps_seen, deadline = 0, time.time() + 150
-        while steps_seen < 3 and time.time() < deadline:
+        steps_seen, raised, deadline = 0, False, time.time() + 150
+        while not (raised if in_rs else steps_seen >= 3) and time.time() < deadline:
             try:
                 line = lines.get(timeout=1)
             except queue.Empty:
@@ -76,11 +86,18 @@ def run_case(a, sig, np_, probe=False):
             m = re.match(progress, line)
             if m:
                 steps_seen = int(m.group(1))
-        check(steps_seen >= 3, f"{name}: run reached step {steps_seen} before the signal")
-        pids = rank_pids(p.pid)
+                if not pids:  # every rank is past its start-up by the first step
+                    pids = rank_pids(p.pid)
+            raised = raised or line.startswith(f"tagflow test: rank {victim} raises SIG")
+        if in_rs:
+            check(raised, f"{name}: rank {victim} signalled itself in a reduce-scatter, at step {steps_seen + 1}")
+        else:
+            check(steps_seen >= 3, f"{name}: run reached step {steps_seen} before the signal")
+            pids = rank_pids(p.pid)
         check(sorted(pids) == list(range(np_)), f"{name}: found the pid of every rank: {pids}")
         t_sig = time.time()
-        os.kill(pids[victim], sig)
+        if not in_rs:
+            os.kill(pids[victim], sig)
         try:
             rc = p.wait(timeout=END_LIMIT_S)
         except subprocess.TimeoutExpired:
@@ -127,6 +144,7 @@ CASES = {
     "stop_np3": (signal.SIGSTOP, 3),
 }
 CASES.update({"probe_" + k: v for k, v in list(CASES.items())})
+CASES.update({"kill_rs_np3": (signal.SIGKILL, 3), "stop_rs_np3": (signal.SIGSTOP, 3)})
 
 
 def main():
@@ -140,7 +158,7 @@ def main():
     if not (a.probe if probe else a.tagflow):
         ap.error(f"{a.case} needs {'--probe' if probe else '--tagflow'}")
     try:
-        run_case(a, *CASES[a.case], probe=probe)
+        run_case(a, *CASES[a.case], probe=probe, in_rs="_rs_" in a.case)
     except Failure as e:
         print("FAIL:", e, flush=True)
         return 1
