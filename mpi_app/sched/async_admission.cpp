@@ -29,11 +29,7 @@ int64_t AsyncScheduler::outstanding() const {
     return n;
 }
 
-void AsyncScheduler::measure_rate(int64_t taken) {
-    // A moving mean over the last few steps: the rate follows the run, one odd step moves it little.
-    const double x = static_cast<double>(taken);
-    rate_ = rate_ <= 0 ? x : 0.7 * rate_ + 0.3 * x;
-}
+void AsyncScheduler::measure_rate(int64_t taken) { rate_ = sched_policy::next_admission_rate(rate_, taken); }
 
 void AsyncScheduler::admit() {
     for (auto it = admit_sends_.begin(); it != admit_sends_.end();) {
@@ -42,24 +38,10 @@ void AsyncScheduler::admit() {
         it = done ? admit_sends_.erase(it) : std::next(it);
     }
     if (!admission_ || data_ || opt_.gateway_only || gens_.empty()) return;
-    const int64_t G = opt_.group_size;
     const int64_t budget = sched_policy::admission_budget(opt_, rate_, threshold_);
-    // A generator's engine holds max_batch sequences; one group more keeps it from waiting for the next.
-    const int64_t cap = ((opt_.max_batch + G - 1) / G + 1) * G;
-    int64_t out = outstanding();
-    std::vector<int64_t> before = granted_;
-    for (bool any = true; any && out + G <= budget;) {
-        any = false;
-        // One group at a time to the generator with the fewest samples in flight (the fastest
-        // delivers, so it is granted more), as long as one more group fits its engine.
-        std::vector<int64_t> load(gens_.size());
-        for (size_t i = 0; i < gens_.size(); ++i) load[i] = granted_[i] * G - arrived_[i];
-        const size_t best = sched_policy::least_loaded(load, cap - G);
-        if (best == gens_.size()) break;
-        ++granted_[best];
-        out += G;
-        any = true;
-    }
+    const std::vector<int64_t> before = granted_;
+    sched_policy::grant_groups(granted_, arrived_, outstanding(), budget, opt_.group_size,
+                               sched_policy::admission_cap(opt_.max_batch, opt_.group_size));
     for (size_t i = 0; i < gens_.size(); ++i) {
         if (granted_[i] == before[i]) continue;
         if (gens_[i] == me_) {

@@ -119,6 +119,31 @@ int64_t admission_budget(const config::Options& opt, double rate, int64_t thresh
     return std::max<int64_t>(floor_groups, static_cast<int64_t>(std::floor(want + 1e-9)));
 }
 
+double next_admission_rate(double rate, int64_t taken) {
+    const double x = static_cast<double>(taken);
+    return rate <= 0 ? x : 0.7 * rate + 0.3 * x;
+}
+
+int64_t admission_cap(int64_t max_batch, int64_t group_size) {
+    return ((max_batch + group_size - 1) / group_size + 1) * group_size;
+}
+
+int64_t grant_groups(std::vector<int64_t>& granted, const std::vector<int64_t>& arrived, int64_t outstanding,
+                     int64_t budget, int64_t group_size, int64_t cap) {
+    if (granted.size() != arrived.size())
+        throw InternalError("grant_groups: " + std::to_string(granted.size()) + " generators granted, " +
+                            std::to_string(arrived.size()) + " delivering");
+    std::vector<int64_t> load(granted.size());
+    while (outstanding + group_size <= budget) {
+        for (size_t i = 0; i < granted.size(); ++i) load[i] = granted[i] * group_size - arrived[i];
+        const size_t best = least_loaded(load, cap - group_size);
+        if (best == granted.size()) break;
+        ++granted[best];
+        outstanding += group_size;
+    }
+    return outstanding;
+}
+
 size_t least_loaded(const std::vector<int64_t>& loads, int64_t limit) {
     size_t best = loads.size();
     for (size_t i = 0; i < loads.size(); ++i)

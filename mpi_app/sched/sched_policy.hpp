@@ -56,6 +56,25 @@ int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t gen
 /// the async modes.
 int64_t admission_budget(const config::Options& opt, double rate, int64_t threshold);
 
+/// --admission staleness's estimate of the samples a training step consumes per policy version:
+/// a moving mean, 0.7 x `rate` + 0.3 x `taken` after a step that consumed `taken` (trained and
+/// dropped), or `taken` itself after the first step (`rate` <= 0). One odd step moves it little.
+double next_admission_rate(double rate, int64_t taken);
+
+/// The most samples a generator may have granted and not yet delivered: its engine's `max_batch`
+/// sequences rounded up to whole groups, and one group more, so it never waits for the next grant
+/// while its engine has room.
+int64_t admission_cap(int64_t max_batch, int64_t group_size);
+
+/// --admission staleness's grants, one group at a time while `outstanding` + G <= `budget`: each
+/// to the generator with the fewest samples granted and not yet delivered (granted[i] x G -
+/// arrived[i]; least_loaded, so the fastest generator is granted the most) whose load stays within
+/// `cap`. `granted` counts groups per generator since the start, `arrived` their samples delivered.
+/// Updates `granted` and returns the samples outstanding after the grants. The async scheduler
+/// (sched/async_admission.cpp) and the simulator both grant with it.
+int64_t grant_groups(std::vector<int64_t>& granted, const std::vector<int64_t>& arrived, int64_t outstanding,
+                     int64_t budget, int64_t group_size, int64_t cap);
+
 /// Where the next piece of work goes: the index of the smallest of `loads` among those at most
 /// `limit` (the first on a tie), or loads.size() when none has room. Admission grants and --data
 /// assignments go one group at a time this way, so the fastest generator is handed the most.

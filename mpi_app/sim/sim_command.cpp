@@ -68,6 +68,7 @@ std::string sim_help() {
            "  --stale drop|weight    as tagflow train (default drop)\n"
            "  --min-rollout-frac F   as tagflow train (default 0.1)\n"
            "  --rollout-ahead F      as tagflow train, multiplex only (default 1; 0 = no cap)\n"
+           "  --admission MODE       staleness or off, as tagflow train, async modes (default staleness)\n"
            "  --train-priority LIST  as tagflow train, multiplex only (KEY=P;..., KEY a tag set or a node)\n"
            "  --seed N               response-length seed (default 1)\n"
            "  --cost FILE.json       cost file (tests/bench/sim_calibrate.sh writes one for type cpu)\n"
@@ -149,6 +150,9 @@ SimArgs parse_sim_args(int argc, const char* const* argv) {
         } else if (o == "min-rollout-frac") {
             a.base.min_rollout_frac = to_double(o, v, 0, false);
             if (a.base.min_rollout_frac >= 1) throw ConfigError("--min-rollout-frac '" + v + "': must be below 1");
+        } else if (o == "admission") {
+            if (v != "staleness" && v != "off") throw ConfigError("--admission '" + v + "': expected staleness or off");
+            a.base.admission = v;
         } else if (o == "rollout-ahead") {
             a.base.rollout_ahead = to_double(o, v, 0, false);
         } else if (o == "train-priority") {
@@ -205,14 +209,15 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
     }
     char buf[1024];
     snprintf(buf, sizeof buf,
-             "tagflow sim: hw %s; lengths %s%s; prompt %d tok; %s; group %d; %lld steps; eta %d (%s); seed %llu;\n"
+             "tagflow sim: hw %s; lengths %s%s; prompt %d tok; %s; group %d; %lld steps; eta %d (%s); admission %s; "
+             "seed %llu;\n"
              "             costs: %s; model %.3g bytes; link %.3g s + bytes / %.3g B/s\n",
              a.hw.c_str(), w.lengths.c_str(), detail.c_str(), w.prompt_tokens,
              w.batch > 0 ? ("batch " + std::to_string(w.batch)).c_str()
                          : ("batch " + std::to_string(w.batch_per_node) + "/node").c_str(),
              w.group_size, static_cast<long long>(a.base.steps), a.base.staleness, a.base.stale.c_str(),
-             static_cast<unsigned long long>(a.base.seed), cost.source.c_str(), cost.model_bytes, cost.latency_s,
-             cost.bandwidth_Bps);
+             a.base.admission.c_str(), static_cast<unsigned long long>(a.base.seed), cost.source.c_str(),
+             cost.model_bytes, cost.latency_s, cost.bandwidth_Bps);
     s += buf;
     snprintf(buf, sizeof buf, "%6s %-14s %11s %12s %8s %7s %6s %6s %8s", "nodes", "mode", "samples/s", "tokens/s",
              "vs sync", "eff", "train", "stale", "dropped");
@@ -266,6 +271,7 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
                    {"stale", a.base.stale},
                    {"min_rollout_frac", a.base.min_rollout_frac},
                    {"rollout_ahead", a.base.rollout_ahead},
+                   {"admission", a.base.admission},
                    {"train_priority", a.base.train_priority},
                    {"seed", a.base.seed}};
     j["cost"] = nlohmann::json::parse(to_json(cost));

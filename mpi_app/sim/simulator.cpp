@@ -153,6 +153,10 @@ struct Node {
     int64_t next_local = 0;
     int gen_index = 0;
     int64_t quota = 0, started = 0, quota_version = 0;  // --rollout-ahead (train-group generators)
+    // --admission staleness: grants (version made at, groups granted since the start) not yet in
+    // force, and the groups it may start (a grant counts once its weights reach the grant's version)
+    std::deque<std::pair<int64_t, int64_t>> grants;
+    int64_t admitted = 0;
 
     bool rolls() const { return (tags & cluster::kRollout) != 0; }
     void book(Kind k, double t) {
@@ -180,6 +184,7 @@ public:
         opt_.stale = cfg.stale;
         opt_.min_rollout_frac = cfg.min_rollout_frac;
         opt_.rollout_ahead = cfg.rollout_ahead;
+        opt_.admission = cfg.admission;
         // The other modes ignore --train-priority.
         if (cfg.mode == config::Mode::kMultiplex) opt_.train_priority = cfg.train_priority;
         opt_.group_size = cfg.work.group_size;
@@ -221,6 +226,12 @@ public:
         for (int r : members_)
             nodes_[static_cast<size_t>(r)].quota =
                 sched::sched_policy::rollout_quota(opt_, threshold_, n_gens_, training_gens);
+        // --admission staleness, as the async scheduler decides it (sched/async_admission.cpp).
+        admission_ = sched::sched_policy::admission_budget(opt_, static_cast<double>(threshold_), threshold_) > 0;
+        granted_.assign(static_cast<size_t>(n_gens_), 0);
+        arrived_.assign(static_cast<size_t>(n_gens_), 0);
+        for (const Node& n : nodes_)
+            if (n.gen) admit_cap_ = std::max(admit_cap_, sched::sched_policy::admission_cap(n.hw->max_batch, G_));
     }
 
     ModeResult run() {
@@ -353,12 +364,17 @@ private:
     void push(double t, Ev k, int node) { q_.push({t, seq_++, k, node}); }
 
     void fill(Node& n) {
+        while (!n.grants.empty() && n.grants.front().first <= n.version) {
+            n.admitted = std::max(n.admitted, n.grants.front().second);
+            n.grants.pop_front();
+        }
         if (n.version != n.quota_version) {  // --rollout-ahead counts per policy version
             n.quota_version = n.version;
             n.started = 0;
         }
         while (n.active + static_cast<int>(n.waiting.size()) < n.hw->max_batch &&
-               (n.quota == 0 || n.started < n.quota)) {
+               (n.quota == 0 || n.started < n.quota) &&
+               (!admission_ || n.next_local < n.admitted)) {
             n.started += G_;
             const int64_t g = n.next_local++ * n_gens_ + n.gen_index;
             submit_group(n, static_cast<int>(&n - nodes_.data()), g);
@@ -367,11 +383,40 @@ private:
     void start_step(int r, double t) {
         Node& n = nodes_[static_cast<size_t>(r)];
         n.book(Kind::kIdle, t);
+        if (n.pending_version > n.version && n.pending_at <= t) n.version = n.pending_version;
         fill(n);
         if (n.active == 0 && n.waiting.empty()) return;  // at its --rollout-ahead quota: idle until it trains
         n.stepping = true;
         n.step_end = t + begin_step(n, t);
         push(n.step_end, Ev::kStepEnd, r);
+    }
+    // --admission staleness: the coordinator's grants (sched_policy::grant_groups), applied at
+    // once (the real grant is a message of a few microseconds). Outstanding: the pool's usable
+    // samples and those granted and not yet delivered in a complete group. A generator idle for
+    // want of a grant starts at once when it gets one. Only while the coordinator is not in a
+    // training step: the real one grants from its loop, which does not run while it trains, so a
+    // grant is always made under the version the next step trains with (the budget's premise).
+    void admit(double t) {
+        if (!admission_ || state_ != State::kWaiting) return;
+        int64_t out = pool_.usable(version_);
+        for (size_t i = 0; i < granted_.size(); ++i) out += granted_[i] * G_ - arrived_[i];
+        const std::vector<int64_t> before = granted_;
+        sched::sched_policy::grant_groups(
+            granted_, arrived_, out, sched::sched_policy::admission_budget(opt_, rate_, threshold_), G_, admit_cap_);
+        if (granted_ == before) return;
+        for (Node& n : nodes_)
+            if (n.gen && granted_[static_cast<size_t>(n.gen_index)] != before[static_cast<size_t>(n.gen_index)])
+                n.grants.emplace_back(version_, granted_[static_cast<size_t>(n.gen_index)]);
+        wake(t);
+    }
+    // Generators idle for want of a grant, or of the weights a grant waits for, start again.
+    void wake(double t) {
+        if (!admission_) return;
+        for (size_t i = 0; i < nodes_.size(); ++i) {
+            const Node& n = nodes_[i];
+            if (n.gen && !n.stepping && !n.preempt && (!n.member || state_ == State::kWaiting))
+                start_step(static_cast<int>(i), t);
+        }
     }
     void check_trigger(double t) {
         if (state_ != State::kWaiting || pool_.usable(version_) < threshold_) return;
@@ -390,6 +435,7 @@ private:
         }
         const auto batch = static_cast<int64_t>(b.samples.size());
         res_.dropped += static_cast<int64_t>(b.dropped_ids.size());
+        rate_ = sched::sched_policy::next_admission_rate(rate_, batch + static_cast<int64_t>(b.dropped_ids.size()));
         res_.weighted += b.weighted;
         age_sum_ += b.age_sum;
         res_.trained += batch;
@@ -448,8 +494,10 @@ private:
             return;
         }
         state_ = State::kWaiting;
+        admit(t);          // the batch left the pool and a new version began: grants, as the loop's first act
         check_trigger(t);  // a backlog trains again at once, before the coordinator generates
         if (state_ == State::kWaiting && nodes_[static_cast<size_t>(coord_)].gen) resume(coord_, t);
+        wake(t);  // the receivers hold the new weights now: grants made at this version count
     }
     void on_step_end(int r, double t) {
         Node& n = nodes_[static_cast<size_t>(r)];
@@ -459,6 +507,7 @@ private:
         end_step(n, done);
         // A complete group joins the pool; its samples carry the oldest admission's version.
         for (int64_t g : done) {
+            arrived_[static_cast<size_t>(n.gen_index)] += G_;
             const int64_t v = groups_[g].version;
             for (int k = 0; k < G_; ++k) {
                 sched::RolloutSample s;
@@ -474,11 +523,15 @@ private:
             start_step(r, t);
         }
         check_trigger(t);
+        // A group that arrives too stale to train leaves the outstanding count (as the real
+        // coordinator re-checks its grants on every pass of its loop).
+        if (!done.empty()) admit(t);
     }
 
     void run_async() {
+        admit(0.0);  // the first grants start their generators
         for (size_t i = 0; i < nodes_.size(); ++i)
-            if (nodes_[i].gen) start_step(static_cast<int>(i), 0.0);
+            if (nodes_[i].gen && !nodes_[i].stepping) start_step(static_cast<int>(i), 0.0);
         while (!done_ && !q_.empty()) {
             const Event e = q_.top();
             q_.pop();
@@ -547,6 +600,11 @@ private:
     int64_t version_ = 0;
     double age_sum_ = 0;
     bool done_ = false;
+    // --admission staleness (sched_policy::grant_groups): per generator, groups granted and samples delivered
+    bool admission_ = false;
+    std::vector<int64_t> granted_, arrived_;
+    int64_t admit_cap_ = 0;
+    double rate_ = 0;  // samples a step consumes per version (sched_policy::next_admission_rate)
     ModeResult res_;
 };
 

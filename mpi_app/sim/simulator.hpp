@@ -65,8 +65,9 @@ struct SimConfig {
     int32_t staleness = 1;
     std::string stale = "drop";
     double min_rollout_frac = 0.1;
-    double rollout_ahead = 1.0;  ///< as tagflow train --rollout-ahead (multiplex only)
-    std::string train_priority;  ///< as tagflow train --train-priority (applied in multiplex only)
+    double rollout_ahead = 1.0;           ///< as tagflow train --rollout-ahead (multiplex only)
+    std::string admission = "staleness";  ///< as tagflow train --admission (async modes): staleness or off
+    std::string train_priority;           ///< as tagflow train --train-priority (applied in multiplex only)
 };
 
 enum class Kind : uint8_t { kRollout, kTrain, kWeightSync, kResplit, kIdle };

@@ -208,6 +208,37 @@ TEST(Admission, BudgetIsStalenessPlusOneRatesOfSamples) {
     EXPECT_EQ(tagflow::sched::sched_policy::admission_budget(o, 8.0, 8), 0);
 }
 
+// The grants themselves (sched_policy::grant_groups, called by the async scheduler and by the
+// simulator): one group at a time to the generator with the fewest samples granted and not yet
+// delivered, while the outstanding samples stay within the budget and the generator within its cap.
+TEST(Admission, GrantGroupsFillsTheBudgetLeastLoadedFirst) {
+    using tagflow::sched::sched_policy::grant_groups;
+    // G 4, budget 24, 4 outstanding: 5 groups fit (4 + 5 x 4 = 24). Loads 0, 0: alternate, first on a tie.
+    std::vector<int64_t> granted{0, 0}, arrived{0, 0};
+    EXPECT_EQ(grant_groups(granted, arrived, 4, 24, 4, 100), 24);
+    EXPECT_EQ(granted, (std::vector<int64_t>{3, 2}));
+    // Generator 1 delivered its 8 samples: its load is 0, generator 0's 12; 8 more fit, both to 1.
+    arrived = {0, 8};
+    EXPECT_EQ(grant_groups(granted, arrived, 16, 24, 4, 100), 24);
+    EXPECT_EQ(granted, (std::vector<int64_t>{3, 4}));
+    // The cap: a generator with 12 in flight and a cap of 12 gets nothing more; the other fills to it.
+    granted = {3, 0};
+    arrived = {0, 0};
+    EXPECT_EQ(grant_groups(granted, arrived, 12, 100, 4, 12), 24);
+    EXPECT_EQ(granted, (std::vector<int64_t>{3, 3}));
+    // Already at the budget, or no generator: nothing.
+    EXPECT_EQ(grant_groups(granted, arrived, 22, 24, 4, 100), 22);
+    EXPECT_EQ(granted, (std::vector<int64_t>{3, 3}));
+    std::vector<int64_t> none;
+    EXPECT_EQ(grant_groups(none, none, 0, 24, 4, 100), 0);
+    EXPECT_THROW(grant_groups(granted, none, 0, 24, 4, 100), tagflow::InternalError);
+    // The moving mean of the rate and the cap.
+    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(0, 64), 64.0);
+    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(64, 74), 67.0);
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_cap(256, 8), 264);
+    EXPECT_EQ(tagflow::sched::sched_policy::admission_cap(10, 4), 16);
+}
+
 // Grants and --data assignments go one group at a time to the least-loaded generator with room
 // (sched_policy::least_loaded): the smallest load at most the limit, the first on a tie, none
 // when every generator is full.
