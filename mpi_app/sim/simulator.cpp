@@ -373,8 +373,7 @@ private:
             n.started = 0;
         }
         while (n.active + static_cast<int>(n.waiting.size()) < n.hw->max_batch &&
-               (n.quota == 0 || n.started < n.quota) &&
-               (!admission_ || n.next_local < n.admitted)) {
+               (n.quota == 0 || n.started < n.quota) && (!admission_ || n.next_local < n.admitted)) {
             n.started += G_;
             const int64_t g = n.next_local++ * n_gens_ + n.gen_index;
             submit_group(n, static_cast<int>(&n - nodes_.data()), g);
