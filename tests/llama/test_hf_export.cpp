@@ -127,8 +127,9 @@ TEST(HfExport, Bf16IsTorchRoundingBitForBit) {
         r.read(*info, got.data());
         const torch::Tensor ref = t.detach().contiguous().to(torch::kBFloat16);
         ASSERT_EQ(0, std::memcmp(got.data(), ref.data_ptr(), got.size() * 2)) << name;
-        if (name == "model.norm.weight")
+        if (name == "model.norm.weight") {
             for (std::size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "value " << hard[i];
+        }
         checked += got.size();
     }
     EXPECT_GT(checked, 1000u);

@@ -296,8 +296,12 @@ TEST(WeightPush, ReceiversThatSkipVersionsStayBitIdentical) {
                 while (!push.done()) {}
                 EXPECT_EQ(st.version, ver);
                 EXPECT_LE(st.bytes, st.dense_bytes);
-                if (!delta) EXPECT_EQ(st.bytes, st.dense_bytes);
-                if (delta && ver == 1 && last == 1) EXPECT_LT(st.bytes, st.dense_bytes / 4);
+                if (!delta) {
+                    EXPECT_EQ(st.bytes, st.dense_bytes);
+                }
+                if (delta && ver == 1 && last == 1) {
+                    EXPECT_LT(st.bytes, st.dense_bytes / 4);
+                }
                 for (int r : to) EXPECT_EQ(push.held(r), ver);
             } else if (std::count(to.begin(), to.end(), me)) {
                 while (!pull.ready()) {}

@@ -108,9 +108,10 @@ TEST(Shard, EqualsReplicatedAndSingle) {
             const auto want = shard_bounds(n, comm.size(), comm.rank());
             EXPECT_EQ(lo, want.first);
             EXPECT_EQ(hi, want.second);
-            if (s == Shard::kGradients)
+            if (s == Shard::kGradients) {
                 for (const auto& g : sh->engine().gradients())
                     EXPECT_FALSE(g.defined()) << "ZeRO 2 kept a whole gradient between steps";
+            }
         }
     }
 }
