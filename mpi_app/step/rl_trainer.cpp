@@ -431,16 +431,6 @@ void save_engine(const train::TrainEngine& e, const std::string& dir, const std:
     save_file(dir, name, [&](std::ostream& out) { e.save(out); });
 }
 
-// --shard: every rank of the group writes its share of the AdamW moments, "<prefix>.<lo>-<hi>.pt".
-void save_optim_shard(const train::TrainEngine& e, const std::string& dir, const std::string& prefix,
-                      std::vector<std::string>* files) {
-    const auto [lo, hi] = e.shard_range();
-    if (lo >= hi) return;  // more ranks than elements: nothing of its own
-    const std::string name = train::optim_shard_name(prefix, lo, hi);
-    save_file(dir, name, [&](std::ostream& out) { e.save_optim_shard(out); });
-    files->push_back(name);
-}
-
 // The moments a sharded checkpoint keeps beside the weights (any group size wrote them).
 void load_optim_shards(train::TrainEngine& e, const std::string& dir, const std::string& prefix) {
     const std::vector<std::string> paths = train::list_optim_shards(dir, prefix);
@@ -490,8 +480,11 @@ std::vector<std::string> RlTrainer::save_state(const std::string& dir) const {
         save_engine(m.critic->engine(), dir, "critic_state.pt");
         files.push_back("critic_state.pt");
     }
-    if (m.actor && m.actor->engine().sharded()) save_optim_shard(m.actor->engine(), dir, "actor_optim", &files);
-    if (m.critic && m.critic->engine().sharded()) save_optim_shard(m.critic->engine(), dir, "critic_optim", &files);
+    for (const auto& [name, bytes] : optim_shards()) {  // --shard: every rank of the group writes its own
+        save_file(dir, name,
+                  [&](std::ostream& out) { out.write(bytes.data(), static_cast<std::streamsize>(bytes.size())); });
+        files.push_back(name);
+    }
     return files;
 }
 
@@ -509,7 +502,7 @@ std::vector<std::pair<std::string, std::string>> RlTrainer::optim_shards() const
     std::vector<std::pair<std::string, std::string>> out;
     auto add = [&](const train::TrainEngine& e, const std::string& prefix) {
         const auto [lo, hi] = e.shard_range();
-        if (!e.sharded() || lo >= hi) return;
+        if (!e.sharded() || lo >= hi) return;  // more ranks than elements: nothing of its own
         std::ostringstream bytes(std::ios::binary);
         e.save_optim_shard(bytes);
         if (!bytes) throw Error("checkpoint: serialising the " + prefix + " shard failed");

@@ -270,9 +270,9 @@ SyncStats TorchEngine::allreduce_grads(Collectives* comm) {
     torch::NoGradGuard no_grad;
     const auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
     std::vector<torch::Tensor> params = model_.module->parameters(), grads = gradients();
+    const auto in_share = [&](size_t i) { return layout_[i].end > lo_ && layout_[i].begin < hi_; };
     for (size_t i = 0; i < params.size(); ++i)  // the share's sums land in these: they must exist
-        if (!grads[i].defined() && layout_[i].end > lo_ && layout_[i].begin < hi_)
-            grads[i] = params[i].mutable_grad() = torch::zeros_like(params[i]);
+        if (!grads[i].defined() && in_share(i)) grads[i] = params[i].mutable_grad() = torch::zeros_like(params[i]);
     size_t passed = 0;  // parameters [0, passed) have had their whole gradient summed
     SyncStats total;
     for_each_bucket(numel_, *comm, [&](int64_t a, int64_t b, const std::vector<int64_t>& counts) {
@@ -287,7 +287,7 @@ SyncStats TorchEngine::allreduce_grads(Collectives* comm) {
         total.buckets += st.buckets;
         total.seconds += st.seconds;
         for (; passed < params.size() && layout_[passed].end <= b; ++passed) {
-            if (layout_[passed].end > lo_ && layout_[passed].begin < hi_) continue;  // holds part of the share
+            if (in_share(passed)) continue;  // holds part of the share: read once more at the end
             grads[passed] = torch::Tensor();
             params[passed].mutable_grad() = torch::Tensor();
         }

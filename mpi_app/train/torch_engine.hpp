@@ -54,7 +54,7 @@ private:
     void require_trainable(const char* what) const;
     double clip_whole_gradients();  // norm of the (summed) whole gradients, clipped in place
     double sharded_step();
-    // Moments of [lo, hi) of the flat vector <- torch AdamW state / -> torch AdamW state.
+    // An unsharded engine's torch AdamW state <- whole-vector moments m, v (read from shard files).
     void set_torch_moments(int64_t steps, const torch::Tensor& m, const torch::Tensor& v);
     ModelHandle model_;
     TrainEngineConfig cfg_;
