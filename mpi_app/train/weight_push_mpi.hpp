@@ -13,7 +13,9 @@
 // Messages on `comm`, root -> each receiver, per version: a header (tag `tag`; int32 version,
 // base version (-1: full), bucket count B, then per bucket its encoding and elements sent), then
 // one message per bucket not skipped (tag `tag` + 1 + b): dense = `count` floats,
-// sparse/bitmask = delta_payload_words() uint32 words.
+// sparse/bitmask = delta_payload_words() uint32 words. A posted receive takes the next header
+// sent on (comm, tag), whoever sent it: one WeightPush/WeightPull pair per tag at a time, and a
+// receiver cancel()s before the root may push on that tag from a new pair.
 #pragma once
 #include <mpi.h>
 
