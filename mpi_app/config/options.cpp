@@ -204,7 +204,8 @@ po::options_description describe(Options& o) {
         ("old-logprobs", val(&o.old_logprobs),
          "the PPO ratio's pi_old: rollout (the rollout-time log-probs) or recompute (the trainer's forward "
          "with the current weights before the update: decoupled PPO's proximal policy, as veRL and AReaL; "
-         "one more forward per step, and needed by --rollout-is/--rollout-rs)")
+         "one more forward per step, and needed by --rollout-is/--rollout-rs) or measure (rollout's loss, "
+         "but that forward is taken to report in /steps the weights --rollout-is token would use)")
         ("rollout-is", val(&o.rollout_is),
          "truncated importance weights min(pi_old / pi_rollout, C) on the policy loss: off, token or sequence "
          "(needs --old-logprobs recompute)")

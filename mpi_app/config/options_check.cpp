@@ -38,7 +38,7 @@ void check_objectives(const Options& o) {
 
 // The off-policy correction options (share/doc/train.md "Off-policy correction").
 void check_correction(const Options& o) {
-    check_choice("old-logprobs", o.old_logprobs, {"recompute", "rollout"});
+    check_choice("old-logprobs", o.old_logprobs, {"recompute", "rollout", "measure"});
     check_choice("rollout-is", o.rollout_is, {"off", "token", "sequence"});
     check_choice("rollout-rs", o.rollout_rs, {"off", "token", "sequence", "geometric"});
     check_range<double>("rollout-is-threshold", o.rollout_is_threshold, 1e-6, 1e9);
@@ -50,11 +50,12 @@ void check_correction(const Options& o) {
     if (o.rollout_rs != "off" && !(lower < upper))
         throw ConfigError("--rollout-rs " + o.rollout_rs + ": the band [" + std::to_string(lower) + ", " +
                           std::to_string(upper) + "] is empty (lower must be below upper)");
-    if (o.old_logprobs == "rollout" &&
+    if (o.old_logprobs != "recompute" &&
         (o.rollout_is != "off" || o.rollout_rs != "off" || o.rollout_token_veto_threshold > 0))
         throw ConfigError(
-            "--rollout-is/--rollout-rs/--rollout-token-veto-threshold: need --old-logprobs recompute (with "
-            "rollout the PPO ratio's pi_old is the behaviour policy and every weight is 1)");
+            "--rollout-is/--rollout-rs/--rollout-token-veto-threshold: need --old-logprobs recompute "
+            "(with " +
+            o.old_logprobs + " the PPO ratio's pi_old is the behaviour policy and every weight is 1)");
 }
 
 }  // namespace

@@ -99,6 +99,7 @@ struct RlTrainer::Impl {
     train::KlController kl_ctrl;  // --kl-ctrl adaptive: the reward KL coefficient, updated every step
     train::UpdateSchedule schedule;
     bool recompute = false;  // --old-logprobs recompute: pi_old is the trainer's forward before the update
+    bool measure = false;    // --old-logprobs measure: that forward only for the /steps figures
     train::RolloutCorrectionConfig correction;
     std::unique_ptr<train::ActorWorker> actor;
     std::unique_ptr<train::ReferenceWorker> ref;
@@ -165,6 +166,7 @@ struct RlTrainer::Impl {
         kl_ctrl.horizon = opt.kl_ctrl == "adaptive" ? opt.kl_horizon : 0.0;
         const double norm_tokens = opt.loss_scale_factor > 0 ? opt.loss_scale_factor : opt.max_new_tokens;
         recompute = opt.old_logprobs == "recompute";
+        measure = opt.old_logprobs == "measure";
         correction.is = train::parse_is_level(opt.rollout_is);
         correction.is_threshold = opt.rollout_is_threshold;
         correction.rs = train::parse_rs_level(opt.rollout_rs);
@@ -243,10 +245,16 @@ struct RlTrainer::Impl {
     // --old-logprobs recompute (decoupled PPO): pi_old = this rank's forward with the current
     // weights, then the importance weights and rejections against the rollout-time log-probs;
     // their statistics over the train group (one all-gather; nothing with a group of one).
+    // --old-logprobs measure: the same forward and figures (the weights --rollout-is token would
+    // use), then pi_old goes back to the rollout log-probs: the loss is the uncorrected one.
     void correct(std::vector<train::TrainSeq>& local, TrainReport& rep) {
         std::vector<std::vector<float>> lp = actor->compute_log_probs(local);
         for (size_t k = 0; k < local.size(); ++k) local[k].old_logprobs = std::move(lp[k]);
-        const train::CorrectionStats cs = train::apply_rollout_correction(local, correction);
+        train::RolloutCorrectionConfig cfg = correction;
+        if (measure) cfg = train::RolloutCorrectionConfig{train::IsLevel::kOff, correction.is_threshold};
+        const train::CorrectionStats cs = train::apply_rollout_correction(local, cfg);
+        if (measure)
+            for (train::TrainSeq& t : local) t.old_logprobs = t.rollout_logprobs;
         constexpr int kStats = 5;
         double mine[kStats] = {cs.weight_sum, cs.weight_count, cs.ratio_max, static_cast<double>(cs.rejected),
                                static_cast<double>(cs.rejected_tokens)};
@@ -367,7 +375,7 @@ struct RlTrainer::Impl {
         if (actor) {
             actor->engine().set_lr(step_lr(opt, s));
             std::vector<train::TrainSeq> local = select(seqs, my_train);
-            if (recompute) correct(local, rep);
+            if (recompute || measure) correct(local, rep);
             train::ActorStats st = actor->update(local, train_comm.get(), schedule);
             rep.loss = st.loss;
             rep.kl = kl_in_reward ? ar.kl_mean : st.kl;

@@ -4,8 +4,13 @@
 `--task longtail` in multiplex mode with a rollout-only rank (mpirun -n 2, --rank-tags
 "0=rollout;1=rollout,train"), the same seeds train once per arm:
 
-  uncorrected  --old-logprobs rollout                          (PPO ratio against the rollout-time log-probs)
+  uncorrected  --old-logprobs measure                          (PPO ratio against the rollout-time log-probs;
+                                                               the trainer's forward is taken for /steps only)
   corrected    --old-logprobs recompute --rollout-is token     (decoupled PPO + truncated importance weights)
+
+Both arms pay for the same forward, so the trainer's time per step, and with it which samples
+are consumed and how stale, does not differ by arm (`--uncorrected rollout` skips that forward in
+the uncorrected arm, as the runs before 2026-12-03 did).
 
 and it prints, per run and per arm (mean over the seeds): trained samples, the held-out greedy
 score at step 0 and at the end, its gain per 1000 trained samples, the mean training reward of
@@ -13,7 +18,8 @@ the last third of the steps, the PPO clip fraction, the staleness, and the corre
 /steps importance weights (mean weight used, largest ratio before truncation). Then the ratios
 corrected / uncorrected of the gains per trained sample (paired by seed and over the arms' means).
 
-    offpolicy_learning.py --tagflow BIN --workdir DIR [--seeds 1,2,3] [--steps 30] [-- extra train args]
+    offpolicy_learning.py --tagflow BIN --workdir DIR [--seeds 1,2,3] [--steps 30]
+                          [--uncorrected measure|rollout] [-- extra train args]
 
 Exit 0 when the corrected arm's mean gain per trained sample is at least the uncorrected one's
 minus the noise (2 standard errors of the paired differences), 1 otherwise, 2 on a failed run.
@@ -34,7 +40,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "common"))
 from testlib import ENV  # noqa: E402  (mpirun as root, no TAGFLOW_*)
 
 ARMS = {
-    "uncorrected": ["--old-logprobs", "rollout"],
+    "uncorrected": ["--old-logprobs", "measure"],  # --uncorrected
     "corrected": ["--old-logprobs", "recompute", "--rollout-is", "token"],
 }
 
@@ -75,8 +81,11 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--seeds", default="1,2,3")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--uncorrected", default="measure", choices=["measure", "rollout"],
+                    help="the uncorrected arm's --old-logprobs (measure: the same trainer cost as corrected)")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
+    ARMS["uncorrected"] = ["--old-logprobs", a.uncorrected]
     os.makedirs(a.workdir, exist_ok=True)
     seeds = [int(s) for s in a.seeds.split(",")]
     rows = []

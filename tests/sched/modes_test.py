@@ -14,7 +14,8 @@ length sched_policy::lognormal_length draws for its id, as `tagflow sim --length
 admission (--admission staleness vs off with a rollout-only rank much faster than training: at most half
 off's fraction of finished samples dropped as stale, under 25%; every step still trains in full),
 offpolicy (--old-logprobs recompute with --rollout-is token in multiplex with a rollout-only rank:
-sane /steps is_weight_mean/is_weight_max/rs_rejected; a tiny --rollout-rs band rejects; bad values).
+sane /steps is_weight_mean/is_weight_max/rs_rejected; a tiny --rollout-rs band rejects; measure
+fills the columns but keeps rollout's loss; bad values).
 sync_delta (--sync-delta in the async modes: every rollout-only rank ends bit-identical to the coordinator,
 as with dense sends, also across a resume; /syncs says what moved; with nothing changed nothing moves),
 resume_mode (--resume-mode/--resume-window/--resume-min-tokens: recompute recomputes KV caches of
@@ -329,6 +330,7 @@ def case_offpolicy(a):
         st = f["steps"]
         mean, mx, rej = st["is_weight_mean"][()], st["is_weight_max"][()], st["rs_rejected"][()]
         stale = st["staleness_max"][()]
+        tis_clip = st["clip_frac"][()]
     check(np.all(np.isfinite(mean)) and np.all(mean > 0) and np.all(mean <= 2.0 + 1e-6),
           f"is_weight_mean finite, in (0, C = 2] at every step: {np.round(mean, 4).tolist()}")
     check(np.all(np.isfinite(mx)) and np.all(mx >= mean - 1e-6) and np.all(mx > 0),
@@ -365,6 +367,21 @@ def case_offpolicy(a):
         st = f["steps"]
         cols = [st[c][()] for c in ("is_weight_mean", "is_weight_max", "rs_rejected", "rs_rejected_tokens")]
     check(all(np.all(c == -1) for c in cols), "--old-logprobs rollout: the four columns are -1 (not measured)")
+    # --old-logprobs measure: recompute's forward fills the columns (as --rollout-is off would), but
+    # the loss keeps pi_old = pi_rollout. With one update per batch, recompute's PPO ratio is exactly
+    # 1 (the clip never acts); measure's is pi_theta / pi_rollout, which the clip does cut.
+    out = train_ok(a, "offpolicy_measure", 2, base[:-4] + ["--old-logprobs", "measure"])
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        common_checks(f, "offpolicy_measure", [1], 5)
+        st = f["steps"]
+        mean, mx, rej, rtok = (st[c][()] for c in ("is_weight_mean", "is_weight_max", "rs_rejected",
+                                                    "rs_rejected_tokens"))
+        clip = st["clip_frac"][()]
+    check(np.all(np.isfinite(mean)) and np.all(mean > 0) and np.all(mean <= 2.0 + 1e-6) and np.all(mx >= mean - 1e-6),
+          f"--old-logprobs measure: weights measured, mean {np.round(mean, 4).tolist()}, max {np.round(mx, 4).tolist()}")
+    check(np.all(rej == 0) and np.all(rtok == 0), "--old-logprobs measure: nothing rejected")
+    check(np.all(tis_clip == 0), f"recompute, one update per batch: clip_frac 0 at every step ({tis_clip.tolist()})")
+    check(np.any(clip > 0), f"measure: the ratio is against pi_rollout, the clip acts ({np.round(clip, 4).tolist()})")
     # Bad usage: one line naming the option, exit 2.
     for args, needle in [(["--rollout-is", "token", "--old-logprobs", "rollout"], "--old-logprobs recompute"),
                          (["--rollout-is", "tokens"], "--rollout-is"),
@@ -374,6 +391,7 @@ def case_offpolicy(a):
                          (["--rollout-token-veto-threshold", "2"], "--rollout-token-veto-threshold"),
                          (["--rollout-token-veto-threshold", "1e-4", "--old-logprobs", "rollout"],
                           "--old-logprobs recompute"),
+                         (["--rollout-rs", "token", "--old-logprobs", "measure"], "--old-logprobs recompute"),
                          (["--rollout-is-cap", "3", "--rollout-is-threshold", "4"], "--rollout-is-cap"),
                          (["--rollout-is-threshold", "0"], "--rollout-is-threshold")]:
         _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
