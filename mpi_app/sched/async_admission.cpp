@@ -40,8 +40,14 @@ void AsyncScheduler::admit() {
     if (!admission_ || data_ || opt_.gateway_only || gens_.empty()) return;
     const int64_t budget = sched_policy::admission_budget(opt_, rate_, threshold_);
     const std::vector<int64_t> before = granted_;
+    // A generator that trains (multiplex: a train-group member) is granted only while this
+    // coordinator waits idle, one group at a time (sched_policy::grant_caps).
+    std::vector<uint8_t> trains(gens_.size(), 0);
+    for (size_t i = 0; i < gens_.size(); ++i)
+        trains[i] = multiplex_ && std::count(members_.begin(), members_.end(), gens_[i]) > 0;
     sched_policy::grant_groups(granted_, arrived_, outstanding(), budget, opt_.group_size,
-                               sched_policy::admission_cap(opt_.max_batch, opt_.group_size));
+                               sched_policy::grant_caps(trains, coord_idle_, opt_.group_size,
+                                                        sched_policy::admission_cap(opt_.max_batch, opt_.group_size)));
     for (size_t i = 0; i < gens_.size(); ++i) {
         if (granted_[i] == before[i]) continue;
         if (gens_[i] == me_) {

@@ -143,6 +143,7 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         const int64_t u = usable();
         if (u >= threshold_ || (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout) ||
             (data_ && u > 0 && data_tail())) {
+            coord_idle_ = false;
             const double t_end = train_one(t_prev, sum, total);
             t_prev = t_end;
             if (have_ckpt_ && ckpt_.every > 0 && step_ % ckpt_.every == 0 && step_ < opt_.steps) {
@@ -152,7 +153,8 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
             continue;
         }
         if (is_gen_) fill_engine();
-        if (is_gen_ && engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size()) > 0) {
+        coord_idle_ = !(is_gen_ && engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size()) > 0);
+        if (!coord_idle_) {
             mine.clear();
             gen_step(mine);
             add_to_pool(mine);

@@ -42,9 +42,19 @@ void AsyncScheduler::assign_work() {
     // One group at a time to the generator holding the fewest, so a budget smaller than every
     // engine's capacity is shared: handing it all to the first generator could leave the run
     // waiting for good when that one may start only its --rollout-ahead share per version.
+    // Under admission a generating train-group rank beside rollout-only ones takes a group only
+    // while the coordinator waits idle (sched_policy::grant_caps, as the built-in tasks' grants).
+    std::vector<int64_t> caps(gens_.size(), cap);
+    if (admission_) {
+        std::vector<uint8_t> trains(gens_.size(), 0);
+        for (size_t i = 0; i < gens_.size(); ++i)
+            trains[i] = multiplex_ && std::count(members_.begin(), members_.end(), gens_[i]) > 0;
+        caps = sched_policy::grant_caps(trains, coord_idle_, 1, cap);
+    }
+    for (int64_t& c : caps) --c;  // groups assigned, below the cap
     std::vector<std::vector<int64_t>> groups(gens_.size());
     while (!admission_ || out + G <= budget) {
-        const size_t best = sched_policy::least_loaded(gen_load_, cap - 1);  // groups assigned, below cap
+        const size_t best = sched_policy::least_loaded(gen_load_, caps);
         if (best == gens_.size()) break;
         std::optional<data::Ticket> t = sampler_->take();
         if (!t) break;

@@ -461,10 +461,11 @@ private:
     uint64_t val_failed_ = 0;                     // coordinator: validation rewards scored 0 (--reward-error zero)
 
     // --admission staleness
-    bool admission_ = false;                          // on (async modes, --admission staleness, not --data)
-    double rate_ = 0;                                 // coordinator: samples consumed per version (measured)
-    std::vector<int64_t> granted_, arrived_;          // coordinator: per generator, groups granted, samples arrived
-    std::list<Pending> admit_sends_;                  // coordinator: grants in flight
+    bool admission_ = false;                  // on (async modes, --admission staleness, not --data)
+    double rate_ = 0;                         // coordinator: samples consumed per version (measured)
+    std::vector<int64_t> granted_, arrived_;  // coordinator: per generator, groups granted, samples arrived
+    bool coord_idle_ = false;         // coordinator: its last loop pass waited for samples with nothing to generate
+    std::list<Pending> admit_sends_;  // coordinator: grants in flight
     std::deque<std::pair<int64_t, int64_t>> grants_;  // generator: (version, K) not yet usable
     int64_t admit_k_ = 0;                             // generator: local groups below this may start
 };

@@ -128,15 +128,25 @@ int64_t admission_cap(int64_t max_batch, int64_t group_size) {
     return ((max_batch + group_size - 1) / group_size + 1) * group_size;
 }
 
+std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, bool coordinator_idle, int64_t group_size,
+                                int64_t cap) {
+    const bool mixed = std::count(trains.begin(), trains.end(), 0) > 0;
+    std::vector<int64_t> caps(trains.size(), cap);
+    for (size_t i = 0; i < trains.size(); ++i)
+        if (mixed && trains[i]) caps[i] = coordinator_idle ? group_size : 0;
+    return caps;
+}
+
 int64_t grant_groups(std::vector<int64_t>& granted, const std::vector<int64_t>& arrived, int64_t outstanding,
-                     int64_t budget, int64_t group_size, int64_t cap) {
-    if (granted.size() != arrived.size())
+                     int64_t budget, int64_t group_size, const std::vector<int64_t>& caps) {
+    if (granted.size() != arrived.size() || caps.size() != granted.size())
         throw InternalError("grant_groups: " + std::to_string(granted.size()) + " generators granted, " +
-                            std::to_string(arrived.size()) + " delivering");
-    std::vector<int64_t> load(granted.size());
+                            std::to_string(arrived.size()) + " delivering, " + std::to_string(caps.size()) + " caps");
+    std::vector<int64_t> load(granted.size()), limit(caps);
+    for (int64_t& l : limit) l -= group_size;
     while (outstanding + group_size <= budget) {
         for (size_t i = 0; i < granted.size(); ++i) load[i] = granted[i] * group_size - arrived[i];
-        const size_t best = least_loaded(load, cap - group_size);
+        const size_t best = least_loaded(load, limit);
         if (best == granted.size()) break;
         ++granted[best];
         outstanding += group_size;
@@ -144,10 +154,11 @@ int64_t grant_groups(std::vector<int64_t>& granted, const std::vector<int64_t>& 
     return outstanding;
 }
 
-size_t least_loaded(const std::vector<int64_t>& loads, int64_t limit) {
+size_t least_loaded(const std::vector<int64_t>& loads, const std::vector<int64_t>& limits) {
     size_t best = loads.size();
+    if (limits.size() != loads.size()) return best;
     for (size_t i = 0; i < loads.size(); ++i)
-        if (loads[i] <= limit && (best == loads.size() || loads[i] < loads[best])) best = i;
+        if (loads[i] <= limits[i] && (best == loads.size() || loads[i] < loads[best])) best = i;
     return best;
 }
 

@@ -66,19 +66,30 @@ double next_admission_rate(double rate, int64_t taken);
 /// while its engine has room.
 int64_t admission_cap(int64_t max_batch, int64_t group_size);
 
+/// Per generator, the most samples grant_groups lets it hold granted and not yet delivered.
+/// `trains[i]`: generator i also trains (multiplex: a member of the train group, whose generation
+/// pauses for every step), so its groups advance only in the gaps between steps, and one that
+/// spans more than --staleness steps is dropped. Where some generator does not train, a training
+/// one is granted only while the coordinator waits idle with nothing of its own to generate (the
+/// others do not keep training busy), one group at a time: 0 otherwise, G when idle. Every other
+/// generator (and every one where all train): `cap` (admission_cap).
+std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, bool coordinator_idle, int64_t group_size,
+                                int64_t cap);
+
 /// --admission staleness's grants, one group at a time while `outstanding` + G <= `budget`: each
 /// to the generator with the fewest samples granted and not yet delivered (granted[i] x G -
 /// arrived[i]; least_loaded, so the fastest generator is granted the most) whose load stays within
-/// `cap`. `granted` counts groups per generator since the start, `arrived` their samples delivered.
-/// Updates `granted` and returns the samples outstanding after the grants. The async scheduler
-/// (sched/async_admission.cpp) and the simulator both grant with it.
+/// its `caps[i]` (grant_caps). `granted` counts groups per generator since the start, `arrived`
+/// their samples delivered. Updates `granted` and returns the samples outstanding after the
+/// grants. The async scheduler (sched/async_admission.cpp) and the simulator both grant with it.
 int64_t grant_groups(std::vector<int64_t>& granted, const std::vector<int64_t>& arrived, int64_t outstanding,
-                     int64_t budget, int64_t group_size, int64_t cap);
+                     int64_t budget, int64_t group_size, const std::vector<int64_t>& caps);
 
 /// Where the next piece of work goes: the index of the smallest of `loads` among those at most
-/// `limit` (the first on a tie), or loads.size() when none has room. Admission grants and --data
-/// assignments go one group at a time this way, so the fastest generator is handed the most.
-size_t least_loaded(const std::vector<int64_t>& loads, int64_t limit);
+/// their `limits` (the first on a tie), or loads.size() when none has room (or the sizes differ).
+/// Admission grants and --data assignments go one group at a time this way, so the fastest
+/// generator is handed the most.
+size_t least_loaded(const std::vector<int64_t>& loads, const std::vector<int64_t>& limits);
 
 /// A sample's response-length draw is a hash of the seed and the sample id (so every mode, rank
 /// count and the simulator see the same lengths): sample_hash and its uniform in (0, 1).

@@ -400,8 +400,15 @@ private:
         int64_t out = pool_.usable(version_);
         for (size_t i = 0; i < granted_.size(); ++i) out += granted_[i] * G_ - arrived_[i];
         const std::vector<int64_t> before = granted_;
-        sched::sched_policy::grant_groups(
-            granted_, arrived_, out, sched::sched_policy::admission_budget(opt_, rate_, threshold_), G_, admit_cap_);
+        // A member that generates is granted only while the coordinator waits idle (grant_caps).
+        std::vector<uint8_t> trains(granted_.size(), 0);
+        for (const Node& n : nodes_)
+            if (n.gen) trains[static_cast<size_t>(n.gen_index)] = n.member;
+        const Node& c = nodes_[static_cast<size_t>(coord_)];
+        const bool coord_idle = !c.gen || (!c.stepping && c.active == 0 && c.waiting.empty());
+        sched::sched_policy::grant_groups(granted_, arrived_, out,
+                                          sched::sched_policy::admission_budget(opt_, rate_, threshold_), G_,
+                                          sched::sched_policy::grant_caps(trains, coord_idle, G_, admit_cap_));
         if (granted_ == before) return;
         for (Node& n : nodes_)
             if (n.gen && granted_[static_cast<size_t>(n.gen_index)] != before[static_cast<size_t>(n.gen_index)])
@@ -520,6 +527,7 @@ private:
             if (--waiting_members_ == 0) begin_train(t);
         } else {
             start_step(r, t);
+            if (r == coord_ && !n.stepping) admit(t);  // the coordinator ran dry: a member may be granted
         }
         check_trigger(t);
         // A group that arrives too stale to train leaves the outstanding count (as the real

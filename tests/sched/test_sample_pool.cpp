@@ -213,25 +213,32 @@ TEST(Admission, BudgetIsStalenessPlusOneRatesOfSamples) {
 // delivered, while the outstanding samples stay within the budget and the generator within its cap.
 TEST(Admission, GrantGroupsFillsTheBudgetLeastLoadedFirst) {
     using tagflow::sched::sched_policy::grant_groups;
+    const std::vector<int64_t> open{100, 100};
     // G 4, budget 24, 4 outstanding: 5 groups fit (4 + 5 x 4 = 24). Loads 0, 0: alternate, first on a tie.
     std::vector<int64_t> granted{0, 0}, arrived{0, 0};
-    EXPECT_EQ(grant_groups(granted, arrived, 4, 24, 4, 100), 24);
+    EXPECT_EQ(grant_groups(granted, arrived, 4, 24, 4, open), 24);
     EXPECT_EQ(granted, (std::vector<int64_t>{3, 2}));
     // Generator 1 delivered its 8 samples: its load is 0, generator 0's 12; 8 more fit, both to 1.
     arrived = {0, 8};
-    EXPECT_EQ(grant_groups(granted, arrived, 16, 24, 4, 100), 24);
+    EXPECT_EQ(grant_groups(granted, arrived, 16, 24, 4, open), 24);
     EXPECT_EQ(granted, (std::vector<int64_t>{3, 4}));
     // The cap: a generator with 12 in flight and a cap of 12 gets nothing more; the other fills to it.
     granted = {3, 0};
     arrived = {0, 0};
-    EXPECT_EQ(grant_groups(granted, arrived, 12, 100, 4, 12), 24);
+    EXPECT_EQ(grant_groups(granted, arrived, 12, 100, 4, {12, 12}), 24);
     EXPECT_EQ(granted, (std::vector<int64_t>{3, 3}));
+    // Caps per generator: 0 grants nothing, however light the load.
+    granted = {0, 0};
+    EXPECT_EQ(grant_groups(granted, arrived, 0, 100, 4, {0, 8}), 8);
+    EXPECT_EQ(granted, (std::vector<int64_t>{0, 2}));
     // Already at the budget, or no generator: nothing.
-    EXPECT_EQ(grant_groups(granted, arrived, 22, 24, 4, 100), 22);
+    granted = {3, 3};
+    EXPECT_EQ(grant_groups(granted, arrived, 22, 24, 4, open), 22);
     EXPECT_EQ(granted, (std::vector<int64_t>{3, 3}));
     std::vector<int64_t> none;
-    EXPECT_EQ(grant_groups(none, none, 0, 24, 4, 100), 0);
-    EXPECT_THROW(grant_groups(granted, none, 0, 24, 4, 100), tagflow::InternalError);
+    EXPECT_EQ(grant_groups(none, none, 0, 24, 4, none), 0);
+    EXPECT_THROW(grant_groups(granted, none, 0, 24, 4, open), tagflow::InternalError);
+    EXPECT_THROW(grant_groups(granted, arrived, 0, 24, 4, {100}), tagflow::InternalError);
     // The moving mean of the rate and the cap.
     EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(0, 64), 64.0);
     EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(64, 74), 67.0);
@@ -239,14 +246,27 @@ TEST(Admission, GrantGroupsFillsTheBudgetLeastLoadedFirst) {
     EXPECT_EQ(tagflow::sched::sched_policy::admission_cap(10, 4), 16);
 }
 
+// A generator that trains (a multiplex member) next to one that does not: granted one group, and
+// only while the coordinator waits idle; where every generator trains, all take the full cap.
+TEST(Admission, MembersAreGrantedOnlyWhileTheCoordinatorIdles) {
+    using tagflow::sched::sched_policy::grant_caps;
+    EXPECT_EQ(grant_caps({0, 1}, false, 8, 40), (std::vector<int64_t>{40, 0}));
+    EXPECT_EQ(grant_caps({0, 1}, true, 8, 40), (std::vector<int64_t>{40, 8}));
+    EXPECT_EQ(grant_caps({0, 1, 1}, true, 8, 40), (std::vector<int64_t>{40, 8, 8}));
+    EXPECT_EQ(grant_caps({1, 1}, false, 8, 40), (std::vector<int64_t>{40, 40}));
+    EXPECT_EQ(grant_caps({0, 0}, false, 8, 40), (std::vector<int64_t>{40, 40}));
+}
+
 // Grants and --data assignments go one group at a time to the least-loaded generator with room
 // (sched_policy::least_loaded): the smallest load at most the limit, the first on a tie, none
 // when every generator is full.
 TEST(Admission, LeastLoadedPicksTheSmallestWithRoom) {
     using tagflow::sched::sched_policy::least_loaded;
-    EXPECT_EQ(least_loaded({5, 2, 7}, 10), 1u);
-    EXPECT_EQ(least_loaded({3, 2, 2}, 10), 1u);  // a tie: the first
-    EXPECT_EQ(least_loaded({9, 12, 8}, 8), 2u);  // at the limit still has room
-    EXPECT_EQ(least_loaded({9, 12}, 8), 2u);     // none: size()
-    EXPECT_EQ(least_loaded({}, 8), 0u);
+    EXPECT_EQ(least_loaded({5, 2, 7}, {10, 10, 10}), 1u);
+    EXPECT_EQ(least_loaded({3, 2, 2}, {10, 10, 10}), 1u);  // a tie: the first
+    EXPECT_EQ(least_loaded({9, 12, 8}, {8, 8, 8}), 2u);    // at the limit still has room
+    EXPECT_EQ(least_loaded({9, 12}, {8, 8}), 2u);          // none: size()
+    EXPECT_EQ(least_loaded({5, 2, 7}, {10, 1, 10}), 0u);   // limits per item
+    EXPECT_EQ(least_loaded({5, 2}, {10}), 2u);             // sizes differ: none
+    EXPECT_EQ(least_loaded({}, {}), 0u);
 }
