@@ -41,13 +41,11 @@ void AsyncScheduler::admit() {
     const int64_t budget = sched_policy::admission_budget(opt_, rate_, threshold_);
     const std::vector<int64_t> before = granted_;
     // A generator that trains (multiplex: a train-group member) is granted only while this
-    // coordinator waits idle, one group at a time (sched_policy::grant_caps).
-    std::vector<uint8_t> trains(gens_.size(), 0);
-    for (size_t i = 0; i < gens_.size(); ++i)
-        trains[i] = multiplex_ && std::count(members_.begin(), members_.end(), gens_[i]) > 0;
-    sched_policy::grant_groups(granted_, arrived_, outstanding(), budget, opt_.group_size,
-                               sched_policy::grant_caps(trains, coord_idle_, opt_.group_size,
-                                                        sched_policy::admission_cap(opt_.max_batch, opt_.group_size)));
+    // coordinator waits idle, within its allowance (sched_policy::grant_caps).
+    sched_policy::grant_groups(
+        granted_, arrived_, outstanding(), budget, opt_.group_size,
+        sched_policy::grant_caps(generator_trains(), member_groups_, coord_idle_, opt_.group_size,
+                                 sched_policy::admission_cap(opt_.max_batch, opt_.group_size)));
     for (size_t i = 0; i < gens_.size(); ++i) {
         if (granted_[i] == before[i]) continue;
         if (gens_[i] == me_) {
@@ -62,6 +60,27 @@ void AsyncScheduler::admit() {
         TAGFLOW_MPI_CHECK(
             MPI_Isend(m.buf.data(), static_cast<int>(m.buf.size()), MPI_CHAR, gens_[i], kTagAdmit, p2p_.get(), &m.req));
     }
+}
+
+std::vector<uint8_t> AsyncScheduler::generator_trains() const {
+    std::vector<uint8_t> trains(gens_.size(), 0);
+    for (size_t i = 0; i < gens_.size(); ++i)
+        trains[i] = multiplex_ && std::count(members_.begin(), members_.end(), gens_[i]) > 0;
+    return trains;
+}
+
+void AsyncScheduler::adjust_member_groups(const std::vector<int64_t>& dropped_ids) {
+    if (!admission_ || data_ || gens_.empty()) return;
+    const auto n = static_cast<int64_t>(gens_.size());
+    std::vector<int64_t> dropped(gens_.size(), 0);
+    for (int64_t id : dropped_ids) ++dropped[static_cast<size_t>(id / opt_.group_size % n)];
+    const std::vector<uint8_t> trains = generator_trains();
+    const int64_t max_groups = sched_policy::admission_cap(opt_.max_batch, opt_.group_size) / opt_.group_size;
+    for (size_t i = 0; i < gens_.size(); ++i)
+        if (trains[i])
+            member_groups_[i] = sched_policy::next_member_cap(
+                member_groups_[i], dropped[i], coord_idle_ ? arrived_[i] - arrived_at_step_[i] : 0, max_groups);
+    arrived_at_step_ = arrived_;
 }
 
 void AsyncScheduler::admit_arrived(int64_t group) {

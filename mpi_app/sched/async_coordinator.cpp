@@ -143,7 +143,6 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         const int64_t u = usable();
         if (u >= threshold_ || (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout) ||
             (data_ && u > 0 && data_tail())) {
-            coord_idle_ = false;
             const double t_end = train_one(t_prev, sum, total);
             t_prev = t_end;
             if (have_ckpt_ && ckpt_.every > 0 && step_ % ckpt_.every == 0 && step_ < opt_.steps) {
@@ -153,13 +152,13 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
             continue;
         }
         if (is_gen_) fill_engine();
-        coord_idle_ = !(is_gen_ && engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size()) > 0);
-        if (!coord_idle_) {
+        if (is_gen_ && engine_->active() + engine_->waiting() + static_cast<int64_t>(awaiting_.size()) > 0) {
             mine.clear();
             gen_step(mine);
             add_to_pool(mine);
         } else {                     // not generating, or at its --rollout-ahead quota: waiting for the others' samples
             enter(SpanKind::kIdle);  // waiting for samples
+            coord_idle_ = true;      // members may be granted until the next step (grant_caps)
             nap();
         }
     }
@@ -249,6 +248,8 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     PoolBatch pb = pool_.take_batch(threshold_, version_);
     measure_rate(static_cast<int64_t>(pb.samples.size() + pb.dropped_ids.size()));  // consumed per version
     if (data_) data_settle(pb);  // trained groups' tickets done, dropped ones requeued
+    adjust_member_groups(pb.dropped_ids);
+    coord_idle_ = false;
     std::vector<RolloutSample>& batch = pb.samples;
     std::vector<io::ConsumedRecord> consumed;
     for (int64_t id : pb.dropped_ids) consumed.push_back({id, s, 0.f, 0.f});

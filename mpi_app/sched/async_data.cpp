@@ -44,13 +44,9 @@ void AsyncScheduler::assign_work() {
     // waiting for good when that one may start only its --rollout-ahead share per version.
     // Under admission a generating train-group rank beside rollout-only ones takes a group only
     // while the coordinator waits idle (sched_policy::grant_caps, as the built-in tasks' grants).
+    // (--data keeps each member's allowance at one group: its drops are not traced to a generator.)
     std::vector<int64_t> caps(gens_.size(), cap);
-    if (admission_) {
-        std::vector<uint8_t> trains(gens_.size(), 0);
-        for (size_t i = 0; i < gens_.size(); ++i)
-            trains[i] = multiplex_ && std::count(members_.begin(), members_.end(), gens_[i]) > 0;
-        caps = sched_policy::grant_caps(trains, coord_idle_, 1, cap);
-    }
+    if (admission_) caps = sched_policy::grant_caps(generator_trains(), member_groups_, coord_idle_, 1, cap);
     for (int64_t& c : caps) --c;  // groups assigned, below the cap
     std::vector<std::vector<int64_t>> groups(gens_.size());
     while (!admission_ || out + G <= budget) {

@@ -206,6 +206,8 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
     granted_ = lo_;
     arrived_.clear();
     for (int64_t k : lo_) arrived_.push_back(k * opt.group_size);
+    member_groups_.assign(gens_.size(), 0);  // none until the coordinator waits idle (next_member_cap)
+    arrived_at_step_ = arrived_;
     if (is_gen_) admit_k_ = next_local_;
 }
 

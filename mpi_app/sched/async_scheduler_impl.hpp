@@ -218,6 +218,11 @@ private:
     void admit();
     // Coordinator: a sample of generator `g`'s group arrived.
     void admit_arrived(int64_t group);
+    // Coordinator: per generator, whether it is in the train group (multiplex) too.
+    std::vector<uint8_t> generator_trains() const;
+    // Coordinator, after a step took its batch: each training generator's allowance from the
+    // samples of its groups the step dropped and the groups it delivered (next_member_cap).
+    void adjust_member_groups(const std::vector<int64_t>& dropped_ids);
     // Generators: grants that arrived (never waits); the groups they allow at this rank's version.
     void poll_admit();
     int64_t admitted();
@@ -464,8 +469,10 @@ private:
     bool admission_ = false;                  // on (async modes, --admission staleness, not --data)
     double rate_ = 0;                         // coordinator: samples consumed per version (measured)
     std::vector<int64_t> granted_, arrived_;  // coordinator: per generator, groups granted, samples arrived
-    bool coord_idle_ = false;         // coordinator: its last loop pass waited for samples with nothing to generate
-    std::list<Pending> admit_sends_;  // coordinator: grants in flight
+    bool coord_idle_ = false;  // coordinator: it waited for samples with nothing to generate since the last step
+    std::vector<int64_t> member_groups_;              // coordinator: per training generator, its allowance (grant_caps)
+    std::vector<int64_t> arrived_at_step_;            // coordinator: arrived_ at the last step
+    std::list<Pending> admit_sends_;                  // coordinator: grants in flight
     std::deque<std::pair<int64_t, int64_t>> grants_;  // generator: (version, K) not yet usable
     int64_t admit_k_ = 0;                             // generator: local groups below this may start
 };

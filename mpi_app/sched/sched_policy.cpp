@@ -128,13 +128,23 @@ int64_t admission_cap(int64_t max_batch, int64_t group_size) {
     return ((max_batch + group_size - 1) / group_size + 1) * group_size;
 }
 
-std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, bool coordinator_idle, int64_t group_size,
-                                int64_t cap) {
+std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, const std::vector<int64_t>& member_groups,
+                                bool coordinator_idle, int64_t group_size, int64_t cap) {
+    if (member_groups.size() != trains.size())
+        throw InternalError("grant_caps: " + std::to_string(trains.size()) + " generators, " +
+                            std::to_string(member_groups.size()) + " allowances");
     const bool mixed = std::count(trains.begin(), trains.end(), 0) > 0;
     std::vector<int64_t> caps(trains.size(), cap);
     for (size_t i = 0; i < trains.size(); ++i)
-        if (mixed && trains[i]) caps[i] = coordinator_idle ? group_size : 0;
+        if (mixed && trains[i])
+            caps[i] = std::min(cap, std::max<int64_t>(member_groups[i], coordinator_idle ? 1 : 0) * group_size);
     return caps;
+}
+
+int64_t next_member_cap(int64_t groups, int64_t dropped, int64_t delivered, int64_t max_groups) {
+    if (dropped > 0) return groups / 2;
+    if (delivered > 0) return std::min(std::max<int64_t>(1, max_groups), std::max<int64_t>(1, 2 * groups));
+    return groups;
 }
 
 int64_t grant_groups(std::vector<int64_t>& granted, const std::vector<int64_t>& arrived, int64_t outstanding,

@@ -70,11 +70,21 @@ int64_t admission_cap(int64_t max_batch, int64_t group_size);
 /// `trains[i]`: generator i also trains (multiplex: a member of the train group, whose generation
 /// pauses for every step), so its groups advance only in the gaps between steps, and one that
 /// spans more than --staleness steps is dropped. Where some generator does not train, a training
-/// one is granted only while the coordinator waits idle with nothing of its own to generate (the
-/// others do not keep training busy), one group at a time: 0 otherwise, G when idle. Every other
-/// generator (and every one where all train): `cap` (admission_cap).
-std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, bool coordinator_idle, int64_t group_size,
-                                int64_t cap);
+/// one is granted at most `member_groups[i]` groups (its allowance, next_member_cap), and at
+/// least one once the coordinator has waited idle with nothing of its own to generate since the
+/// last step (the others did not keep training busy). Every other generator (and every one where
+/// all train): `cap` (admission_cap).
+std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, const std::vector<int64_t>& member_groups,
+                                bool coordinator_idle, int64_t group_size, int64_t cap);
+
+/// A training generator's group allowance (grant_caps) after a step: halved (down to 0) when the
+/// step dropped `dropped` > 0 of its samples as stale, one more (at most `max_groups`) when it
+/// dropped none and `delivered` > 0: it delivered since the step before, and the coordinator
+/// waited idle in that time (the caller passes 0 otherwise: the trainer did not wait for samples,
+/// so more member generation would only be paused), else unchanged. Starts at `max_groups`: a
+/// member keeps what it finishes in time (additive increase, multiplicative decrease); at 0 it is
+/// granted one group only after the coordinator waited idle (grant_caps).
+int64_t next_member_cap(int64_t groups, int64_t dropped, int64_t delivered, int64_t max_groups);
 
 /// --admission staleness's grants, one group at a time while `outstanding` + G <= `budget`: each
 /// to the generator with the fewest samples granted and not yet delivered (granted[i] x G -

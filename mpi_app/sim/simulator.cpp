@@ -230,8 +230,10 @@ public:
         admission_ = sched::sched_policy::admission_budget(opt_, static_cast<double>(threshold_), threshold_) > 0;
         granted_.assign(static_cast<size_t>(n_gens_), 0);
         arrived_.assign(static_cast<size_t>(n_gens_), 0);
+        arrived_at_step_ = arrived_;
         for (const Node& n : nodes_)
             if (n.gen) admit_cap_ = std::max(admit_cap_, sched::sched_policy::admission_cap(n.hw->max_batch, G_));
+        member_groups_.assign(static_cast<size_t>(n_gens_), 0);  // none until the coordinator waits idle
     }
 
     ModeResult run() {
@@ -405,10 +407,10 @@ private:
         for (const Node& n : nodes_)
             if (n.gen) trains[static_cast<size_t>(n.gen_index)] = n.member;
         const Node& c = nodes_[static_cast<size_t>(coord_)];
-        const bool coord_idle = !c.gen || (!c.stepping && c.active == 0 && c.waiting.empty());
-        sched::sched_policy::grant_groups(granted_, arrived_, out,
-                                          sched::sched_policy::admission_budget(opt_, rate_, threshold_), G_,
-                                          sched::sched_policy::grant_caps(trains, coord_idle, G_, admit_cap_));
+        if (!c.gen || (!c.stepping && c.active == 0 && c.waiting.empty())) coord_idled_ = true;
+        sched::sched_policy::grant_groups(
+            granted_, arrived_, out, sched::sched_policy::admission_budget(opt_, rate_, threshold_), G_,
+            sched::sched_policy::grant_caps(trains, member_groups_, coord_idled_, G_, admit_cap_));
         if (granted_ == before) return;
         for (Node& n : nodes_)
             if (n.gen && granted_[static_cast<size_t>(n.gen_index)] != before[static_cast<size_t>(n.gen_index)])
@@ -441,6 +443,19 @@ private:
         }
         const auto batch = static_cast<int64_t>(b.samples.size());
         res_.dropped += static_cast<int64_t>(b.dropped_ids.size());
+        if (admission_) {  // each member's allowance, as the coordinator adjusts it (adjust_member_groups)
+            std::vector<int64_t> dropped(granted_.size(), 0);
+            for (int64_t id : b.dropped_ids) ++dropped[static_cast<size_t>(id / G_ % n_gens_)];
+            for (const Node& n : nodes_) {
+                if (!n.gen || !n.member) continue;
+                const auto i = static_cast<size_t>(n.gen_index);
+                member_groups_[i] = sched::sched_policy::next_member_cap(
+                    member_groups_[i], dropped[i], coord_idled_ ? arrived_[i] - arrived_at_step_[i] : 0,
+                    admit_cap_ / G_);
+            }
+            arrived_at_step_ = arrived_;
+        }
+        coord_idled_ = false;
         rate_ = sched::sched_policy::next_admission_rate(rate_, batch + static_cast<int64_t>(b.dropped_ids.size()));
         res_.weighted += b.weighted;
         age_sum_ += b.age_sum;
@@ -610,6 +625,8 @@ private:
     // --admission staleness (sched_policy::grant_groups): per generator, groups granted and samples delivered
     bool admission_ = false;
     std::vector<int64_t> granted_, arrived_;
+    std::vector<int64_t> member_groups_, arrived_at_step_;  // per member generator, its allowance (grant_caps)
+    bool coord_idled_ = false;  // the coordinator had nothing to generate since the last step
     int64_t admit_cap_ = 0;
     double rate_ = 0;  // samples a step consumes per version (sched_policy::next_admission_rate)
     ModeResult res_;

@@ -246,27 +246,24 @@ TEST(Admission, GrantGroupsFillsTheBudgetLeastLoadedFirst) {
     EXPECT_EQ(tagflow::sched::sched_policy::admission_cap(10, 4), 16);
 }
 
-// A generator that trains (a multiplex member) next to one that does not: granted one group, and
-// only while the coordinator waits idle; where every generator trains, all take the full cap.
-TEST(Admission, MembersAreGrantedOnlyWhileTheCoordinatorIdles) {
+// A generator that trains (a multiplex member) next to one that does not: granted within its
+// allowance, and one group at least once the coordinator waited idle since the last step; where
+// every generator trains, all take the full cap. The allowance doubles after a step in which the
+// coordinator waited and the member delivered without a drop, and halves (down to 0) on a drop.
+TEST(Admission, MembersAreGrantedWithinTheirAllowance) {
     using tagflow::sched::sched_policy::grant_caps;
-    EXPECT_EQ(grant_caps({0, 1}, false, 8, 40), (std::vector<int64_t>{40, 0}));
-    EXPECT_EQ(grant_caps({0, 1}, true, 8, 40), (std::vector<int64_t>{40, 8}));
-    EXPECT_EQ(grant_caps({0, 1, 1}, true, 8, 40), (std::vector<int64_t>{40, 8, 8}));
-    EXPECT_EQ(grant_caps({1, 1}, false, 8, 40), (std::vector<int64_t>{40, 40}));
-    EXPECT_EQ(grant_caps({0, 0}, false, 8, 40), (std::vector<int64_t>{40, 40}));
-}
-
-// Grants and --data assignments go one group at a time to the least-loaded generator with room
-// (sched_policy::least_loaded): the smallest load at most the limit, the first on a tie, none
-// when every generator is full.
-TEST(Admission, LeastLoadedPicksTheSmallestWithRoom) {
-    using tagflow::sched::sched_policy::least_loaded;
-    EXPECT_EQ(least_loaded({5, 2, 7}, {10, 10, 10}), 1u);
-    EXPECT_EQ(least_loaded({3, 2, 2}, {10, 10, 10}), 1u);  // a tie: the first
-    EXPECT_EQ(least_loaded({9, 12, 8}, {8, 8, 8}), 2u);    // at the limit still has room
-    EXPECT_EQ(least_loaded({9, 12}, {8, 8}), 2u);          // none: size()
-    EXPECT_EQ(least_loaded({5, 2, 7}, {10, 1, 10}), 0u);   // limits per item
-    EXPECT_EQ(least_loaded({5, 2}, {10}), 2u);             // sizes differ: none
-    EXPECT_EQ(least_loaded({}, {}), 0u);
+    using tagflow::sched::sched_policy::next_member_cap;
+    EXPECT_EQ(grant_caps({0, 1}, {0, 0}, false, 8, 40), (std::vector<int64_t>{40, 0}));
+    EXPECT_EQ(grant_caps({0, 1}, {0, 0}, true, 8, 40), (std::vector<int64_t>{40, 8}));
+    EXPECT_EQ(grant_caps({0, 1}, {0, 3}, false, 8, 40), (std::vector<int64_t>{40, 24}));
+    EXPECT_EQ(grant_caps({0, 1, 1}, {0, 3, 9}, true, 8, 40), (std::vector<int64_t>{40, 24, 40}));
+    EXPECT_EQ(grant_caps({1, 1}, {0, 0}, false, 8, 40), (std::vector<int64_t>{40, 40}));
+    EXPECT_EQ(grant_caps({0, 0}, {0, 0}, false, 8, 40), (std::vector<int64_t>{40, 40}));
+    EXPECT_THROW(grant_caps({0, 1}, {1}, true, 8, 40), tagflow::InternalError);
+    EXPECT_EQ(next_member_cap(0, 0, 8, 5), 1);  // delivered, nothing dropped: doubled, at least one
+    EXPECT_EQ(next_member_cap(2, 0, 8, 5), 4);
+    EXPECT_EQ(next_member_cap(3, 0, 8, 5), 5);  // at most max_groups
+    EXPECT_EQ(next_member_cap(3, 0, 0, 5), 3);  // nothing delivered (or the coordinator never waited)
+    EXPECT_EQ(next_member_cap(5, 4, 8, 5), 2);  // a drop: halved
+    EXPECT_EQ(next_member_cap(1, 4, 8, 5), 0);  // down to none
 }
