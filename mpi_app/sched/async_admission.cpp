@@ -40,8 +40,8 @@ void AsyncScheduler::admit() {
     if (!admission_ || data_ || opt_.gateway_only || gens_.empty()) return;
     const int64_t budget = sched_policy::admission_budget(opt_, rate_, threshold_);
     const std::vector<int64_t> before = granted_;
-    // A generator that trains (multiplex: a train-group member) is granted only while this
-    // coordinator waits idle, within its allowance (sched_policy::grant_caps).
+    // A generator that trains (multiplex: a train-group member) is granted within its allowance,
+    // and one group once this coordinator has waited idle since the last step (grant_caps).
     sched_policy::grant_groups(
         granted_, arrived_, outstanding(), budget, opt_.group_size,
         sched_policy::grant_caps(generator_trains(), member_groups_, coord_idle_, opt_.group_size,

@@ -42,9 +42,9 @@ void AsyncScheduler::assign_work() {
     // One group at a time to the generator holding the fewest, so a budget smaller than every
     // engine's capacity is shared: handing it all to the first generator could leave the run
     // waiting for good when that one may start only its --rollout-ahead share per version.
-    // Under admission a generating train-group rank beside rollout-only ones takes a group only
-    // while the coordinator waits idle (sched_policy::grant_caps, as the built-in tasks' grants).
-    // (--data keeps each member's allowance at one group: its drops are not traced to a generator.)
+    // Under admission a generating train-group rank beside rollout-only ones is capped as the
+    // built-in tasks' grants are (sched_policy::grant_caps), but its allowance stays 0 (drops are
+    // not traced to a generator here): one group once the coordinator waited idle since the step.
     std::vector<int64_t> caps(gens_.size(), cap);
     if (admission_) caps = sched_policy::grant_caps(generator_trains(), member_groups_, coord_idle_, 1, cap);
     for (int64_t& c : caps) --c;  // groups assigned, below the cap

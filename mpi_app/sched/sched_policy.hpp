@@ -78,12 +78,11 @@ std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, const std::v
                                 bool coordinator_idle, int64_t group_size, int64_t cap);
 
 /// A training generator's group allowance (grant_caps) after a step: halved (down to 0) when the
-/// step dropped `dropped` > 0 of its samples as stale, one more (at most `max_groups`) when it
-/// dropped none and `delivered` > 0: it delivered since the step before, and the coordinator
-/// waited idle in that time (the caller passes 0 otherwise: the trainer did not wait for samples,
-/// so more member generation would only be paused), else unchanged. Starts at `max_groups`: a
-/// member keeps what it finishes in time (additive increase, multiplicative decrease); at 0 it is
-/// granted one group only after the coordinator waited idle (grant_caps).
+/// step dropped `dropped` > 0 of its samples as stale; doubled (at least 1, at most `max_groups`)
+/// when it dropped none and `delivered` > 0: it delivered since the step before and the
+/// coordinator waited idle in that time (the caller passes 0 otherwise: the trainer did not wait
+/// for samples, so more member generation would only be paused); else unchanged. The coordinator
+/// and the simulator start every allowance at 0: a member earns what it finishes in time.
 int64_t next_member_cap(int64_t groups, int64_t dropped, int64_t delivered, int64_t max_groups);
 
 /// --admission staleness's grants, one group at a time while `outstanding` + G <= `budget`: each
