@@ -246,6 +246,20 @@ TEST(Admission, GrantGroupsFillsTheBudgetLeastLoadedFirst) {
     EXPECT_EQ(tagflow::sched::sched_policy::admission_cap(10, 4), 16);
 }
 
+// Grants and --data assignments go one group at a time to the least-loaded generator with room
+// (sched_policy::least_loaded): the smallest load at most its limit, the first on a tie, none
+// when every generator is full (or the limits do not match the loads).
+TEST(Admission, LeastLoadedPicksTheSmallestWithRoom) {
+    using tagflow::sched::sched_policy::least_loaded;
+    EXPECT_EQ(least_loaded({5, 2, 7}, {10, 10, 10}), 1u);
+    EXPECT_EQ(least_loaded({3, 2, 2}, {10, 10, 10}), 1u);  // a tie: the first
+    EXPECT_EQ(least_loaded({9, 12, 8}, {8, 8, 8}), 2u);    // at the limit still has room
+    EXPECT_EQ(least_loaded({9, 12}, {8, 8}), 2u);          // none: size()
+    EXPECT_EQ(least_loaded({5, 2, 7}, {10, 1, 10}), 0u);   // limits per item
+    EXPECT_EQ(least_loaded({5, 2}, {10}), 2u);             // sizes differ: none
+    EXPECT_EQ(least_loaded({}, {}), 0u);
+}
+
 // A generator that trains (a multiplex member) next to one that does not: granted within its
 // allowance, and one group at least once the coordinator waited idle since the last step; where
 // every generator trains, all take the full cap. The allowance doubles after a step in which the
