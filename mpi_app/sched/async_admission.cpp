@@ -71,16 +71,9 @@ std::vector<uint8_t> AsyncScheduler::generator_trains() const {
 
 void AsyncScheduler::adjust_member_groups(const std::vector<int64_t>& dropped_ids) {
     if (!admission_ || data_ || gens_.empty()) return;
-    const auto n = static_cast<int64_t>(gens_.size());
-    std::vector<int64_t> dropped(gens_.size(), 0);
-    for (int64_t id : dropped_ids) ++dropped[static_cast<size_t>(id / opt_.group_size % n)];
-    const std::vector<uint8_t> trains = generator_trains();
-    const int64_t max_groups = sched_policy::admission_cap(opt_.max_batch, opt_.group_size) / opt_.group_size;
-    for (size_t i = 0; i < gens_.size(); ++i)
-        if (trains[i])
-            member_groups_[i] = sched_policy::next_member_cap(
-                member_groups_[i], dropped[i], coord_idle_ ? arrived_[i] - arrived_at_step_[i] : 0, max_groups);
-    arrived_at_step_ = arrived_;
+    sched_policy::update_member_caps(member_groups_, arrived_at_step_, generator_trains(), arrived_, dropped_ids,
+                                     opt_.group_size, coord_idle_,
+                                     sched_policy::admission_cap(opt_.max_batch, opt_.group_size) / opt_.group_size);
 }
 
 void AsyncScheduler::admit_arrived(int64_t group) {

@@ -147,6 +147,25 @@ int64_t next_member_cap(int64_t groups, int64_t dropped, int64_t delivered, int6
     return groups;
 }
 
+void update_member_caps(std::vector<int64_t>& member_groups, std::vector<int64_t>& arrived_at_step,
+                        const std::vector<uint8_t>& trains, const std::vector<int64_t>& arrived,
+                        const std::vector<int64_t>& dropped_ids, int64_t group_size, bool coordinator_idle,
+                        int64_t max_groups) {
+    const size_t n = trains.size();
+    if (member_groups.size() != n || arrived_at_step.size() != n || arrived.size() != n)
+        throw InternalError("update_member_caps: " + std::to_string(n) + " generators, " +
+                            std::to_string(member_groups.size()) + " allowances, " + std::to_string(arrived.size()) +
+                            " arrival counts");
+    if (n == 0) return;
+    std::vector<int64_t> dropped(n, 0);
+    for (int64_t id : dropped_ids) ++dropped[static_cast<size_t>(id / group_size % static_cast<int64_t>(n))];
+    for (size_t i = 0; i < n; ++i)
+        if (trains[i])
+            member_groups[i] = next_member_cap(member_groups[i], dropped[i],
+                                               coordinator_idle ? arrived[i] - arrived_at_step[i] : 0, max_groups);
+    arrived_at_step = arrived;
+}
+
 int64_t grant_groups(std::vector<int64_t>& granted, const std::vector<int64_t>& arrived, int64_t outstanding,
                      int64_t budget, int64_t group_size, const std::vector<int64_t>& caps) {
     if (granted.size() != arrived.size() || caps.size() != granted.size())

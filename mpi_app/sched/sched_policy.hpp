@@ -85,6 +85,16 @@ std::vector<int64_t> grant_caps(const std::vector<uint8_t>& trains, const std::v
 /// and the simulator start every allowance at 0: a member earns what it finishes in time.
 int64_t next_member_cap(int64_t groups, int64_t dropped, int64_t delivered, int64_t max_groups);
 
+/// After a step took its batch: each training generator's allowance (`trains[i]`: next_member_cap)
+/// from the samples the step dropped (`dropped_ids`; generator = id / G % generators, the built-in
+/// tasks' numbering) and those it delivered since the last step (`arrived` - `arrived_at_step`,
+/// counted only when `coordinator_idle`); then `arrived_at_step` = `arrived`. The async
+/// coordinator and the simulator both call it.
+void update_member_caps(std::vector<int64_t>& member_groups, std::vector<int64_t>& arrived_at_step,
+                        const std::vector<uint8_t>& trains, const std::vector<int64_t>& arrived,
+                        const std::vector<int64_t>& dropped_ids, int64_t group_size, bool coordinator_idle,
+                        int64_t max_groups);
+
 /// --admission staleness's grants, one group at a time while `outstanding` + G <= `budget`: each
 /// to the generator with the fewest samples granted and not yet delivered (granted[i] x G -
 /// arrived[i]; least_loaded, so the fastest generator is granted the most) whose load stays within

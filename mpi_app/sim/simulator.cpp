@@ -402,20 +402,24 @@ private:
         int64_t out = pool_.usable(version_);
         for (size_t i = 0; i < granted_.size(); ++i) out += granted_[i] * G_ - arrived_[i];
         const std::vector<int64_t> before = granted_;
-        // A member that generates is granted only while the coordinator waits idle (grant_caps).
-        std::vector<uint8_t> trains(granted_.size(), 0);
-        for (const Node& n : nodes_)
-            if (n.gen) trains[static_cast<size_t>(n.gen_index)] = n.member;
+        // A member that generates is granted within its allowance (grant_caps).
         const Node& c = nodes_[static_cast<size_t>(coord_)];
         if (!c.gen || (!c.stepping && c.active == 0 && c.waiting.empty())) coord_idled_ = true;
         sched::sched_policy::grant_groups(
             granted_, arrived_, out, sched::sched_policy::admission_budget(opt_, rate_, threshold_), G_,
-            sched::sched_policy::grant_caps(trains, member_groups_, coord_idled_, G_, admit_cap_));
+            sched::sched_policy::grant_caps(generator_trains(), member_groups_, coord_idled_, G_, admit_cap_));
         if (granted_ == before) return;
         for (Node& n : nodes_)
             if (n.gen && granted_[static_cast<size_t>(n.gen_index)] != before[static_cast<size_t>(n.gen_index)])
                 n.grants.emplace_back(version_, granted_[static_cast<size_t>(n.gen_index)]);
         wake(t);
+    }
+    // Per generator (gen_index), whether it is a train-group member too (multiplex).
+    std::vector<uint8_t> generator_trains() const {
+        std::vector<uint8_t> trains(granted_.size(), 0);
+        for (const Node& n : nodes_)
+            if (n.gen) trains[static_cast<size_t>(n.gen_index)] = n.member;
+        return trains;
     }
     // Generators idle for want of a grant, or of the weights a grant waits for, start again.
     void wake(double t) {
@@ -443,18 +447,9 @@ private:
         }
         const auto batch = static_cast<int64_t>(b.samples.size());
         res_.dropped += static_cast<int64_t>(b.dropped_ids.size());
-        if (admission_) {  // each member's allowance, as the coordinator adjusts it (adjust_member_groups)
-            std::vector<int64_t> dropped(granted_.size(), 0);
-            for (int64_t id : b.dropped_ids) ++dropped[static_cast<size_t>(id / G_ % n_gens_)];
-            for (const Node& n : nodes_) {
-                if (!n.gen || !n.member) continue;
-                const auto i = static_cast<size_t>(n.gen_index);
-                member_groups_[i] = sched::sched_policy::next_member_cap(
-                    member_groups_[i], dropped[i], coord_idled_ ? arrived_[i] - arrived_at_step_[i] : 0,
-                    admit_cap_ / G_);
-            }
-            arrived_at_step_ = arrived_;
-        }
+        if (admission_)  // each member's allowance, as the coordinator adjusts it (adjust_member_groups)
+            sched::sched_policy::update_member_caps(member_groups_, arrived_at_step_, generator_trains(), arrived_,
+                                                    b.dropped_ids, G_, coord_idled_, admit_cap_ / G_);
         coord_idled_ = false;
         rate_ = sched::sched_policy::next_admission_rate(rate_, batch + static_cast<int64_t>(b.dropped_ids.size()));
         res_.weighted += b.weighted;
