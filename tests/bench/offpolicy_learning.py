@@ -7,22 +7,32 @@
   uncorrected  --old-logprobs measure                          (PPO ratio against the rollout-time log-probs;
                                                                the trainer's forward is taken for /steps only)
   corrected    --old-logprobs recompute --rollout-is token     (decoupled PPO + truncated importance weights)
+  sync         --mode sync                                     (the on-policy reference: no stale token at all;
+                                                               --no-sync leaves it out)
 
-Both arms pay for the same forward, so the trainer's time per step, and with it which samples
-are consumed and how stale, does not differ by arm (`--uncorrected rollout` skips that forward in
-the uncorrected arm, as the runs before 2026-12-03 did).
+Both async arms pay for the same forward, so the trainer's time per step, and with it which
+samples are consumed and how stale, does not differ by arm (`--uncorrected rollout` skips that
+forward in the uncorrected arm, as the runs before 2026-12-03 did).
 
-and it prints, per run and per arm (mean over the seeds): trained samples, the held-out greedy
+By default every run starts from one policy trained with `tagflow sft --task longtail` for
+--sft-steps 100 steps (held-out mean reward ~0.18; from random weights the policy scores ~0.03
+and GRPO's groups carry almost no signal), and trains 60 steps with TRAIN_ARGS below
+(`--lr 2e-4`: at 1e-3 the on-policy sync run itself collapses, share/doc/bench.md). Arguments
+after `--` replace TRAIN_ARGS.
+
+It prints, per run and per arm (mean over the seeds): trained samples, the held-out greedy
 score at step 0 and at the end, its gain per 1000 trained samples, the mean training reward of
-the last third of the steps, the PPO clip fraction, the staleness, and the corrected runs'
-/steps importance weights (mean weight used, largest ratio before truncation). Then the ratios
+the first and last thirds of the steps and its gain per 1000 trained samples, the PPO clip
+fraction, the staleness, and the /steps importance ratios (mean weight used, largest ratio
+before truncation; in the uncorrected arm the ratios it leaves uncorrected). Then the ratios
 corrected / uncorrected of the gains per trained sample (paired by seed and over the arms' means).
 
-    offpolicy_learning.py --tagflow BIN --workdir DIR [--seeds 1,2,3] [--steps 30]
-                          [--uncorrected measure|rollout] [-- extra train args]
+    offpolicy_learning.py --tagflow BIN --workdir DIR [--seeds 4,5,6] [--steps 60] [--sft-steps 100]
+                          [--uncorrected measure|rollout] [--no-sync] [-- train args]
 
-Exit 0 when the corrected arm's mean gain per trained sample is at least the uncorrected one's
-minus the noise (2 standard errors of the paired differences), 1 otherwise, 2 on a failed run.
+Exit 0 when the corrected arm's mean gains per trained sample (held-out score and training
+reward) are each at least the uncorrected one's minus the noise (2 standard errors of the
+paired differences), 1 otherwise, 2 on a failed run.
 """
 import argparse
 import os
@@ -42,15 +52,20 @@ from testlib import ENV  # noqa: E402  (mpirun as root, no TAGFLOW_*)
 ARMS = {
     "uncorrected": ["--old-logprobs", "measure"],  # --uncorrected
     "corrected": ["--old-logprobs", "recompute", "--rollout-is", "token"],
+    "sync": [],  # --mode sync below
 }
+TRAIN_ARGS = ["--prompts-per-step", "8", "--group-size", "8", "--eval-prompts", "128", "--staleness", "2", "--lr",
+              "2e-4"]
 
 
 def run(a, arm, seed, extra):
     out = os.path.join(a.workdir, f"{arm}_seed{seed}")
     shutil.rmtree(out, ignore_errors=True)
-    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", "multiplex", "--rank-tags",
+    model = ["--model", a.model] if a.model else []
+    mode = "sync" if arm == "sync" else "multiplex"
+    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", mode, "--rank-tags",
            "0=rollout;1=rollout,train", "--task", "longtail", "--steps", str(a.steps), "--seed", str(seed),
-           "--eval-every", "0", "--gemm-check", "false"] + ARMS[arm] + extra
+           "--eval-every", "0", "--gemm-check", "false"] + model + ARMS[arm] + extra
     t0 = time.time()
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
     if p.returncode != 0:
@@ -79,14 +94,34 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tagflow", required=True)
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--seeds", default="1,2,3")
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--seeds", default="4,5,6")
+    ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--uncorrected", default="measure", choices=["measure", "rollout"],
                     help="the uncorrected arm's --old-logprobs (measure: the same trainer cost as corrected)")
+    ap.add_argument("--sft-steps", type=int, default=100,
+                    help="warm start: `tagflow sft --task longtail` for this many steps, then every run from it "
+                         "(0 = random weights)")
+    ap.add_argument("--no-sync", action="store_true", help="leave out the on-policy sync reference arm")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     ARMS["uncorrected"] = ["--old-logprobs", a.uncorrected]
+    if a.no_sync:
+        del ARMS["sync"]
+    if not a.extra:
+        a.extra = TRAIN_ARGS
     os.makedirs(a.workdir, exist_ok=True)
+    a.model = None
+    if a.sft_steps > 0:
+        sft = os.path.join(a.workdir, "sft")
+        shutil.rmtree(sft, ignore_errors=True)
+        p = subprocess.run(["mpirun", "-n", "1", a.tagflow, "sft", "--task", "longtail", "--out", sft, "--steps",
+                            str(a.sft_steps), "--seed", "1", "--eval-prompts", "256"],
+                           env=ENV, capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"sft: exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+            sys.exit(2)
+        print("sft: " + " | ".join(l for l in p.stdout.splitlines() if "eval" in l)[-400:], flush=True)
+        a.model = os.path.join(sft, "model")
     seeds = [int(s) for s in a.seeds.split(",")]
     rows = []
     for seed in seeds:
@@ -94,7 +129,9 @@ def main():
             rows.append(run(a, arm, seed, a.extra))
             r = rows[-1]
             print(f"  {arm:12s} seed {seed}: {r['wall']:.0f}s (load {os.getloadavg()[0]:.1f})", flush=True)
-    print(f"longtail, multiplex, 2 ranks '0=rollout;1=rollout,train', {a.steps} steps, seeds {seeds}, extra {a.extra}")
+    start = f"from sft {a.sft_steps} steps" if a.model else "from random weights"
+    print(f"longtail, multiplex (sync: the on-policy reference), 2 ranks '0=rollout;1=rollout,train', {a.steps} steps, seeds {seeds}, {start}, "
+          f"extra {a.extra}")
     print(f"{'arm':12s} {'seed':>4s} {'trained':>7s} {'eval0':>6s} {'eval':>6s} {'gain/1k':>8s} {'rew 1st3':>8s} "
           f"{'rew last3':>9s} {'rgain/1k':>8s} {'clip':>6s} {'stale':>6s} {'dropped':>7s} {'IS mean':>8s} "
           f"{'IS max':>9s} {'max med':>8s}")
@@ -123,10 +160,14 @@ def main():
         paired = " ".join(f"{ci[key] / ui[key]:.2f}" if ui[key] > 0 and ci[key] > 0 else "n/a" for ci, ui in zip(c, u))
         print(f"{name}: corrected / uncorrected = {ratio:.2f} (paired by seed: {paired}); "
               f"difference {np.mean(d):+.4f} +- {se:.4f} (1 s.e.)")
-        if key == "gain":
-            ok = np.mean(d) >= -2 * se
+        ok = ok and bool(np.mean(d) >= -2 * se)
+    if "sync" in by:
+        for key, name in (("gain", "held-out gain"), ("rgain", "training reward gain")):
+            m = {arm: float(np.mean([r[key] for r in rs])) for arm, rs in by.items()}
+            print(f"{name} per 1000 trained samples: sync (on-policy) {m['sync']:.4f}, corrected {m['corrected']:.4f}, "
+                  f"uncorrected {m['uncorrected']:.4f}")
     print(("met: " if ok else "NOT MET: ") + "the corrected objective learns at least as fast per trained sample "
-          "(held-out gain, within 2 s.e. of the paired differences)")
+          "(held-out score and training reward gains, each within 2 s.e. of the paired differences)")
     return 0 if ok else 1
 
 
