@@ -130,8 +130,8 @@ def main():
             r = rows[-1]
             print(f"  {arm:12s} seed {seed}: {r['wall']:.0f}s (load {os.getloadavg()[0]:.1f})", flush=True)
     start = f"from sft {a.sft_steps} steps" if a.model else "from random weights"
-    print(f"longtail, multiplex (sync: the on-policy reference), 2 ranks '0=rollout;1=rollout,train', {a.steps} steps, seeds {seeds}, {start}, "
-          f"extra {a.extra}")
+    print(f"longtail, multiplex (sync: the on-policy reference), 2 ranks '0=rollout;1=rollout,train', "
+          f"{a.steps} steps, seeds {seeds}, {start}, extra {a.extra}")
     print(f"{'arm':12s} {'seed':>4s} {'trained':>7s} {'eval0':>6s} {'eval':>6s} {'gain/1k':>8s} {'rew 1st3':>8s} "
           f"{'rew last3':>9s} {'rgain/1k':>8s} {'clip':>6s} {'stale':>6s} {'dropped':>7s} {'IS mean':>8s} "
           f"{'IS max':>9s} {'max med':>8s}")
