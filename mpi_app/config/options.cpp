@@ -36,9 +36,13 @@ namespace {
 
 // TAGFLOW_* variables that are not options but are allowed in the environment.
 // TAGFLOW_RUN is the run file the notebooks open.
-// TAGFLOW_TEST_*: tests only (profile/clock_sync.hpp; train/collectives_mpi.cpp).
-const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE", "TAGFLOW_REEXEC", "TAGFLOW_RUN", "TAGFLOW_TEST_CLOCK_SKEW_S",
-                                     "TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER"};
+// TAGFLOW_TEST_*: tests only (profile/clock_sync.hpp; train/collectives_mpi.cpp; sched/async_resplit.cpp).
+const char* const kNonOptionEnv[] = {"TAGFLOW_TAG_SOURCE",
+                                     "TAGFLOW_REEXEC",
+                                     "TAGFLOW_RUN",
+                                     "TAGFLOW_TEST_CLOCK_SKEW_S",
+                                     "TAGFLOW_TEST_SIGNAL_IN_REDUCE_SCATTER",
+                                     "TAGFLOW_TEST_TRAIN_GROUPS"};
 
 po::options_description describe(Options& o) {
     po::options_description run("Run");
@@ -264,6 +268,11 @@ po::options_description describe(Options& o) {
          "multiplex: train priority per tag set, e.g. \"rollout,train,critic=2;rollout,train=1\" (default 1 "
          "for every rank tagged train): the lowest-priority multi-tag ranks are the ones kept in rollout for "
          "--min-rollout-frac, and priority 0 keeps a rank in rollout for the whole run")
+        ("rebalance-every", val(&o.rebalance_every),
+         "multiplex: every N steps the coordinator chooses which multi-tag ranks form the train group from "
+         "the generation and training rates measured over those steps (a joining rank gets the optimiser "
+         "state from the coordinator; a leaving one generates and receives weights); 0 = the group "
+         "--train-priority and --min-rollout-frac give, for the whole run")
         ("staleness", val(&o.staleness),
          "disaggregated/multiplex: samples whose oldest token is more than this many versions behind the "
          "trained version are stale")

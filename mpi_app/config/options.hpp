@@ -147,9 +147,10 @@ struct Options {
     double min_rollout_frac = 0.1;  // multiplex: fraction of ranks that never leave rollout
     double rollout_ahead =
         1.0;  // multiplex, all generators train: new samples each starts per version, x its share; 0 = no cap
-    std::string train_priority;           // multiplex: "TAGS=P;..." train priority per tag set ("" = all 1)
-    int32_t staleness = 1;                // eta: max versions a sample's oldest token may lag the trained version
-    std::string stale = "drop";           // drop (weight 0) or weight (trained with a decayed weight)
+    std::string train_priority;   // multiplex: "TAGS=P;..." train priority per tag set ("" = all 1)
+    int32_t rebalance_every = 0;  // multiplex: re-choose the train group from measured rates every N steps (0 = fixed)
+    int32_t staleness = 1;        // eta: max versions a sample's oldest token may lag the trained version
+    std::string stale = "drop";   // drop (weight 0) or weight (trained with a decayed weight)
     std::string admission = "staleness";  // staleness: a group starts only if trained within --staleness; off
     double train_timeout = 0;             // s since the last step after which >= 1 usable sample trains anyway; 0 = off
     // ---- gateway (async modes; share/doc/gateway.md) ----

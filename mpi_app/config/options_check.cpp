@@ -67,6 +67,7 @@ void validate_options(const Options& o) {
     check_range<int32_t>("train-threshold", o.train_threshold, 0, 1 << 30);
     check_range<double>("min-rollout-frac", o.min_rollout_frac, 0.0, 1.0);
     check_range<double>("rollout-ahead", o.rollout_ahead, 0.0, 1000.0);
+    check_range<int32_t>("rebalance-every", o.rebalance_every, 0, 1000000);
     if (o.rollout_ahead > 0 && o.rollout_ahead < 1) {
         std::ostringstream m;  // the generators together would start less than a step per version: no step, ever
         m << "--rollout-ahead " << o.rollout_ahead << ": must be 0 (no cap) or at least 1 (below 1 the generating "

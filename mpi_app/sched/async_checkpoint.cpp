@@ -148,7 +148,11 @@ void AsyncScheduler::write_checkpoint(const RunSummary& sum) {
     for (int64_t i = 0; i < n; ++i) next_group = std::min(next_group, lo_[static_cast<size_t>(i)] * n + i);
     m.set_int("next_group", n ? next_group : 0);  // the dataset cursor: every group below it is complete
     m.set("sched.gens", join(std::vector<int64_t>(gens_.begin(), gens_.end())));
-    m.set("sched.members", join(std::vector<int64_t>(members_.begin(), members_.end())));
+    // --rebalance-every: the ranks that may train (all of them load the actor state on a resume and
+    // start as the train group); the group at the checkpoint for the record.
+    const std::vector<int>& group = rebalance_ ? eligible_ : members_;
+    m.set("sched.members", join(std::vector<int64_t>(group.begin(), group.end())));
+    m.set("sched.train_group", join(std::vector<int64_t>(members_.begin(), members_.end())));
     m.set("sched.lo", join(lo_));  // generator i resumes at its group lo[i]*n+i
     m.set("sched.received", join(std::vector<int64_t>(recv_ids_.begin(), recv_ids_.end())));
     m.set("sched.ready", join(std::vector<int64_t>(pool_.ready().begin(), pool_.ready().end())));

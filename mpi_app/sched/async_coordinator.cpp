@@ -14,6 +14,7 @@ namespace tagflow::sched::async {
 
 void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
     for (auto& r : got) {
+        if (rebalance_) ++win_delivered_[r.rank];  // this generator's rate (--rebalance-every)
         if (data_) {  // --data: every group is new (a requeued ticket's next attempt), nothing comes twice
             data_received(r);
             written_.push_back(sample_row(r, task_->name(), static_cast<int64_t>(data_row(r.group, rows_)),
@@ -240,6 +241,8 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
 double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total) {
     const int32_t s = static_cast<int32_t>(step_);
     enter(SpanKind::kResplit, s);
+    const double t_begin = clock_.now();
+    const std::vector<int> joiners = rebalance(s);  // --rebalance-every: maybe a new train group
     const bool ckpt_next = have_ckpt_ && ckpt_.every > 0 && (s + 1) % ckpt_.every == 0 && s + 1 < opt_.steps;
     for (int r : step_members_)
         if (r != coord_) send_ctl(r, ckpt_next ? kCtlTrainCkpt : kCtlTrain, s);
@@ -259,9 +262,11 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     dropped_ += static_cast<int64_t>(pb.dropped_ids.size());
     purged_since_step_ = 0;  // purge_stale's drops (in /consumed with this step's number) count in this row
     weighted_ += pb.weighted;
+    const double handover_s = hand_over(joiners, s);  // --rebalance-every: the new group's communicator
     bcast_batch(batch);
     enter(SpanKind::kTrain, s);
     TrainReport tr = trainer_->train_step(s, batch);
+    measure_step(clock_.now() - t_begin - handover_s);
     version_ = s + 1;
     started_ = 0;
     resume_generations();  // --resume-mode
@@ -275,7 +280,9 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     // --data: the step that trained the last row of the last epoch ends the run, so it evaluates too.
     const bool eval_now =
         (opt_.eval_every > 0 && step_ % opt_.eval_every == 0) || step_ == opt_.steps || (data_ && sampler_->finished());
+    const double ev0 = clock_.now();
     const double ev = eval_now ? evaluate(static_cast<int32_t>(step_)) : -1;
+    eval_s_ += clock_.now() - ev0;  // not generation for training (--rebalance-every's rates)
 
     io::StepRecord row;
     row.step = s;
@@ -317,6 +324,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     std::vector<io::SpanRecord> spans = take_spans();
     spans.insert(spans.end(), other_spans_.begin(), other_spans_.end());
     other_spans_.clear();
+    measure_spans(spans);  // --rebalance-every: the generators' time generating
     double idle = 0;
     for (const auto& sp : spans)
         if (sp.kind == SpanKind::kIdle)
@@ -352,11 +360,11 @@ void AsyncScheduler::bcast_batch(std::vector<RolloutSample>& batch) {
     if (me_ == coord_) b = pack_samples(batch);
     int64_t n = static_cast<int64_t>(b.size());
     std::vector<MPI_Request> v(1);
-    TAGFLOW_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, train_comm_.get(), &v[0]));
+    TAGFLOW_MPI_CHECK(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, train_comm_, &v[0]));
     wait_all(v);
     b.resize(static_cast<size_t>(n));
     v.assign(1, MPI_REQUEST_NULL);
-    TAGFLOW_MPI_CHECK(MPI_Ibcast(b.data(), static_cast<int>(n), MPI_CHAR, 0, train_comm_.get(), &v[0]));
+    TAGFLOW_MPI_CHECK(MPI_Ibcast(b.data(), static_cast<int>(n), MPI_CHAR, 0, train_comm_, &v[0]));
     wait_all(v);
     if (me_ != coord_) batch = unpack_samples(b.data(), b.size());
 }
@@ -384,6 +392,25 @@ void AsyncScheduler::write_membership() {
     f << "{\"mode\": \"" << opt_.mode.name() << "\", \"coordinator\": " << coord_ << ", \"critic\": [";
     for (size_t k = 0; k < critic_pos_.size(); ++k)
         f << (k ? ", " : "") << step_members_[static_cast<size_t>(critic_pos_[k])];
+    f << "], \"eligible\": [";
+    for (size_t k = 0; k < eligible_.size(); ++k) f << (k ? ", " : "") << eligible_[k];
+    // --rebalance-every: every change of the train group, with the predictions that chose it and
+    // what forming it cost.
+    f << "], \"changes\": [";
+    for (size_t i = 0; i < resplits_.size(); ++i) {
+        const Resplit& c = resplits_[i];
+        auto list = [&](const std::vector<int>& v) {
+            std::string t = "[";
+            for (size_t k = 0; k < v.size(); ++k) t += (k ? ", " : "") + std::to_string(v[k]);
+            return t + "]";
+        };
+        char nums[160];
+        std::snprintf(nums, sizeof nums,
+                      "\"predicted_s\": %.6f, \"current_s\": %.6f, \"state_bytes\": %lld, \"seconds\": %.6f", c.best_s,
+                      c.current_s, static_cast<long long>(c.bytes), c.seconds);
+        f << (i ? ", " : "") << "{\"step\": " << c.step << ", \"from\": " << list(c.from) << ", \"to\": " << list(c.to)
+          << ", " << nums << "}";
+    }
     f << "], \"seen\": {";
     bool first = true;
     for (const auto& [rank, log] : seen_) {

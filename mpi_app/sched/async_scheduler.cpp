@@ -80,6 +80,8 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
     me_ = roles.world_rank;
     coord_ = async_coordinator(roles);
     members_ = async_train_group(opt, roles);
+    eligible_ = members_;  // --rebalance-every: every rank that may train starts in the group
+    rebalance_ = multiplex_ && opt.rebalance_every > 0;
     in_train_ = std::count(members_.begin(), members_.end(), me_) > 0;
     // PPO with ranks tagged critic: the critic lives on them, and they join every training
     // step (after the train group in the step's communicator); otherwise on the train group.
@@ -122,25 +124,17 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
     // Weight pushes to the rollout-only ranks, dense or (--sync-delta) per receiver's version.
     train::PushOptions po;
     po.delta = opt.sync_delta;
-    if (me_ == coord_ && !receivers_.empty())
+    // --rebalance-every: a multi-tag rank that leaves the train group receives weights too.
+    const bool may_receive = is_recv_ || (rebalance_ && in_train_ && me_ != coord_);
+    if (me_ == coord_ && (!receivers_.empty() || (rebalance_ && eligible_.size() > 1)))
         push_ = std::make_unique<train::WeightPush>(po, buckets_, p2p_.get(), kTagWeights);
-    if (is_recv_) pull_ = std::make_unique<train::WeightPull>(buckets_, p2p_.get(), coord_, kTagWeights);
+    if (may_receive) pull_ = std::make_unique<train::WeightPull>(buckets_, p2p_.get(), coord_, kTagWeights);
     const bool in_bcast = is_recv_ || me_ == coord_;
     bcast_ = Comm::world().split(in_bcast ? 0 : MPI_UNDEFINED, me_ == coord_ ? -1 : me_);
     if (in_step_) {
-        MPI_Group wg = MPI_GROUP_NULL, tg = MPI_GROUP_NULL;
-        TAGFLOW_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
-        TAGFLOW_MPI_CHECK(MPI_Group_incl(wg, static_cast<int>(step_members_.size()), step_members_.data(), &tg));
-        MPI_Comm c = MPI_COMM_NULL;
-        TAGFLOW_MPI_CHECK(MPI_Comm_create_group(MPI_COMM_WORLD, tg, 7301, &c));
-        MPI_Group_free(&tg);
-        MPI_Group_free(&wg);
-        train_comm_ = Comm::adopt(c);
-        if (train_comm_.rank() !=
-            static_cast<int>(std::find(step_members_.begin(), step_members_.end(), me_) - step_members_.begin()))
-            throw InternalError("train group: rank order differs from the member list");
+        train_comm_ = group_comm(step_members_);
         TrainGroup g;
-        g.comm = train_comm_.get();
+        g.comm = train_comm_;
         g.actors = static_cast<int>(members_.size());
         g.critics = critic_pos_;
         trainer_ = std::make_unique<RlTrainer>(opt, roles, policy_, g);
@@ -154,13 +148,7 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
         engine_ = std::make_unique<rollout::InferenceEngine>(policy_, ec);
         setup_agent_sessions();
         gen_index_ = static_cast<int64_t>(std::find(gens_.begin(), gens_.end(), me_) - gens_.begin());
-        // --rollout-ahead: when every generator trains too, each starts only about its share
-        // of the next step's samples per version; more would sit in the pool and go stale
-        // while they train (colocated tags, uncapped: 2/3 of all samples dropped).
-        int64_t training_gens = 0;
-        for (int r : gens_) training_gens += std::count(members_.begin(), members_.end(), r) > 0;
-        if (in_train_)
-            quota_ = sched_policy::rollout_quota(opt, threshold_, static_cast<int64_t>(gens_.size()), training_gens);
+        set_members(members_);  // the --rollout-ahead quota
     }
     if (me_ == coord_) {
         std::string ms, rs;
@@ -186,9 +174,13 @@ AsyncScheduler::AsyncScheduler(const config::Options& opt, cluster::Roles& roles
             say("%s: new weights to ranks {%s} by point-to-point sends, %s; generations in flight %s\n",
                 opt.mode.name(), recv.c_str(), opt.sync_delta ? "only the changed values (--sync-delta)" : "dense",
                 resume.c_str());
-        else
+        else if (!rebalance_)
             say("%s: every generating rank trains (no weight sends%s); generations in flight %s\n", opt.mode.name(),
                 opt.sync_delta ? ": --sync-delta has nothing to send" : "", resume.c_str());
+        if (rebalance_)
+            say("%s: --rebalance-every %d: the train group is chosen again every %d steps among ranks {%s} from "
+                "the measured rates; a rank that leaves it receives the weights by point-to-point sends\n",
+                opt.mode.name(), opt.rebalance_every, opt.rebalance_every, ms.c_str());
     }
     if (!opt.gateway.empty()) setup_gateway();
     setup_data();
@@ -246,7 +238,9 @@ RunSummary AsyncScheduler::run() {
                     static_cast<unsigned long long>(data_->val().size()),
                     static_cast<unsigned long long>(data_->val().skipped_over_limit()),
                     opt_.val_samples > 1 ? (" and mean@" + std::to_string(opt_.val_samples)).c_str() : "");
+            const double ev0 = clock_.now();
             double e0 = evaluate(0);
+            eval_s_ += clock_.now() - ev0;
             sum.first_eval = sum.best_eval = sum.last_eval = std::max(0.0, e0);
             if (e0 >= 0 && data_)
                 say("step %5d/%-5lld val %s\n", 0, static_cast<long long>(opt_.steps), val_line_.c_str());

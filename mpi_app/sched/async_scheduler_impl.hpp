@@ -78,10 +78,15 @@ inline constexpr int kTagClock = 7110;
 // --shard: a train or critic rank's shares of the AdamW moments -> C, for its checkpoint: int64
 // step, int64 count, then (file name, bytes) strings (RlTrainer::optim_shards).
 inline constexpr int kTagShards = 7111;
+// --rebalance-every: C -> a rank joining the train group: its actor's state (RlTrainer::actor_state)
+// then the coordinator's weights hash (uint64, checked by the joiner after it loaded the state).
+inline constexpr int kTagState = 7112;
 // Weights, C -> rollout-only ranks (train/weight_push_mpi.hpp): a header on this tag, bucket b on this + 1 + b.
 inline constexpr int kTagWeights = 9000;
 // kCtlTrainCkpt: train, and a checkpoint follows this step (a critic on its own ranks sends its state).
-inline constexpr int64_t kCtlTrain = 1, kCtlStop = 2, kCtlTrainCkpt = 3;
+// kCtlLeave (--rebalance-every): the rank leaves the train group; it generates on and receives the
+// weights from the coordinator from the version it holds (the message's).
+inline constexpr int64_t kCtlTrain = 1, kCtlStop = 2, kCtlTrainCkpt = 3, kCtlLeave = 4;
 
 inline void nap() { std::this_thread::sleep_for(std::chrono::microseconds(300)); }
 
@@ -271,6 +276,31 @@ private:
 
     void send_ctl(int dest, int64_t kind, int64_t epoch);
 
+    // ------------------------------------------------------------------ re-splits (async_resplit.cpp)
+    // --rebalance-every (multiplex): every rank of eligible_ holds a trainer; members_ is the
+    // train group now (the coordinator always in it). A membership's communicator is made once
+    // (MPI_Comm_create_group over its members) and kept for a later return to it.
+    MPI_Comm group_comm(const std::vector<int>& members);
+    // Any rank: the bookkeeping of a new train group (members_, in_train_, the --rollout-ahead quota).
+    void set_members(const std::vector<int>& members);
+    // Coordinator, at the start of step `s`: every --rebalance-every steps, the group with the
+    // smallest predicted step (sched_policy::choose_train_group) from the rates measured since the
+    // last decision; leavers are told (kCtlLeave) and become weight receivers. Returns the joiners.
+    std::vector<int> rebalance(int32_t s);
+    // Coordinator: the move to train group `to` (predicted current_s and best_s seconds per step;
+    // 0 when forced): leavers told and made receivers, the change recorded. Returns the joiners.
+    std::vector<int> change_group(int32_t s, const std::vector<int>& to, double current_s, double best_s);
+    // Coordinator, after the TRAIN messages: each joiner gets the actor state; then the new group's
+    // communicator (collective over its members). Returns the seconds it took.
+    double hand_over(const std::vector<int>& joiners, int32_t s);
+    // A worker told to train in a group it is not in yet (joins: its last weights, the actor state)
+    // or in another group than the last (the communicator); kCtlLeave: it becomes a receiver.
+    void follow_group(const std::vector<int64_t>& ctl);
+    // Coordinator: one step's time for the next decision, and which ranks trained it.
+    void measure_step(double step_s);
+    // Coordinator: the generators' rollout time in `spans` (for their rates) and the members' compute.
+    void measure_spans(const std::vector<io::SpanRecord>& spans);
+
     void coordinator_loop(RunSummary& sum);
 
     // One training step on the coordinator; returns its t_end.
@@ -355,6 +385,8 @@ private:
     bool multiplex_;
     int me_ = 0, coord_ = 0;
     std::vector<int> members_, gens_, receivers_;
+    std::vector<int> eligible_;  // the ranks that may train (async_train_group); members_ with --rebalance-every ⊆ it
+    bool rebalance_ = false;     // --rebalance-every > 0
     bool in_train_ = false, is_gen_ = false, is_recv_ = false;
     std::vector<int> step_members_;  // every rank of a training step: the train group, then critic-only ranks
     std::vector<int>
@@ -380,7 +412,9 @@ private:
     std::unique_ptr<train::WeightSync> wsync_;
     std::unique_ptr<RlTrainer> trainer_;
     std::unique_ptr<rollout::InferenceEngine> engine_;
-    Comm p2p_, bcast_, train_comm_;
+    Comm p2p_, bcast_;
+    MPI_Comm train_comm_ = MPI_COMM_NULL;  // the train group's now (owned by group_comms_)
+    std::map<std::vector<int>, Comm> group_comms_;
     Comm clk_;  // clock ping-pongs only (remeasure_clocks): nothing else can match them
 
     // span recorder
@@ -428,6 +462,23 @@ private:
     int finals_ = 0;
     std::map<int, FinalWeights> finals_of_;  // rank -> its final message's weights and engine figures
     std::vector<Membership> my_log_;
+    // --rebalance-every, coordinator: what was measured since the last decision, and the changes.
+    std::map<int, double> win_delivered_;  // per generating rank, samples received
+    std::map<int, double> win_rollout_s_;  // per generating rank, seconds in rollout spans
+    int64_t win_steps_ = 0;                // steps since the last decision
+    double win_trained_ = 0;               // steps behind win_step_s_ and win_compute_s_ (decayed)
+    double win_step_s_ = 0;
+    std::map<int, double> win_train_s_;       // per member, seconds in train spans
+    std::map<int, double> win_member_steps_;  // per member, steps it trained
+    double eval_s_ = 0;                       // the coordinator's evaluations since the last measure_spans
+    struct Resplit {
+        int64_t step = 0;
+        std::vector<int> from, to;
+        double current_s = 0, best_s = 0;  // predicted seconds per step
+        int64_t bytes = 0;                 // actor state handed over
+        double seconds = 0;                // the hand-over and the new communicator
+    };
+    std::vector<Resplit> resplits_;
     std::map<int, std::vector<Membership>> seen_;
 
     // checkpoints and requeue signals

@@ -35,7 +35,7 @@ void AsyncScheduler::test_weight_recv() {
 }
 
 void AsyncScheduler::drain_weight_recv(int32_t version) {
-    if (!pull_) return;
+    if (!pull_ || !is_recv_) return;
     while (pull_->held() < version)
         if (!take_weights()) nap();  // sent before STOP: arriving (the generations are discarded)
 }
@@ -68,7 +68,11 @@ uint64_t AsyncScheduler::weights_hash() const {
 
 void AsyncScheduler::send_weights(int32_t version) {
     if (!push_) return;
-    wait_weight_sends();  // the push's buffers are reused
+    wait_weight_sends();       // the push's buffers are reused
+    if (receivers_.empty()) {  // --rebalance-every, none now: a rank that leaves later holds this version
+        push_->hold(train::FlatView(params()), version, {});
+        return;
+    }
     push_stats_ = push_->start(train::FlatView(params()), version, receivers_);
     pushing_ = true;
     wsend_t0_ = clock_.now();
@@ -107,7 +111,12 @@ void AsyncScheduler::report_weights(RunSummary& sum) {
         const uint64_t mine = weights_hash();
         std::string ranks;
         bool same = true;
-        for (int r : receivers_) {
+        std::vector<int> check = receivers_;  // --rebalance-every: and the train group's other members
+        if (rebalance_)
+            for (int r : members_)
+                if (r != coord_) check.push_back(r);
+        std::sort(check.begin(), check.end());
+        for (int r : check) {
             const FinalWeights& f = finals_of_[r];
             ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
             if (f.version == version_ && f.hash == mine) continue;
@@ -118,7 +127,11 @@ void AsyncScheduler::report_weights(RunSummary& sum) {
                 push_->mode());
             same = false;
         }
-        if (same)
+        if (same && rebalance_)
+            say("%s: ranks {%s} (weight receivers and the train group) hold version %d bit-identical to the "
+                "coordinator's (weights hash %016llx, %s)\n",
+                opt_.mode.name(), ranks.c_str(), version_, static_cast<unsigned long long>(mine), push_->mode());
+        else if (same)
             say("%s: rollout-only ranks {%s} hold version %d bit-identical to the coordinator's (weights hash "
                 "%016llx, %s)\n",
                 opt_.mode.name(), ranks.c_str(), version_, static_cast<unsigned long long>(mine), push_->mode());

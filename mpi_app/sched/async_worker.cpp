@@ -48,19 +48,29 @@ void AsyncScheduler::worker_loop() {
                 drain_weight_recv(static_cast<int32_t>(ctl[2]));  // the coordinator's last version, sent before STOP
                 break;
             }
-            if ((ctl[0] != kCtlTrain && ctl[0] != kCtlTrainCkpt) || !in_step_)
+            const auto s = static_cast<int32_t>(ctl[1]);
+            if (ctl[0] == kCtlLeave) {  // --rebalance-every: out of the train group, a weight receiver
+                enter(SpanKind::kResplit, s);
+                follow_group(ctl);
+                enter(SpanKind::kRollout);
+                continue;
+            }
+            if ((ctl[0] != kCtlTrain && ctl[0] != kCtlTrainCkpt) || !(in_step_ || rebalance_))
                 throw InternalError("rank " + std::to_string(me_) +
                                     ": told to train, but it is not in the train group");
             // Preempted into the train group: the engine is not stepped until training ends.
-            const auto s = static_cast<int32_t>(ctl[1]);
             enter(SpanKind::kResplit, s);
             Membership mb;
             mb.epoch = ctl[1];
             mb.members.assign(ctl.begin() + 4, ctl.end());
             my_log_.push_back(mb);
-            if (mb.members != std::vector<int64_t>(members_.begin(), members_.end()))
+            if (rebalance_) {
+                follow_group(ctl);  // a new group (its communicator), and when joining the actor's state
+                enter(SpanKind::kResplit, s);
+            } else if (mb.members != std::vector<int64_t>(members_.begin(), members_.end())) {
                 throw InternalError("rank " + std::to_string(me_) + ": epoch " + std::to_string(s) +
                                     " announces a train group other than the one built up front");
+            }
             std::vector<RolloutSample> batch;
             bcast_batch(batch);
             enter(SpanKind::kTrain, s);
@@ -120,10 +130,11 @@ void AsyncScheduler::worker_loop() {
         for (int64_t r : m.members) w.put<int64_t>(r);
     }
     w.put<int64_t>(discarded);
-    // The weights this rank holds (rollout-only ranks; -1 elsewhere) for the coordinator's check,
-    // and what --resume-mode recompute cost here.
-    w.put<int32_t>(pull_ ? pull_->held() : -1);
-    w.put<uint64_t>(pull_ ? weights_hash() : 0);
+    // The weights this rank holds (weight receivers, and with --rebalance-every the train group's
+    // members; -1 elsewhere) for the coordinator's check, and what --resume-mode recompute cost here.
+    const bool member = rebalance_ && in_train_;
+    w.put<int32_t>(is_recv_ ? pull_->held() : member ? version_ : -1);
+    w.put<uint64_t>(is_recv_ || member ? weights_hash() : 0);
     w.put<int64_t>(engine_ ? engine_->stats().recomputed_tokens : 0);
     w.put<int64_t>(engine_ ? engine_->stats().recomputed_seqs : 0);
     w.put<int64_t>(engine_ ? engine_->stats().weight_updates : 0);

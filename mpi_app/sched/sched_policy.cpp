@@ -236,6 +236,18 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
     if (opt.resume_mode != "keep" && !opt.mode.is_async())
         throw ConfigError("--resume-mode " + opt.resume_mode + " applies to --mode disaggregated and multiplex (" +
                           opt.mode.name() + " mode finishes every generation before the weights change)");
+    if (opt.rebalance_every > 0) {
+        if (opt.mode != config::Mode::kMultiplex)
+            throw ConfigError(std::string("--rebalance-every applies to --mode multiplex only (not ") +
+                              opt.mode.name() + "): the other modes have no multi-tag ranks to move");
+        if (opt.shard != "off")
+            throw ConfigError("--rebalance-every with --shard " + opt.shard +
+                              ": a joining rank would need its share of the moments re-cut; use --shard off");
+        if (opt.algo == "ppo")
+            throw ConfigError(
+                "--rebalance-every with --algo ppo: the critic's state is not handed over to a joining rank yet; "
+                "use --rebalance-every 0 or another --algo");
+    }
     if (!opt.mode.is_async()) return;
     const int world = static_cast<int>(all_tags.size());
     for (const auto& [r, p] : prio.by_rank) {
@@ -274,6 +286,65 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
                               std::to_string(outside) + " rank(s) besides the coordinator (rank " +
                               std::to_string(coordinator(all_tags)) + ") can stay there");
     }
+}
+
+double predict_step_seconds(const StepModel& m, const std::vector<int>& members) {
+    double mean = 0;
+    for (const auto& [r, t] : m.train_s) mean += t;
+    mean = m.train_s.empty() ? 0 : mean / static_cast<double>(m.train_s.size());
+    const double k = static_cast<double>(std::max<size_t>(1, members.size()));
+    double slowest = 0;  // the member whose share takes longest (its compute scales with 1/k)
+    for (int r : members) {
+        const auto it = m.train_s.find(r);
+        slowest = std::max(slowest, (it != m.train_s.end() ? it->second : mean) * m.measured_members / k);
+    }
+    const double t = m.overhead_s + slowest;
+    double all = 0, lost = 0;
+    for (const auto& [r, g] : m.gen_rate) {
+        all += g;
+        if (std::count(members.begin(), members.end(), r)) lost += g * t;
+    }
+    if (all <= 0) return t;
+    return std::max(t, (static_cast<double>(m.threshold) + lost) / all);
+}
+
+GroupChoice choose_train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags,
+                               const std::vector<int>& eligible, const std::vector<int>& current, const StepModel& m,
+                               double hysteresis) {
+    GroupChoice c;
+    c.members = current;
+    c.current_s = c.best_s = predict_step_seconds(m, current);
+    if (eligible.empty()) return c;
+    const TrainPriority prio = parse_train_priority(opt.train_priority);
+    const auto tags_of = [&](int r) { return all_tags[static_cast<size_t>(r)]; };
+    // The coordinator and the ranks that cannot roll out always train; any subset of the others
+    // may join them (up to 2^12 subsets; beyond, those of the highest --train-priority first).
+    std::vector<int> fixed{eligible.front()}, optional;
+    for (size_t k = 1; k < eligible.size(); ++k)
+        ((tags_of(eligible[k]) & cluster::kRollout) ? optional : fixed).push_back(eligible[k]);
+    const auto prio_of = [&](int r) { return train_priority(prio, r, tags_of(r)); };
+    std::stable_sort(optional.begin(), optional.end(), [&](int a, int b) { return prio_of(a) > prio_of(b); });
+    if (optional.size() > 12) optional.resize(12);
+    std::vector<int> best = current;
+    double best_s = c.current_s;
+    int64_t best_prio = -1;
+    for (uint32_t mask = 0; mask < (1u << optional.size()); ++mask) {
+        std::vector<int> cand = fixed;
+        int64_t p = 0;
+        for (size_t j = 0; j < optional.size(); ++j)
+            if (mask & (1u << j)) cand.push_back(optional[j]), p += prio_of(optional[j]);
+        std::sort(cand.begin(), cand.end());
+        const double d = predict_step_seconds(m, cand);
+        // Among equal predictions: the higher total priority, then the larger group.
+        if (d < best_s * (1 - 1e-9) || (d <= best_s * (1 + 1e-9) && p > best_prio)) {
+            best_s = std::min(best_s, d);
+            best = cand;
+            best_prio = p;
+        }
+    }
+    c.best_s = predict_step_seconds(m, best);
+    if (best != current && c.best_s < (1.0 - hysteresis) * c.current_s) c.members = best;
+    return c;
 }
 
 int64_t train_threshold(const config::Options& opt) {

@@ -127,12 +127,46 @@ int min_rollout_ranks(const config::Options& opt, int n);
 /// tagged train; multiplex: the same minus the ranks of train priority 0 (they never leave
 /// rollout) and then, until --min-rollout-frac of the ranks stay in rollout, the multi-tag ranks
 /// of the lowest priority (among equals the highest rank); the coordinator always trains;
-/// sync: every rank tagged train. Fixed for the whole run.
+/// sync: every rank tagged train. Fixed for the whole run, unless --rebalance-every (multiplex):
+/// then the ranks that may train, every one of them at the start (choose_train_group).
 std::vector<int> train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags);
+
+/// --rebalance-every: what the coordinator measured over the last steps, the model of a training
+/// step it predicts with.
+struct StepModel {
+    std::map<int, double> gen_rate;  ///< per generating rank, samples delivered per second of generating
+    /// Per member, its compute seconds per step (its train spans: the waits in the collectives
+    /// are idle) while the group had `measured_members` ranks: with k members its share, and so
+    /// its time, is measured_members / k of that.
+    std::map<int, double> train_s;
+    int measured_members = 1;
+    double overhead_s = 0;  ///< the rest of a step: the batch broadcast, the reductions
+    int64_t threshold = 0;  ///< samples per step
+};
+
+/// Seconds per step with train group `members`: the longer of its training time t (overhead +
+/// its slowest member's share; a rank never measured counts as the measured ones' mean) and the
+/// time every generator needs for `threshold` samples plus what the members give up while their
+/// generation pauses for t: max(t, (threshold + t x sum of the members' rates) / all rates).
+double predict_step_seconds(const StepModel& m, const std::vector<int>& members);
+
+/// The coordinator's re-split decision (--rebalance-every): among the groups of `eligible`
+/// (train_group(), the coordinator first) that hold the coordinator and every rank that cannot
+/// roll out, the one with the smallest predicted step (predict_step_seconds; on a tie the higher
+/// total --train-priority). `members` is that group when it beats `current` by more than
+/// `hysteresis` (a fraction of current's time), else `current`.
+struct GroupChoice {
+    std::vector<int> members;
+    double current_s = 0, best_s = 0;  ///< the predictions for `current` and for the best group
+};
+GroupChoice choose_train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags,
+                               const std::vector<int>& eligible, const std::vector<int>& current, const StepModel& m,
+                               double hysteresis);
 
 /// Throws ConfigError when the tags do not allow opt.mode (see check_async_roles), or when
 /// --train-priority is malformed, given outside multiplex, or puts the coordinator at 0, or when
-/// --resume-mode recompute is given in sync mode (no generation outlives a weight update there).
+/// --resume-mode recompute is given in sync mode (no generation outlives a weight update there),
+/// or when --rebalance-every is given outside multiplex, with --shard or with --algo ppo.
 void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_tags);
 
 /// Samples that trigger a training step: --train-threshold, else prompts-per-step x group-size.

@@ -113,6 +113,7 @@ struct RlTrainer::Impl {
     bool in_train = false, in_critic = false;
     MPI_Comm train_c = MPI_COMM_NULL, critic_c = MPI_COMM_NULL;
     Comm actor_own, critic_own;  // async modes with the critic on ranks of its own
+    size_t bucket = 0;           // --bucket-mb in bytes (the collectives' buckets)
 
     Impl(const config::Options& o, cluster::Roles& r, model::LlamaModel p, const TrainGroup* g)
         : opt(o), roles(r), policy(std::move(p)) {
@@ -175,7 +176,7 @@ struct RlTrainer::Impl {
         correction.veto = opt.rollout_token_veto_threshold;
         schedule.mini_batches = opt.mini_batches;
         schedule.epochs = opt.ppo_epochs;
-        const size_t bucket = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
+        bucket = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
 
         train::TrainEngineConfig ec;
         ec.optim.lr = opt.lr;
@@ -415,6 +416,46 @@ TrainReport RlTrainer::train_step(int32_t step, const std::vector<RolloutSample>
 }
 
 void RlTrainer::set_wait_hook(std::function<void(bool waiting)> hook) { impl_->wait_hook = std::move(hook); }
+
+void RlTrainer::set_group(const TrainGroup& group) {
+    Impl& m = *impl_;
+    if (!m.actor || m.critic || group.comm == MPI_COMM_NULL || !group.critics.empty() || m.actor->engine().sharded())
+        throw InternalError("RlTrainer::set_group: only an unsharded actor without a critic changes its group");
+    int n = 0;
+    TAGFLOW_MPI_CHECK(MPI_Comm_size(group.comm, &n));
+    if (group.actors > 0 && group.actors != n)
+        throw InternalError("RlTrainer::set_group: every rank of the new group holds the actor");
+    TAGFLOW_MPI_CHECK(MPI_Comm_rank(group.comm, &m.me));
+    m.exch = m.train_c = m.critic_c = group.comm;
+    m.train_ranks.clear();
+    for (int k = 0; k < n; ++k) m.train_ranks.push_back(k);
+    m.critic_ranks = m.train_ranks;
+    m.in_train = m.in_critic = true;
+    m.train_comm = std::make_unique<WaitTimedCollectives>(m.train_c, m.bucket, m.wait_hook);
+    m.actor->engine().set_group(m.train_comm.get());
+}
+
+std::string RlTrainer::actor_state() const {
+    const Impl& m = *impl_;
+    if (!m.actor) throw InternalError("RlTrainer::actor_state on a rank without the actor");
+    std::ostringstream out(std::ios::binary);
+    m.actor->engine().save(out);
+    const double coef = m.adv.kl_coef;  // --kl-ctrl adaptive: the coefficient reached so far
+    out.write(reinterpret_cast<const char*>(&coef), sizeof coef);
+    if (!out) throw Error("serialising the actor state failed");
+    return out.str();
+}
+
+void RlTrainer::take_actor_state(const std::string& bytes) {
+    Impl& m = *impl_;
+    if (!m.actor) throw InternalError("RlTrainer::take_actor_state on a rank without the actor");
+    if (bytes.size() < sizeof(double)) throw InternalError("RlTrainer::take_actor_state: truncated state");
+    double coef = 0;
+    std::memcpy(&coef, bytes.data() + bytes.size() - sizeof coef, sizeof coef);
+    std::istringstream in(bytes.substr(0, bytes.size() - sizeof coef), std::ios::binary);
+    m.actor->engine().load(in);
+    m.kl_ctrl.coef = m.adv.kl_coef = coef;
+}
 
 bool RlTrainer::has_critic() const { return impl_->critic != nullptr; }
 bool RlTrainer::has_actor() const { return impl_->actor != nullptr; }

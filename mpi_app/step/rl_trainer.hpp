@@ -111,6 +111,17 @@ public:
     /// shows up as idle on the others, not as train. nullptr removes it. Not collective.
     void set_wait_hook(std::function<void(bool waiting)> hook);
 
+    /// --rebalance-every (multiplex): from the next train_step on, this rank trains with `group`,
+    /// every rank of which holds the actor (an unsharded one, without a critic; else
+    /// InternalError). Not collective: each member of the new group calls it, with the same group.
+    void set_group(const TrainGroup& group);
+    /// The actor's whole state as bytes (weights, AdamW moments, step, lr, and the reward KL
+    /// coefficient --kl-ctrl adaptive reached), for a rank that joins the train group;
+    /// take_actor_state() there makes its actor continue exactly where this one is. The
+    /// parameters get new storage (LibTorch's archive load): re-share them afterwards.
+    std::string actor_state() const;
+    void take_actor_state(const std::string& bytes);
+
     bool has_critic() const;
     /// This rank holds the actor (and writes actor_state.pt when it is the first).
     bool has_actor() const;

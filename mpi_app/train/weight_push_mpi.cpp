@@ -74,6 +74,13 @@ void WeightPush::hold(const FlatView& v, int32_t version, const std::vector<int>
     for (int r : receivers) held_[r] = version;
 }
 
+void WeightPush::set_held(int r, int32_t version) {
+    if (version != last_)
+        throw InternalError("weight push: rank " + std::to_string(r) + " holds version " + std::to_string(version) +
+                            ", not the last one pushed or held (" + std::to_string(last_) + ")");
+    held_[r] = version;
+}
+
 WeightSyncStats WeightPush::start(const FlatView& v, int32_t version, const std::vector<int>& receivers) {
     if (!reqs_.empty()) throw InternalError("weight push: a push started before the last one completed");
     if (version <= last_)

@@ -48,6 +48,10 @@ public:
     /// collective broadcast, a checkpoint every rank loaded): the next push to them is a delta
     /// from it. Delta mode records the values (8 bytes per weight); dense mode only the versions.
     void hold(const FlatView& v, int32_t version, const std::vector<int>& receivers);
+    /// Rank `r` holds `version`, the last version pushed or held (a rank that trained it and now
+    /// leaves the train group, --rebalance-every): the next push to it is a delta from there.
+    /// InternalError for any other version.
+    void set_held(int r, int32_t version);
     /// Starts pushing `version` (the values `v` holds now: copied, so `v` may change at once) to
     /// every rank in `receivers`; never waits. The previous push must have completed (done()),
     /// and `version` must be newer than the last one pushed or held, else InternalError.

@@ -18,6 +18,10 @@ CASE akill_<mode>_<seed> (mode disaggregated or multiplex): SIGKILL of every ran
   async runs depend on timing): no id twice in /samples or /consumed, consumed ids in /samples,
   each generator's prompt order complete up to what the final STOP discarded, steps/versions
   monotonic, one /resumes row. Seed 2 also: the checkpoint resumed with --mode sync -> exit 2.
+CASE akill_resplit: multiplex with a train group that changes (--rebalance-every, changes forced by
+  TAGFLOW_TEST_TRAIN_GROUPS): SIGKILL of every rank after a checkpoint written while one multi-tag
+  rank was out of the group; resumed (the whole group again, then a rank leaves and joins); the same
+  exactly-once checks, and every rank ends bit-identical to the coordinator.
 CASE asignal: multiplex; SIGTERM to the rollout-only rank -> checkpoint, contract line, exit 75;
   resumed, SIGUSR1 to mpirun -> 75; another --rank-tags split -> exit 2, file untouched; resumed
   to the end; same checks.
@@ -30,6 +34,7 @@ CASE corrupt: a truncated weights file, a flipped byte in the optimizer state, a
 Each case prints what it measured and exits non-zero on failure.
 """
 import argparse
+import json
 import os
 import random
 import re
@@ -514,6 +519,72 @@ def case_akill(a, mode, seed):
                      f"a {mode} checkpoint resumed with --mode sync", steps=steps)
 
 
+RESPLIT_TAGS = "0=rollout,train;1=rollout,train;2=rollout,train"
+RESPLIT_GROUPS = "2=0;4=0,2;8=0,1;10=0,1,2"  # step=train group (TAGFLOW_TEST_TRAIN_GROUPS)
+
+
+def case_akill_resplit(a):
+    """multiplex whose train group changes (--rebalance-every; the changes forced at steps 2, 4, 8 and 10
+    by TAGFLOW_TEST_TRAIN_GROUPS, so they come whatever the machine measures): every rank SIGKILLed
+    right after the checkpoint at step 6, while the group is {0,2} and rank 1 a weight receiver. The
+    same command resumes (the whole group {0,1,2} again, all of it loading the actor state; rank 2
+    leaves at step 8 and joins again at step 10, receiving that state) and the run is exactly-once;
+    every rank ends with the coordinator's weights bit for bit (--sync-delta pushes)."""
+    steps, every = 12, 3
+    out = fresh(a, "akill_resplit")
+    env = dict(ENV, TAGFLOW_TEST_TRAIN_GROUPS=RESPLIT_GROUPS)
+    cmd = (["mpirun", "-x", "TAGFLOW_TEST_TRAIN_GROUPS", "-n", "3", a.tagflow, "train", "--out", out] + A_RUN +
+           ["--mode", "multiplex", "--rank-tags", RESPLIT_TAGS, "--rebalance-every", "1000", "--sync-delta",
+            "--steps", str(steps), "--ckpt-every", str(every)])
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
+                            stderr=open(os.path.join(a.workdir, "akill_resplit.log"), "w"), text=True)
+    t0 = time.time()
+    while True:
+        try:
+            at = manifest_step(out)
+        except OSError:
+            at = None
+        if at is not None and at >= 2 * every:
+            break
+        if proc.poll() is not None or time.time() - t0 > 90:
+            raise Failure(f"no checkpoint at step {2 * every} appeared (rc {proc.poll()})")
+        time.sleep(0.005)
+    pids, stdout = kill_every_rank(proc)
+    m = manifest(out)
+    print(f"resplit: SIGKILL of ranks {sorted(pids)} after the checkpoint at step {m['step']} (train group "
+          f"{m['sched.train_group']}, eligible {m['sched.members']}; rc {proc.returncode})")
+    check(int(m["step"]) in (6, 9) and m["sched.members"] == "0,1,2",
+          f"the checkpoint (step {m['step']}) records the eligible ranks 0,1,2 and its group {m['sched.train_group']}")
+    check(m["sched.train_group"] == ("0,2" if int(m["step"]) == 6 else "0,1"),
+          "the checkpoint was written while the forced group trained")
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=150)
+    wall = time.time() - t0
+    check(p.returncode == 0, f"resumed run exits 0 ({wall:.1f}s)" + ("" if p.returncode == 0 else p.stderr[-2000:]))
+    check(f"resumed from checkpoint at step {m['step']}" in p.stdout, "the resumed run starts at the checkpoint")
+    for line in p.stdout.splitlines():
+        if "train group" in line:
+            print(line)
+    check("train group {0,1,2} -> {0,1} (TAGFLOW_TEST_TRAIN_GROUPS)" in p.stdout or int(m["step"]) > 8,
+          "rank 2 leaves the train group at step 8 after the resume")
+    joined = re.search(r"step +10: train group \{0,1,2\} formed in [0-9.]+ s \(1 joining rank, (\d+) bytes", p.stdout)
+    check(joined is not None and int(joined.group(1)) > 0, "rank 2 joins again at step 10 with the actor's state")
+    same = re.search(r"ranks \{([0-9,]+)\} \(weight receivers and the train group\) hold version (\d+) "
+                     r"bit-identical", p.stdout)
+    check(same is not None and same.group(1) == "1,2" and int(same.group(2)) == steps,
+          f"ranks 1 and 2 end with version {steps} bit-identical to the coordinator's: {same and same.group(0)}")
+    d = read_async(out)
+    check_async_once(d, "resplit", steps, [0, 1, 2], discarded(p.stdout))
+    with open(os.path.join(out, "membership.json")) as f:
+        mb = json.load(f)
+    moves = [(c["step"], c["to"]) for c in mb["changes"]]
+    check(mb["eligible"] == [0, 1, 2] and moves[-2:] == [(8, [0, 1]), (10, [0, 1, 2])],
+          f"membership.json: eligible {mb['eligible']}, the resumed run's changes {moves}")
+    # Each rank saw itself in every group it was told to train with, as the coordinator announced it.
+    for r, log in mb["seen"].items():
+        check(all(int(r) in g for _, g in log), f"rank {r} trained only in groups that held it")
+
+
 def case_asignal(a):
     """multiplex: SIGTERM to the rollout-only rank -> checkpoint, exit 75; resume; SIGUSR1 to mpirun -> 75; resume."""
     mode, steps = "multiplex", 60
@@ -652,7 +723,7 @@ def main():
             case_kill(a, int(a.case.split("_")[1]))
         elif a.case.startswith("full_disk_"):  # full_disk_blocks, full_disk_inodes, full_disk_ckpt
             case_full_disk(a, a.case.split("_")[2])
-        elif a.case.startswith("akill_"):  # akill_<mode>_<seed>
+        elif a.case.startswith("akill_") and a.case != "akill_resplit":  # akill_<mode>_<seed>
             _, mode, seed = a.case.split("_")
             case_akill(a, mode, int(seed))
         else:

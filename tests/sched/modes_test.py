@@ -21,6 +21,8 @@ sync_delta (--sync-delta in the async modes: every rollout-only rank ends bit-id
 as with dense sends, also across a resume; /syncs says what moved; with nothing changed nothing moves),
 resume_mode (--resume-mode/--resume-window/--resume-min-tokens: recompute recomputes KV caches of
 generations in flight, keep none; bad values).
+resplit (--rebalance-every: the train group changes between steps; ranks train exactly in the groups
+announced, joiners get the actor state, every rank ends bit-identical; the measured choice runs).
 Each case prints what it checked and exits non-zero on failure.
 """
 import argparse
@@ -325,6 +327,78 @@ def case_bad_usage(a):
     check(p.returncode != 0 and "Address already in use" in p.stderr and "fatal" in p.stderr and wall < 30,
           f"a rank-local error after the first collective aborts the job in {wall:.1f}s "
           f"(rc {p.returncode}: {p.stderr.strip()[:160]})")
+
+
+ALL3 = "0=rollout,train;1=rollout,train;2=rollout,train"
+
+
+def case_resplit(a):
+    """--rebalance-every (issue 20 point 2): the train group changes between steps. With the changes forced
+    (TAGFLOW_TEST_TRAIN_GROUPS; the measured choice is tested in Serial.sched.TrainGroupChoice.*): a rank
+    trains exactly at the steps whose announced group holds it (its train spans), every member saw each
+    group as announced, joining ranks get the actor state, leaving ones receive the weights (dense and
+    --sync-delta) and every rank ends bit-identical to the coordinator; the run file passes the common
+    checks. With the measured choice (2 ranks, `longtail`): the run completes, and whatever it chose is
+    in membership.json. Bad uses exit 2 naming the option."""
+    for args, needle in [(["--mode", "disaggregated", "--rank-tags", TWO], "--rebalance-every"),
+                         (["--mode", "multiplex", "--shard", "optimizer"], "--rebalance-every"),
+                         (["--mode", "multiplex", "--algo", "ppo"], "--rebalance-every"),
+                         (["--mode", "multiplex", "--rebalance-every", "-1"], "--rebalance-every")]:
+        extra = [] if "--rebalance-every" in args else ["--rebalance-every", "2"]
+        _, p, _ = train(a, "resplit_bad", 2, args + extra + ["--steps", "1"], timeout=60)
+        check(p.returncode == 2 and needle in p.stderr,
+              f"{' '.join(args + extra)}: exit 2 naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
+    n = 10
+    groups = {2: [0], 4: [0, 2], 6: [0, 1, 2], 8: [0, 1]}
+    spec = ";".join(f"{k}={','.join(map(str, v))}" for k, v in groups.items())
+    env_saved = dict(ENV)
+    ENV["TAGFLOW_TEST_TRAIN_GROUPS"] = spec
+    try:
+        for delta in (False, True):
+            name = "resplit_delta" if delta else "resplit_dense"
+            out, p, wall = train(a, name, 3, ["--mode", "multiplex", "--rank-tags", ALL3, "--seed", "5", "--steps",
+                                              str(n), "--rebalance-every", "1000"] + (["--sync-delta"] if delta else []))
+            sys.stdout.write(p.stdout[-1500:])
+            check(p.returncode == 0, f"{name}: 3-rank run exits 0 ({wall:.1f}s) {p.stderr[-1500:]}")
+            mode = "mpi_isend_delta" if delta else "mpi_isend"
+            same = re.search(r"ranks \{([0-9,]+)\} \(weight receivers and the train group\) hold version (\d+) "
+                             r"bit-identical to the coordinator's \(weights hash [0-9a-f]+, (\S+)\)", p.stdout)
+            check(same is not None and same.group(1) == "1,2" and int(same.group(2)) == n and same.group(3) == mode,
+                  f"{name}: ranks 1 and 2 end with version {n} bit-identical ({same and same.group(0)})")
+            with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+                rank, kind, t0, t1 = common_checks(f, name, {0, 1, 2}, n)
+                step = spans(f)[4]
+            group_at = {}
+            g = [0, 1, 2]
+            for s_ in range(n):
+                g = groups.get(s_, g)
+                group_at[s_] = g
+            for r in (1, 2):
+                trained = sorted(set(step[(rank == r) & (kind == "train")].tolist()))
+                want = [s_ for s_ in range(n) if r in group_at[s_]]
+                check(trained == want, f"{name}: rank {r} has train spans at steps {trained}, the steps whose group "
+                      f"holds it {want}")
+            with open(os.path.join(out, "membership.json")) as f:
+                mb = json.load(f)
+            moves = [(c["step"], c["to"]) for c in mb["changes"]]
+            check(moves == sorted(groups.items()), f"{name}: membership.json changes {moves}")
+            joins = [c["state_bytes"] for c in mb["changes"] if len(c["to"]) > len(c["from"])]
+            check(all(b > 0 for b in joins) and len(joins) == 2,
+                  f"{name}: each join handed over the actor state ({joins} bytes)")
+            for r, log in mb["seen"].items():
+                check(all(m == group_at[e] for e, m in log), f"{name}: rank {r} saw every group as announced")
+    finally:
+        ENV.clear()
+        ENV.update(env_saved)
+    # The measured choice: 2 ranks, longtail, decisions every 2 steps.
+    out = train_ok(a, "resplit_measured", 2, ["--mode", "multiplex", "--rank-tags", "0=rollout,train;1=rollout,train",
+                                              "--task", "longtail", "--seed", "5", "--steps", "8",
+                                              "--rebalance-every", "2", "--prompts-per-step", "4"])
+    with open(os.path.join(out, "membership.json")) as f:
+        mb = json.load(f)
+    seen0 = [m for _, m in mb["seen"]["0"]]
+    check(len(seen0) == 8 and all(0 in m for m in seen0), f"measured: the coordinator trained all 8 steps {seen0}")
+    print(f"measured: changes {[(c['step'], c['to']) for c in mb['changes']]} (what the machine measured; not asserted)")
 
 
 def case_fresh_weights(a):
