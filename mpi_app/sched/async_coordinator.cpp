@@ -101,6 +101,7 @@ void AsyncScheduler::poll_messages() {
             fw.recomputed_tokens = in.get<int64_t>();
             fw.recomputed_seqs = in.get<int64_t>();
             fw.updates = in.get<int64_t>();
+            fw.critic_hash = in.get<uint64_t>();
             finals_of_[st.MPI_SOURCE] = fw;
             ++finals_;
         } else {

@@ -113,6 +113,7 @@ struct FinalWeights {
     int32_t version = -1;  // the version a rollout-only rank holds (-1: not one)
     uint64_t hash = 0;     // AsyncScheduler::weights_hash() of it
     int64_t recomputed_tokens = 0, recomputed_seqs = 0, updates = 0;  // its engine's (--resume-mode)
+    uint64_t critic_hash = 0;  // --rebalance-every, a member with ppo's critic: RlTrainer::critic_hash()
 };
 
 // A non-blocking send whose buffer lives until it completes.

@@ -116,6 +116,15 @@ void AsyncScheduler::report_weights(RunSummary& sum) {
             for (int r : members_)
                 if (r != coord_) check.push_back(r);
         std::sort(check.begin(), check.end());
+        // --rebalance-every with ppo: the critic moved with the group too; each member's is C's.
+        const uint64_t critic = rebalance_ && trainer_ ? trainer_->critic_hash() : 0;
+        for (int r : members_) {
+            if (r == coord_ || finals_of_[r].critic_hash == critic) continue;
+            log_error("rank %d holds a critic (hash %016llx) other than the coordinator's (hash %016llx)", r,
+                      static_cast<unsigned long long>(finals_of_[r].critic_hash),
+                      static_cast<unsigned long long>(critic));
+            same = false;
+        }
         for (int r : check) {
             const FinalWeights& f = finals_of_[r];
             ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
@@ -127,6 +136,9 @@ void AsyncScheduler::report_weights(RunSummary& sum) {
                 push_->mode());
             same = false;
         }
+        if (same && critic != 0)
+            say("%s: the train group's members hold the coordinator's critic bit for bit (critic hash %016llx)\n",
+                opt_.mode.name(), static_cast<unsigned long long>(critic));
         if (same && rebalance_)
             say("%s: ranks {%s} (weight receivers and the train group) hold version %d bit-identical to the "
                 "coordinator's (weights hash %016llx, %s)\n",

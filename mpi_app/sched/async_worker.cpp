@@ -138,6 +138,7 @@ void AsyncScheduler::worker_loop() {
     w.put<int64_t>(engine_ ? engine_->stats().recomputed_tokens : 0);
     w.put<int64_t>(engine_ ? engine_->stats().recomputed_seqs : 0);
     w.put<int64_t>(engine_ ? engine_->stats().weight_updates : 0);
+    w.put<uint64_t>(member && trainer_ ? trainer_->critic_hash() : 0);  // ppo: the critic moved with the group
     std::vector<char> b = w.take();
     MPI_Request rq = MPI_REQUEST_NULL;
     TAGFLOW_MPI_CHECK(MPI_Isend(b.data(), static_cast<int>(b.size()), MPI_CHAR, coord_, kTagFinal, p2p_.get(), &rq));

@@ -244,9 +244,12 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
             throw ConfigError("--rebalance-every with --shard " + opt.shard +
                               ": a joining rank would need its share of the moments re-cut; use --shard off");
         if (opt.algo == "ppo")
-            throw ConfigError(
-                "--rebalance-every with --algo ppo: the critic's state is not handed over to a joining rank yet; "
-                "use --rebalance-every 0 or another --algo");
+            for (uint32_t t : all_tags)
+                if (t & cluster::kCritic)
+                    throw ConfigError(
+                        "--rebalance-every with --algo ppo and ranks tagged critic: the critic's own ranks join "
+                        "every step and are not moved; use --rebalance-every 0, or no critic tag (the critic "
+                        "then lives on the train group and moves with it)");
     }
     if (!opt.mode.is_async()) return;
     const int world = static_cast<int>(all_tags.size());

@@ -419,8 +419,11 @@ void RlTrainer::set_wait_hook(std::function<void(bool waiting)> hook) { impl_->w
 
 void RlTrainer::set_group(const TrainGroup& group) {
     Impl& m = *impl_;
-    if (!m.actor || m.critic || group.comm == MPI_COMM_NULL || !group.critics.empty() || m.actor->engine().sharded())
-        throw InternalError("RlTrainer::set_group: only an unsharded actor without a critic changes its group");
+    const bool critic_here = !m.critic || m.critic_ranks == m.train_ranks;  // ppo: the critic on the actor ranks
+    if (!m.actor || !critic_here || group.comm == MPI_COMM_NULL || !group.critics.empty() ||
+        m.actor->engine().sharded())
+        throw InternalError(
+            "RlTrainer::set_group: only an unsharded actor (and a critic on the same ranks) changes its group");
     int n = 0;
     TAGFLOW_MPI_CHECK(MPI_Comm_size(group.comm, &n));
     if (group.actors > 0 && group.actors != n)
@@ -433,13 +436,45 @@ void RlTrainer::set_group(const TrainGroup& group) {
     m.in_train = m.in_critic = true;
     m.train_comm = std::make_unique<WaitTimedCollectives>(m.train_c, m.bucket, m.wait_hook);
     m.actor->engine().set_group(m.train_comm.get());
+    if (m.critic) {
+        m.critic_comm = std::make_unique<WaitTimedCollectives>(m.critic_c, m.bucket, m.wait_hook);
+        m.critic->engine().set_group(m.critic_comm.get());
+    }
 }
+
+namespace {
+
+void put_bytes(std::ostream& out, const std::string& b) {
+    const uint64_t n = b.size();
+    out.write(reinterpret_cast<const char*>(&n), sizeof n);
+    out.write(b.data(), static_cast<std::streamsize>(b.size()));
+}
+
+std::string get_bytes(std::istream& in) {
+    uint64_t n = 0;
+    if (!in.read(reinterpret_cast<char*>(&n), sizeof n) || n > (uint64_t{1} << 40))
+        throw InternalError("RlTrainer::take_actor_state: truncated state");
+    std::string b(n, '\0');
+    if (!in.read(b.data(), static_cast<std::streamsize>(n)))
+        throw InternalError("RlTrainer::take_actor_state: truncated state");
+    return b;
+}
+
+std::string engine_bytes(const train::TrainEngine& e) {
+    std::ostringstream out(std::ios::binary);
+    e.save(out);
+    if (!out) throw Error("serialising a trainer state failed");
+    return out.str();
+}
+
+}  // namespace
 
 std::string RlTrainer::actor_state() const {
     const Impl& m = *impl_;
     if (!m.actor) throw InternalError("RlTrainer::actor_state on a rank without the actor");
     std::ostringstream out(std::ios::binary);
-    m.actor->engine().save(out);
+    put_bytes(out, engine_bytes(m.actor->engine()));
+    put_bytes(out, m.critic ? engine_bytes(m.critic->engine()) : std::string());  // ppo: the critic beside it
     const double coef = m.adv.kl_coef;  // --kl-ctrl adaptive: the coefficient reached so far
     out.write(reinterpret_cast<const char*>(&coef), sizeof coef);
     if (!out) throw Error("serialising the actor state failed");
@@ -449,11 +484,21 @@ std::string RlTrainer::actor_state() const {
 void RlTrainer::take_actor_state(const std::string& bytes) {
     Impl& m = *impl_;
     if (!m.actor) throw InternalError("RlTrainer::take_actor_state on a rank without the actor");
-    if (bytes.size() < sizeof(double)) throw InternalError("RlTrainer::take_actor_state: truncated state");
+    std::istringstream in(bytes, std::ios::binary);
+    {
+        std::istringstream a(get_bytes(in), std::ios::binary);
+        m.actor->engine().load(a);
+    }
+    const std::string critic = get_bytes(in);
+    if (critic.empty() != !m.critic)
+        throw InternalError("RlTrainer::take_actor_state: the critic state does not match");
+    if (m.critic) {
+        std::istringstream c(critic, std::ios::binary);
+        m.critic->engine().load(c);
+    }
     double coef = 0;
-    std::memcpy(&coef, bytes.data() + bytes.size() - sizeof coef, sizeof coef);
-    std::istringstream in(bytes.substr(0, bytes.size() - sizeof coef), std::ios::binary);
-    m.actor->engine().load(in);
+    if (!in.read(reinterpret_cast<char*>(&coef), sizeof coef))
+        throw InternalError("RlTrainer::take_actor_state: truncated state");
     m.kl_ctrl.coef = m.adv.kl_coef = coef;
 }
 
@@ -535,6 +580,19 @@ std::vector<std::string> RlTrainer::save_state(const std::string& dir) const {
         files.push_back(name);
     }
     return files;
+}
+
+uint64_t RlTrainer::critic_hash() const {
+    const Impl& m = *impl_;
+    if (!m.critic) return 0;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const at::Tensor& p : m.critic->engine().parameters()) {
+        const at::Tensor c = p.detach().to(torch::kCPU).contiguous();
+        const auto* b = static_cast<const unsigned char*>(c.data_ptr());
+        const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+        for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+    }
+    return h;
 }
 
 std::string RlTrainer::critic_state() const {

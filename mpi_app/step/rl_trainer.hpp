@@ -112,11 +112,13 @@ public:
     void set_wait_hook(std::function<void(bool waiting)> hook);
 
     /// --rebalance-every (multiplex): from the next train_step on, this rank trains with `group`,
-    /// every rank of which holds the actor (an unsharded one, without a critic; else
-    /// InternalError). Not collective: each member of the new group calls it, with the same group.
+    /// every rank of which holds the actor (an unsharded one; ppo's critic, if any, on the same
+    /// ranks; else InternalError). Not collective: each member of the new group calls it, with
+    /// the same group.
     void set_group(const TrainGroup& group);
-    /// The actor's whole state as bytes (weights, AdamW moments, step, lr, and the reward KL
-    /// coefficient --kl-ctrl adaptive reached), for a rank that joins the train group;
+    /// The actor's whole state as bytes (weights, AdamW moments, step, lr; the critic's likewise
+    /// when it lives on the actor ranks; the reward KL coefficient --kl-ctrl adaptive reached),
+    /// for a rank that joins the train group;
     /// take_actor_state() there makes its actor continue exactly where this one is. The
     /// parameters get new storage (LibTorch's archive load): re-share them afterwards.
     std::string actor_state() const;
@@ -128,6 +130,9 @@ public:
     /// The critic's state as written to critic_state.pt (AdamW moments included), on the first
     /// critic rank; "" elsewhere. For a checkpoint written by a rank without the critic.
     std::string critic_state() const;
+    /// A hash of the critic's weights (64-bit FNV-1a over their bits; 0 without a critic):
+    /// equal on two ranks = the same critic, bit for bit (--rebalance-every's end-of-run check).
+    uint64_t critic_hash() const;
     /// --shard: this rank's shares of the actor's and the critic's AdamW moments, as (file name,
     /// bytes) for a checkpoint written by another rank (the async coordinator); empty unsharded.
     std::vector<std::pair<std::string, std::string>> optim_shards() const;

@@ -336,13 +336,15 @@ def case_resplit(a):
     """--rebalance-every (issue 20 point 2): the train group changes between steps. With the changes forced
     (TAGFLOW_TEST_TRAIN_GROUPS; the measured choice is tested in Serial.sched.TrainGroupChoice.*): a rank
     trains exactly at the steps whose announced group holds it (its train spans), every member saw each
-    group as announced, joining ranks get the actor state, leaving ones receive the weights (dense and
-    --sync-delta) and every rank ends bit-identical to the coordinator; the run file passes the common
+    group as announced, joining ranks get the actor state (with ppo the critic's too, and the adaptive
+    KL coefficient), leaving ones receive the weights (dense and --sync-delta) and every rank ends
+    bit-identical to the coordinator; the run file passes the common
     checks. With the measured choice (2 ranks, `longtail`): the run completes, and whatever it chose is
     in membership.json. Bad uses exit 2 naming the option."""
     for args, needle in [(["--mode", "disaggregated", "--rank-tags", TWO], "--rebalance-every"),
                          (["--mode", "multiplex", "--shard", "optimizer"], "--rebalance-every"),
-                         (["--mode", "multiplex", "--algo", "ppo"], "--rebalance-every"),
+                         (["--mode", "multiplex", "--algo", "ppo", "--rank-tags",
+                           "0=rollout,train;1=rollout,train,critic"], "--rebalance-every"),
                          (["--mode", "multiplex", "--rebalance-every", "-1"], "--rebalance-every")]:
         extra = [] if "--rebalance-every" in args else ["--rebalance-every", "2"]
         _, p, _ = train(a, "resplit_bad", 2, args + extra + ["--steps", "1"], timeout=60)
@@ -354,10 +356,11 @@ def case_resplit(a):
     env_saved = dict(ENV)
     ENV["TAGFLOW_TEST_TRAIN_GROUPS"] = spec
     try:
-        for delta in (False, True):
-            name = "resplit_delta" if delta else "resplit_dense"
+        for name, extra in (("resplit_dense", []), ("resplit_delta", ["--sync-delta"]),
+                            ("resplit_ppo", ["--algo", "ppo", "--kl-coef", "0.01", "--kl-in", "reward", "--kl-ctrl", "adaptive"])):
+            delta = "--sync-delta" in extra
             out, p, wall = train(a, name, 3, ["--mode", "multiplex", "--rank-tags", ALL3, "--seed", "5", "--steps",
-                                              str(n), "--rebalance-every", "1000"] + (["--sync-delta"] if delta else []))
+                                              str(n), "--rebalance-every", "1000"] + extra)
             sys.stdout.write(p.stdout[-1500:])
             check(p.returncode == 0, f"{name}: 3-rank run exits 0 ({wall:.1f}s) {p.stderr[-1500:]}")
             mode = "mpi_isend_delta" if delta else "mpi_isend"
@@ -365,6 +368,9 @@ def case_resplit(a):
                              r"bit-identical to the coordinator's \(weights hash [0-9a-f]+, (\S+)\)", p.stdout)
             check(same is not None and same.group(1) == "1,2" and int(same.group(2)) == n and same.group(3) == mode,
                   f"{name}: ranks 1 and 2 end with version {n} bit-identical ({same and same.group(0)})")
+            if "ppo" in extra:
+                check("members hold the coordinator's critic bit for bit" in p.stdout,
+                      f"{name}: the members' critics equal the coordinator's (each join received it)")
             with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
                 rank, kind, t0, t1 = common_checks(f, name, {0, 1, 2}, n)
                 step = spans(f)[4]

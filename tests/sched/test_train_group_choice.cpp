@@ -151,7 +151,7 @@ TEST(TrainGroupChoice, PriorityBreaksTies) {
     EXPECT_EQ(choose_train_group(o, tags, {0, 1, 2}, {0, 1, 2}, m, 0.0).members, (std::vector<int>{0, 1}));
 }
 
-TEST(TrainGroupChoice, RefusedOutsideMultiplexAndWithShardOrPpo) {
+TEST(TrainGroupChoice, RefusedOutsideMultiplexWithShardOrCriticRanks) {
     const std::vector<uint32_t> tags{kRT, kRT};
     Options o = multiplex();
     o.mode = tagflow::config::Mode::kDisaggregated;
@@ -160,8 +160,9 @@ TEST(TrainGroupChoice, RefusedOutsideMultiplexAndWithShardOrPpo) {
     o.shard = "optimizer";
     EXPECT_THROW(tagflow::sched::sched_policy::check_roles(o, tags), tagflow::ConfigError);
     o = multiplex();
-    o.algo = "ppo";
-    EXPECT_THROW(tagflow::sched::sched_policy::check_roles(o, tags), tagflow::ConfigError);
+    o.algo = "ppo";  // the critic on the train group moves with it; on ranks tagged critic it cannot
+    EXPECT_NO_THROW(tagflow::sched::sched_policy::check_roles(o, tags));
+    EXPECT_THROW(tagflow::sched::sched_policy::check_roles(o, {kRT, kRT | cl::kCritic}), tagflow::ConfigError);
     o = multiplex();
     EXPECT_NO_THROW(tagflow::sched::sched_policy::check_roles(o, tags));
 }
