@@ -467,7 +467,7 @@ private:
     std::map<int, double> win_delivered_;  // per generating rank, samples received
     std::map<int, double> win_rollout_s_;  // per generating rank, seconds in rollout spans
     int64_t win_steps_ = 0;                // steps since the last decision
-    double win_trained_ = 0;               // steps behind win_step_s_ and win_compute_s_ (decayed)
+    double win_trained_ = 0;               // steps behind win_step_s_ (decayed like it)
     double win_step_s_ = 0;
     std::map<int, double> win_train_s_;       // per member, seconds in train spans
     std::map<int, double> win_member_steps_;  // per member, steps it trained

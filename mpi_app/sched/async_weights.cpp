@@ -51,20 +51,7 @@ void AsyncScheduler::cancel_weight_recv() {
     if (pull_) pull_->cancel();
 }
 
-uint64_t AsyncScheduler::weights_hash() const {
-    // 64-bit FNV-1a over 8-byte words (the weights' bits, any float), then the odd tail word.
-    const auto* p = static_cast<const unsigned char*>(flat_.data_ptr());
-    const size_t n = static_cast<size_t>(flat_.numel()) * sizeof(float);
-    uint64_t h = 0xcbf29ce484222325ULL;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w = 0;
-        std::memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ULL;
-    }
-    for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
+uint64_t AsyncScheduler::weights_hash() const { return train::hash_bits({flat_}); }
 
 void AsyncScheduler::send_weights(int32_t version) {
     if (!push_) return;

@@ -29,6 +29,7 @@
 #include "sched/sched_policy.hpp"
 #include "train/algorithms.hpp"
 #include "train/collectives_mpi.hpp"
+#include "train/delta_sync.hpp"
 #include "train/lr_schedule.hpp"
 #include "train/workers.hpp"
 
@@ -584,15 +585,7 @@ std::vector<std::string> RlTrainer::save_state(const std::string& dir) const {
 
 uint64_t RlTrainer::critic_hash() const {
     const Impl& m = *impl_;
-    if (!m.critic) return 0;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const at::Tensor& p : m.critic->engine().parameters()) {
-        const at::Tensor c = p.detach().to(torch::kCPU).contiguous();
-        const auto* b = static_cast<const unsigned char*>(c.data_ptr());
-        const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
-        for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
-    }
-    return h;
+    return m.critic ? train::hash_bits(m.critic->engine().parameters()) : 0;
 }
 
 std::string RlTrainer::critic_state() const {

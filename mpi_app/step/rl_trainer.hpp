@@ -130,7 +130,7 @@ public:
     /// The critic's state as written to critic_state.pt (AdamW moments included), on the first
     /// critic rank; "" elsewhere. For a checkpoint written by a rank without the critic.
     std::string critic_state() const;
-    /// A hash of the critic's weights (64-bit FNV-1a over their bits; 0 without a critic):
+    /// A hash of the critic's weights (train::hash_bits; 0 without a critic):
     /// equal on two ranks = the same critic, bit for bit (--rebalance-every's end-of-run check).
     uint64_t critic_hash() const;
     /// --shard: this rank's shares of the actor's and the critic's AdamW moments, as (file name,

@@ -88,6 +88,23 @@ void bump_versions(const std::vector<at::Tensor>& params) {
     for (const at::Tensor& p : params) p.unsafeGetTensorImpl()->bump_version();
 }
 
+uint64_t hash_bits(const std::vector<at::Tensor>& tensors) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const at::Tensor& t : tensors) {
+        const at::Tensor c = t.detach().to(at::kCPU).contiguous();
+        const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+        const size_t n = static_cast<size_t>(c.numel()) * c.element_size();
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w = 0;
+            std::memcpy(&w, p + i, 8);
+            h = (h ^ w) * 0x100000001b3ULL;
+        }
+        for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+    }
+    return h;
+}
+
 std::vector<FlatView::Piece> FlatView::pieces(size_t first, size_t count) const {
     std::vector<Piece> out;
     if (count == 0) return out;

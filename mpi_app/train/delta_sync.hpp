@@ -59,6 +59,11 @@ at::Tensor share_one_buffer(const std::vector<at::Tensor>& params);
 /// Pass the parameters themselves: a `p.data()` alias has a counter of its own.
 void bump_versions(const std::vector<at::Tensor>& params);
 
+/// A hash of the tensors' bits, in order: 64-bit FNV-1a over each one's 8-byte words, then its odd
+/// tail bytes (any dtype and device; a copy is made when not contiguous on the CPU). Equal hashes
+/// of the same shapes = bit-identical tensors (the async modes' end-of-run weight checks).
+uint64_t hash_bits(const std::vector<at::Tensor>& tensors);
+
 /// How one bucket travels. Values are 32-bit words (float bits), indices bucket-local uint32.
 enum class DeltaEncoding : int32_t {
     kSkip = 0,     ///< nothing changed: no collective at all
