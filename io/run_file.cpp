@@ -33,6 +33,16 @@ const char* to_string(SpanKind k) {
     return "unknown";
 }
 
+const char* to_string(Regroup g) {
+    switch (g) {
+        case Regroup::kNone: return "none";
+        case Regroup::kKept: return "kept";
+        case Regroup::kMoved: return "moved";
+        case Regroup::kForced: return "forced";
+    }
+    return "unknown";
+}
+
 namespace {
 
 Datatype column_type(const schema::Column& c) {
@@ -175,9 +185,11 @@ std::string RunFile::Impl::open_objects(bool create) {
                                                                  : static_cast<const void*>(&zero_u8);
             t.cols[i] = create_column(g, c.name, t.types[i].get(), ts.chunk, rows, fill);
             if (c.units) write_attr(t.cols[i].get(), "units", c.units);
+            if (!c.enum_names.empty()) write_attr(t.cols[i].get(), "enum_names", c.enum_names);
+            const char* before = c.type == schema::ColType::kStr ? "\"\"" : c.type == schema::ColType::kU8 ? "0" : "-1";
             if (rank == 0 && rows > 0)
-                log_info("run file %s: added %s/%s (-1 in the %llu rows written before)", path.c_str(), ts.group,
-                         c.name, static_cast<unsigned long long>(rows));
+                log_info("run file %s: added %s/%s (%s in the %llu rows written before)", path.c_str(), ts.group,
+                         c.name, before, static_cast<unsigned long long>(rows));
             else if (rank == 0) log_info("run file %s: added %s/%s", path.c_str(), ts.group, c.name);
         }
     }

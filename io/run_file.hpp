@@ -29,8 +29,14 @@ enum class SpanKind : uint8_t {
     kIo = 5,
     kCheckpoint = 6
 };
+/// /steps regroup enum stored as uint8 (--rebalance-every): what the coordinator decided about the
+/// train group at the start of the step. kNone: no decision (between decisions, or not enough
+/// measured yet); kKept: the current group predicted best; kMoved: a measured move; kForced: the
+/// group named by the test-only TAGFLOW_TEST_TRAIN_GROUPS.
+enum class Regroup : uint8_t { kNone = 0, kKept = 1, kMoved = 2, kForced = 3 };
 const char* to_string(FinishReason r);
 const char* to_string(SpanKind k);
+const char* to_string(Regroup g);
 
 struct SampleRecord {
     int64_t id = 0;
@@ -106,6 +112,18 @@ struct StepRecord {
     int64_t train_real_tokens = -1, train_token_slots = -1;
     // The actor's learning rate of this step's update (--lr-warmup-steps, --lr-schedule); -1 = not recorded.
     double lr = -1;
+    // The step's train group (async modes): how many ranks, and which ("0-3,6"; a list longer than
+    // kTrainGroupLen ends in "..."; membership.json has it whole); -1 / "" = not recorded.
+    int32_t train_members = -1;
+    std::string train_group;
+    // --rebalance-every: the decision taken before the step, the predicted seconds per step of the
+    // group chosen and of the group that trained before it (-1: no measured decision this step), and
+    // what forming the step's group cost: seconds (0 when the group did not change) and bytes of
+    // actor state sent to each joining rank (0: none joined); -1 = not recorded (no --rebalance-every).
+    Regroup regroup = Regroup::kNone;
+    double predicted_s = -1, predicted_current_s = -1;
+    double resplit_s = -1;
+    int64_t resplit_bytes = -1;
 };
 
 struct EvalRecord {
@@ -185,7 +203,7 @@ struct RunAttributes {
 /// Fixed lengths (bytes) of the string columns; longer values are cut (never inside a UTF-8
 /// sequence).
 inline constexpr size_t kTaskLen = 32, kModeLen = 16, kHostLen = 64, kTagsLen = 32, kTagSourceLen = 16,
-                        kDataSourceLen = 64;
+                        kDataSourceLen = 64, kTrainGroupLen = 64;
 inline constexpr int32_t kFormatVersion = 1;
 
 /// An open run file. Every method marked COLLECTIVE must be called by every rank of the

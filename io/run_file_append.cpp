@@ -348,6 +348,13 @@ void RunFile::append_steps(const std::vector<StepRecord>& rows) {
         im.put(T, "train_real_tokens", column(rows, &R::train_real_tokens), s, w);
         im.put(T, "train_token_slots", column(rows, &R::train_token_slots), s, w);
         im.put(T, "lr", column(rows, &R::lr), s, w);
+        im.put(T, "train_members", column(rows, &R::train_members), s, w);
+        im.put_strings(T, "train_group", column(rows, &R::train_group), s, w);
+        im.put(T, "regroup", column_of(rows, [](const R& r) { return static_cast<uint8_t>(r.regroup); }), s, w);
+        im.put(T, "predicted_s", column(rows, &R::predicted_s), s, w);
+        im.put(T, "predicted_current_s", column(rows, &R::predicted_current_s), s, w);
+        im.put(T, "resplit_s", column(rows, &R::resplit_s), s, w);
+        im.put(T, "resplit_bytes", column(rows, &R::resplit_bytes), s, w);
     });
 }
 

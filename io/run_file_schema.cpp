@@ -86,7 +86,14 @@ std::vector<Table> make_tables() {
                   {"rs_rejected_tokens", C::kI64, 0, "tokens", "", true},
                   {"train_real_tokens", C::kI64, 0, "tokens", "", true},
                   {"train_token_slots", C::kI64, 0, "tokens", "", true},
-                  {"lr", C::kF64, 0, nullptr, "", true}}});
+                  {"lr", C::kF64, 0, nullptr, "", true},
+                  {"train_members", C::kI32, 0, "ranks", "", true},
+                  {"train_group", C::kStr, kTrainGroupLen, nullptr, "", true},
+                  {"regroup", C::kU8, 0, nullptr, enum_list<Regroup>(4), true},
+                  {"predicted_s", C::kF64, 0, "s", "", true},
+                  {"predicted_current_s", C::kF64, 0, "s", "", true},
+                  {"resplit_s", C::kF64, 0, "s", "", true},
+                  {"resplit_bytes", C::kI64, 0, "B", "", true}}});
     t.push_back({kEval,
                  "/eval",
                  kRowChunk,

@@ -384,7 +384,7 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
     // LibTorch profiles that `tagflow profile` had the ranks record, on the same clock.
     merge_profiles(run_h5, r, w, next_tid, sum, sum.notes);
 
-    // The run process: steps (X), step metrics (C), weight syncs (i).
+    // The run process: steps (X), step metrics (C), train group changes (i), weight syncs (i).
     w.meta("process_name", run_pid, run_pid, "\"name\":\"run: steps, metrics, weight syncs\"");
     w.meta("process_sort_index", run_pid, run_pid, "\"sort_index\":0");
     w.meta("thread_name", run_pid, run_pid, "\"name\":\"steps\"");
@@ -409,6 +409,8 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
     for (size_t i : sorder) {
         std::string args = "\"step\":" + std::to_string(r.step_no[i]);
         for (const auto& [name, v] : r.metrics) args += ",\"" + name + "\":" + jnum(v[i]);
+        if (!r.step_group[i].empty()) args += ",\"train_group\":" + jstr(r.step_group[i]);
+        if (r.step_regroup[i] != "none") args += ",\"regroup\":" + jstr(r.step_regroup[i]);
         w.event("\"name\":" + jstr("step " + std::to_string(r.step_no[i])) + ",\"cat\":\"step\",\"ph\":\"X\",\"ts\":" +
                 us(siv[i].first) + ",\"dur\":" + us(siv[i].second - siv[i].first) +
                 pid_tid(run_pid, step_tids[slane[i]]) + ",\"args\":{" + args + "}");
@@ -420,6 +422,21 @@ TraceSummary write_chrome_trace(const std::string& run_h5, const std::string& ou
                         pid_tid(run_pid, run_pid) + ",\"args\":{\"value\":" + jnum(v[i]) + "}");
         }
         ++sum.steps;
+    }
+    // --rebalance-every: an instant event where a step's train group differs from the step before's.
+    for (size_t k = 1; k < sorder.size(); ++k) {
+        const size_t i = sorder[k], prev = sorder[k - 1];
+        if (r.step_group[i].empty() || r.step_group[prev].empty() || r.step_group[i] == r.step_group[prev]) continue;
+        std::string args = "\"step\":" + std::to_string(r.step_no[i]) + ",\"from\":" + jstr(r.step_group[prev]) +
+                           ",\"to\":" + jstr(r.step_group[i]) + ",\"regroup\":" + jstr(r.step_regroup[i]);
+        for (const auto& [name, v] : r.metrics)
+            if (name == "predicted_s" || name == "predicted_current_s" || name == "resplit_s" ||
+                name == "resplit_bytes")
+                args += ",\"" + name + "\":" + jnum(v[i]);
+        w.event("\"name\":" + jstr("train group " + r.step_group[prev] + " -> " + r.step_group[i]) +
+                ",\"cat\":\"resplit\",\"ph\":\"i\",\"s\":\"t\",\"ts\":" + us(siv[i].first) + pid_tid(run_pid, run_pid) +
+                ",\"args\":{" + args + "}");
+        ++sum.regroups;
     }
     for (size_t i = 0; i < r.sync_version.size(); ++i) {
         if (!std::isfinite(r.sync_start[i])) continue;
@@ -517,6 +534,7 @@ int trace_command(int argc, char** argv) {
     }
     print0("trace: %" PRId64 " spans on %d ranks, %" PRId64 " steps, %" PRId64 " weight syncs -> %s\n", s.spans,
            s.ranks, s.steps, s.syncs, out.c_str());
+    if (s.regroups > 0) print0("train group changes (--rebalance-every): %" PRId64 "\n", s.regroups);
     if (!cov.empty()) print0("span coverage per rank (first to last span): %s\n", cov.c_str());
     if (s.profiles > 0)
         print0("profiles: %" PRId64 " LibTorch profile(s), %" PRId64 " events merged\n", s.profiles, s.profile_events);

@@ -28,6 +28,7 @@ namespace tagflow::profile {
 /// What write_chrome_trace() wrote.
 struct TraceSummary {
     int64_t spans = 0, steps = 0, syncs = 0;
+    int64_t regroups = 0;         // instant events where a step's train group differs from the step before's
     int32_t ranks = 0;            // processes written for ranks
     int32_t overlap_threads = 0;  // extra threads for overlapping spans (0 when none overlap)
     /// Per rank (index = rank): the share of the window from the first span's start to the

@@ -20,9 +20,25 @@ std::string first_line(const char* what) {
     return s.substr(0, s.find('\n'));
 }
 
-extern const char* const kStepMetrics[] = {
-    "reward_mean",   "reward_std", "loss",   "kl",      "entropy",        "clip_frac",     "staleness_mean",
-    "samples_per_s", "idle_frac",  "tokens", "samples", "policy_version", "staleness_max", "logprob_diff_mean"};
+extern const char* const kStepMetrics[] = {"reward_mean",
+                                           "reward_std",
+                                           "loss",
+                                           "kl",
+                                           "entropy",
+                                           "clip_frac",
+                                           "staleness_mean",
+                                           "samples_per_s",
+                                           "idle_frac",
+                                           "tokens",
+                                           "samples",
+                                           "policy_version",
+                                           "staleness_max",
+                                           "logprob_diff_mean",
+                                           "train_members",
+                                           "predicted_s",
+                                           "predicted_current_s",
+                                           "resplit_s",
+                                           "resplit_bytes"};
 const std::size_t kStepMetricCount = sizeof kStepMetrics / sizeof kStepMetrics[0];
 
 namespace {
@@ -188,6 +204,10 @@ void read_tables(hid_t fid, const std::string& path, RunData& r) {
         r.step_end = t.col<double>("t_end");
         for (const char* m : kStepMetrics)
             if (t.has(m)) r.metrics.emplace_back(m, t.col<double>(m));
+        r.step_group = t.strings_or("train_group", "");
+        const std::vector<std::string> names = t.has("regroup") ? t.enum_names("regroup") : std::vector<std::string>{};
+        for (uint8_t k : t.col_or<uint8_t>("regroup", 0))
+            r.step_regroup.push_back(k < names.size() ? names[k] : std::to_string(k));
     }
     if (has_link(fid, "syncs")) {
         Table t(fid, path, "syncs", "version");

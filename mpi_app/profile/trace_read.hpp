@@ -40,6 +40,8 @@ struct RunData {
     std::vector<int32_t> step_no;
     std::vector<double> step_start, step_end;
     std::vector<Metric> metrics;
+    std::vector<std::string> step_group;    // train_group ("" when not recorded)
+    std::vector<std::string> step_regroup;  // regroup's name (none, kept, moved, forced)
     // /syncs
     std::vector<int32_t> sync_version;
     std::vector<int64_t> sync_bytes;

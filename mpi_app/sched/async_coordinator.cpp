@@ -319,6 +319,18 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     row.rs_rejected_tokens = tr.rs_rejected_tokens;
     row.train_real_tokens = tr.real_tokens;  // the whole train group's, when the coordinator holds the actor
     row.train_token_slots = tr.token_slots;
+    row.train_members = static_cast<int32_t>(members_.size());
+    row.train_group = sched_policy::rank_ranges(members_, io::kTrainGroupLen);
+    if (rebalance_) {
+        if (decision_.step == s) {
+            row.regroup = decision_.kind;
+            row.predicted_s = decision_.best_s;
+            row.predicted_current_s = decision_.current_s;
+        }
+        const bool moved = !resplits_.empty() && resplits_.back().step == s;
+        row.resplit_s = handover_s;
+        row.resplit_bytes = moved ? resplits_.back().bytes : 0;
+    }
     const double dt = std::max(1e-9, t_end - t_start);
     row.samples_per_s = static_cast<float>(static_cast<double>(batch.size()) / dt);
     // Idle: every rank's idle spans inside this step, as known to the coordinator now.

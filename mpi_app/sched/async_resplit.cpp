@@ -18,7 +18,9 @@
 // Checkpoints are written by C, whose actor state every rank that may train loads on a resume, so
 // a resumed run starts again with the whole eligible group.
 // Part of the async scheduler (sched/async_scheduler_impl.hpp).
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
 
 #include "sched/async_scheduler_impl.hpp"
 
@@ -100,19 +102,29 @@ void AsyncScheduler::measure_spans(const std::vector<io::SpanRecord>& spans) {
 
 // Tests only: TAGFLOW_TEST_TRAIN_GROUPS="STEP=R,R,...;STEP=..." moves the train group to the given
 // ranks at those steps, whatever the measurements say (what a test exercises with it is the
-// hand-over, the communicators and the resume; choose_train_group has tests of its own).
+// hand-over, the communicators and the resume; choose_train_group has tests of its own). Read by the
+// coordinator alone, mid-run: its errors are not ConfigErrors (which every rank raises alike, exit
+// 2) but abort the job (main's fatal path), so no rank waits for the coordinator.
 static std::map<int64_t, std::vector<int>> forced_groups() {
     std::map<int64_t, std::vector<int>> out;
     const char* spec = std::getenv("TAGFLOW_TEST_TRAIN_GROUPS");
     if (!spec) return out;
     std::stringstream all(spec);
     std::string item;
+    const auto number = [](const std::string& item, const std::string& t) {
+        char* end = nullptr;
+        errno = 0;
+        const long v = t.empty() ? -1 : std::strtol(t.c_str(), &end, 10);
+        if (t.empty() || *end != '\0' || errno != 0 || v < 0 || v > INT_MAX)
+            throw Error("TAGFLOW_TEST_TRAIN_GROUPS: '" + item + "' is not STEP=R,R (bad number '" + t + "')");
+        return static_cast<int>(v);
+    };
     while (std::getline(all, item, ';')) {
         const size_t eq = item.find('=');
-        if (eq == std::string::npos) throw ConfigError("TAGFLOW_TEST_TRAIN_GROUPS: '" + item + "' is not STEP=R,R");
-        std::vector<int>& g = out[std::stoll(item.substr(0, eq))];
+        if (eq == std::string::npos) throw Error("TAGFLOW_TEST_TRAIN_GROUPS: '" + item + "' is not STEP=R,R");
+        std::vector<int>& g = out[number(item, item.substr(0, eq))];
         std::stringstream rs(item.substr(eq + 1));
-        for (std::string r; std::getline(rs, r, ',');) g.push_back(std::stoi(r));
+        for (std::string r; std::getline(rs, r, ',');) g.push_back(number(item, r));
         std::sort(g.begin(), g.end());
     }
     return out;
@@ -124,9 +136,10 @@ std::vector<int> AsyncScheduler::rebalance(int32_t s) {
     if (auto it = forced.find(s); it != forced.end()) {
         for (int r : it->second)
             if (!std::count(eligible_.begin(), eligible_.end(), r))
-                throw ConfigError("TAGFLOW_TEST_TRAIN_GROUPS: rank " + std::to_string(r) + " may not train");
+                throw Error("TAGFLOW_TEST_TRAIN_GROUPS: rank " + std::to_string(r) + " may not train");
         if (!std::count(it->second.begin(), it->second.end(), coord_))
-            throw ConfigError("TAGFLOW_TEST_TRAIN_GROUPS: the coordinator always trains");
+            throw Error("TAGFLOW_TEST_TRAIN_GROUPS: the coordinator always trains");
+        decision_ = {s, io::Regroup::kForced, -1, -1};
         if (it->second != members_)
             say("step %5d: train group {%s} -> {%s} (TAGFLOW_TEST_TRAIN_GROUPS)\n", s, ranks_text(members_).c_str(),
                 ranks_text(it->second).c_str());
@@ -160,6 +173,7 @@ std::vector<int> AsyncScheduler::rebalance(int32_t s) {
     for (auto& [r, n] : win_member_steps_) n /= 2;
     const sched_policy::GroupChoice c =
         sched_policy::choose_train_group(opt_, roles_.all_tags, eligible_, members_, m, 0.1);
+    decision_ = {s, c.members == members_ ? io::Regroup::kKept : io::Regroup::kMoved, c.best_s, c.current_s};
     if (c.members == members_) return {};
     double all = 0;
     for (const auto& [r, g] : m.gen_rate) all += g;

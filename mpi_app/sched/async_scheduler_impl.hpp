@@ -480,6 +480,12 @@ private:
         double seconds = 0;                // the hand-over and the new communicator
     };
     std::vector<Resplit> resplits_;
+    struct Decision {  // the last decision (forced, kept or moved), for the /steps row of its step
+        int64_t step = -1;
+        io::Regroup kind = io::Regroup::kNone;
+        double best_s = -1, current_s = -1;
+    };
+    Decision decision_;
     std::map<int, std::vector<Membership>> seen_;
 
     // checkpoints and requeue signals

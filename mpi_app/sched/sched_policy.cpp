@@ -361,4 +361,23 @@ double stale_weight(const config::Options& opt, int64_t age) {
     return w < kMinStaleWeight ? 0.0 : w;
 }
 
+std::string rank_ranges(std::vector<int> sorted_ranks, size_t max_len) {
+    std::sort(sorted_ranks.begin(), sorted_ranks.end());
+    std::string out;
+    for (size_t i = 0; i < sorted_ranks.size();) {
+        size_t j = i;
+        while (j + 1 < sorted_ranks.size() && sorted_ranks[j + 1] == sorted_ranks[j] + 1) ++j;
+        std::string item = std::to_string(sorted_ranks[i]);
+        if (j > i) item += "-" + std::to_string(sorted_ranks[j]);
+        const bool last = j + 1 == sorted_ranks.size();
+        const std::string next = (out.empty() ? "" : ",") + item;
+        // Room for this range, and for ",..." after it unless it is the last one (so `out` always
+        // has room for ",..." when a later range does not fit).
+        if (out.size() + next.size() + (last ? 0 : 4) > max_len) return out.empty() ? "..." : out + ",...";
+        out += next;
+        i = j + 1;
+    }
+    return out;
+}
+
 }  // namespace tagflow::sched::sched_policy

@@ -163,6 +163,10 @@ GroupChoice choose_train_group(const config::Options& opt, const std::vector<uin
                                const std::vector<int>& eligible, const std::vector<int>& current, const StepModel& m,
                                double hysteresis);
 
+/// A rank list as sorted ranges, "0-3,6,8-9" (the run file's /steps/train_group). A text longer
+/// than `max_len` is cut after the last range that fits, ending in "..." (within max_len).
+std::string rank_ranges(std::vector<int> ranks, size_t max_len);
+
 /// Throws ConfigError when the tags do not allow opt.mode (see check_async_roles), or when
 /// --train-priority is malformed, given outside multiplex, or puts the coordinator at 0, or when
 /// --resume-mode recompute is given in sync mode (no generation outlives a weight update there),

@@ -3,6 +3,8 @@
 // the rows it writes. The class is in sync_scheduler_impl.hpp.
 #include "sched/sync_scheduler_impl.hpp"
 
+#include "sched/sched_policy.hpp"
+
 namespace tagflow::sched::sync_impl {
 
 SyncScheduler::SyncScheduler(const config::Options& opt, cluster::Roles& roles, io::RunFile& run, double t0_unix,
@@ -296,6 +298,8 @@ SyncScheduler::StepOut SyncScheduler::step(int32_t s) {
     row.rs_rejected_tokens = static_cast<int64_t>(stats[kRejectedTokens]);
     row.train_real_tokens = static_cast<int64_t>(stats[kTrainReal]);
     row.train_token_slots = static_cast<int64_t>(stats[kTrainSlots]);
+    row.train_members = static_cast<int32_t>(roles_.train_ranks.size());  // sync: every rank tagged train
+    row.train_group = sched_policy::rank_ranges(roles_.train_ranks, io::kTrainGroupLen);
     out.eval = stats[kEval] - 1.0;  // -1: no evaluation this step
     out.signal = stats[kSigUsr1] > 0   ? SIGUSR1
                  : stats[kSigTerm] > 0 ? SIGTERM

@@ -40,7 +40,8 @@ GROUPS = {
               "reward_std", "loss", "kl", "entropy", "clip_frac", "logprob_diff_mean",
               "staleness_mean", "staleness_max", "samples_per_s", "idle_frac", "stale_dropped",
               "stale_weighted", "skipped_updates", "is_weight_mean", "is_weight_max", "rs_rejected",
-              "rs_rejected_tokens", "train_real_tokens", "train_token_slots", "lr"],
+              "rs_rejected_tokens", "train_real_tokens", "train_token_slots", "lr", "train_members",
+              "train_group", "regroup", "predicted_s", "predicted_current_s", "resplit_s", "resplit_bytes"],
     "eval": ["step", "task", "score", "n"],
     "syncs": ["version", "bytes", "t_start", "t_end", "mode", "dense_bytes", "buckets", "gbps"],
     "timeline": ["rank", "kind", "t_start", "t_end", "step"],
@@ -48,14 +49,19 @@ GROUPS = {
     "resumes": ["from_step", "t", "rows_discarded"],
     "tree": TREE_COLUMNS + TOKEN_COLUMNS,
 }
-# Integer (and float64) columns added to schema v1 later: a file written before lacks them (the writer adds
-# them, -1 in the older rows, when it resumes such a run); readers treat them as all -1.
+# Columns added to schema v1 later: a file written before lacks them (the writer adds them, -1 in the
+# older rows, "" for a string and 0 for an enum, when it resumes such a run); table() shows them as all -1
+# (or MISSING's value).
 ADDED_LATER = {("steps", "stale_dropped"), ("steps", "stale_weighted"), ("steps", "skipped_updates"),
                ("steps", "is_weight_mean"), ("steps", "is_weight_max"), ("steps", "rs_rejected"),
                ("steps", "rs_rejected_tokens"), ("steps", "train_real_tokens"), ("steps", "train_token_slots"), ("steps", "lr"),
+               ("steps", "train_members"), ("steps", "train_group"), ("steps", "regroup"), ("steps", "predicted_s"),
+               ("steps", "predicted_current_s"), ("steps", "resplit_s"), ("steps", "resplit_bytes"),
                ("samples", "text_start"), ("samples", "response_text_start"), ("samples", "text_end"),
                ("samples", TEXT), ("ranks", "clock_error"), ("samples", "extras_start"),
                ("samples", "extras_end"), ("samples", EXTRAS)}
+# What table() shows for an added-later column a file lacks when it is not a number (-1).
+MISSING = {("steps", "train_group"): "", ("steps", "regroup"): "none"}
 FLAT = set(TOKEN_COLUMNS) | {"token_offsets", TEXT, EXTRAS}  # not row columns
 
 
@@ -95,8 +101,9 @@ def table(f, group):
     import pandas as pd
     cols = [c for c in GROUPS[group] if c not in FLAT]
     n = len(f[group][cols[0]])
-    df = pd.DataFrame({c: _decode(f[group][c]) if c in f[group] else np.full(n, -1, dtype=np.int64)
-                       for c in cols})
+    df = pd.DataFrame({c: _decode(f[group][c]) if c in f[group] else
+                       np.full(n, MISSING[(group, c)], dtype=object) if (group, c) in MISSING else
+                       np.full(n, -1, dtype=np.int64) for c in cols})
     if group == "samples":
         df["prompt_text"], df["response_text"] = sample_texts(f)
         df["reward_extras"] = sample_extras(f)

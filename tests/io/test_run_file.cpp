@@ -54,6 +54,13 @@ std::vector<StepRecord> steps_of(int rank, int round) {
     s.rs_rejected_tokens = 9 * round;
     s.train_real_tokens = 100 + round;
     s.train_token_slots = 300 + 2 * round;
+    s.train_members = 2 + round;
+    s.train_group = "0-" + std::to_string(1 + round);
+    s.regroup = static_cast<tagflow::io::Regroup>(round % 4);
+    s.predicted_s = 0.25 * round;
+    s.predicted_current_s = 0.5 * round;
+    s.resplit_s = 0.125 * round;
+    s.resplit_bytes = 1000 * round;
     return {s};
 }
 std::vector<EvalRecord> eval_of(int rank, int round, int n) {
@@ -313,8 +320,10 @@ TEST(RunFile, OpenAppendContinuesWhereItStopped) {
 
 // A run started by a tagflow before /steps/stale_dropped, stale_weighted, skipped_updates and the
 // off-policy columns (is_weight_mean, is_weight_max, rs_rejected, rs_rejected_tokens) and the train token columns
-// (train_real_tokens, train_token_slots) existed resumes:
-// open_append adds them, -1 ("not recorded") in the rows written before, and appends go on.
+// (train_real_tokens, train_token_slots) and the train group columns (train_members, train_group,
+// regroup, predicted_s, predicted_current_s, resplit_s, resplit_bytes) existed resumes: open_append
+// adds them, -1 ("not recorded"; "" and 0 = none for the string and the enum) in the rows written
+// before, and appends go on.
 TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     const std::string path = test_file();
     {
@@ -323,9 +332,11 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     }
     {
         File f = open_file(MPI_COMM_WORLD, path, true);
-        for (const char* name : {"/steps/stale_dropped", "/steps/stale_weighted", "/steps/skipped_updates",
-                                 "/steps/is_weight_mean", "/steps/is_weight_max", "/steps/rs_rejected",
-                                 "/steps/rs_rejected_tokens", "/steps/train_real_tokens", "/steps/train_token_slots"})
+        for (const char* name :
+             {"/steps/stale_dropped", "/steps/stale_weighted", "/steps/skipped_updates", "/steps/is_weight_mean",
+              "/steps/is_weight_max", "/steps/rs_rejected", "/steps/rs_rejected_tokens", "/steps/train_real_tokens",
+              "/steps/train_token_slots", "/steps/train_members", "/steps/train_group", "/steps/regroup",
+              "/steps/predicted_s", "/steps/predicted_current_s", "/steps/resplit_s", "/steps/resplit_bytes"})
             ASSERT_GE(H5Ldelete(f.get(), name, H5P_DEFAULT), 0);
     }
     {
@@ -344,6 +355,15 @@ TEST(RunFile, OpenAppendAddsColumnsAnOlderFileLacks) {
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/rs_rejected_tokens"), (std::vector<int64_t>{-1, -1, 18, 27}));
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/train_real_tokens"), (std::vector<int64_t>{-1, -1, 102, 103}));
     EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/train_token_slots"), (std::vector<int64_t>{-1, -1, 304, 306}));
+    EXPECT_EQ(read_ds<int32_t>(file.get(), "/steps/train_members"), (std::vector<int32_t>{-1, -1, 4, 5}));
+    EXPECT_EQ(read_strings(file.get(), "/steps/train_group"), (std::vector<std::string>{"", "", "0-3", "0-4"}));
+    EXPECT_EQ(read_ds<uint8_t>(file.get(), "/steps/regroup"), (std::vector<uint8_t>{0, 0, 2, 3}));
+    EXPECT_EQ(read_string_attr(open_dataset(file.get(), "/steps/regroup").get(), "enum_names"),
+              "none,kept,moved,forced");
+    EXPECT_EQ(read_ds<double>(file.get(), "/steps/predicted_s"), (std::vector<double>{-1, -1, 0.5, 0.75}));
+    EXPECT_EQ(read_ds<double>(file.get(), "/steps/predicted_current_s"), (std::vector<double>{-1, -1, 1.0, 1.5}));
+    EXPECT_EQ(read_ds<double>(file.get(), "/steps/resplit_s"), (std::vector<double>{-1, -1, 0.25, 0.375}));
+    EXPECT_EQ(read_ds<int64_t>(file.get(), "/steps/resplit_bytes"), (std::vector<int64_t>{-1, -1, 2000, 3000}));
     EXPECT_EQ(read_string_attr(open_dataset(file.get(), "/steps/stale_dropped").get(), "units"), "samples");
     EXPECT_TRUE(all_ranks(!::testing::Test::HasFailure()));
 }

@@ -330,6 +330,20 @@ def case_bad_usage(a):
 
 
 ALL3 = "0=rollout,train;1=rollout,train;2=rollout,train"
+TWO_RT = "0=rollout,train;1=rollout,train"
+
+
+def ranges(ranks):
+    """/steps/train_group's text of a rank list: sorted ranges, "0-2,5"."""
+    out, rs = [], sorted(ranks)
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)
 
 
 def case_resplit(a):
@@ -339,8 +353,10 @@ def case_resplit(a):
     group as announced, joining ranks get the actor state (with ppo the critic's too, and the adaptive
     KL coefficient), leaving ones receive the weights (dense and --sync-delta) and every rank ends
     bit-identical to the coordinator; the run file passes the common
-    checks. With the measured choice (2 ranks, `longtail`): the run completes, and whatever it chose is
-    in membership.json. Bad uses exit 2 naming the option."""
+    checks, and its /steps rows record every step's group, the forced decisions and what each join cost,
+    which `tagflow trace` shows (step args, one instant event per change). With the measured choice (2 ranks,
+    `longtail`): the run completes, /steps records each decision with both predictions, and its moves are
+    membership.json's. Bad uses exit 2 naming the option; a malformed test variable fails naming it."""
     for args, needle in [(["--mode", "disaggregated", "--rank-tags", TWO], "--rebalance-every"),
                          (["--mode", "multiplex", "--shard", "optimizer"], "--rebalance-every"),
                          (["--mode", "multiplex", "--algo", "ppo", "--rank-tags",
@@ -350,6 +366,18 @@ def case_resplit(a):
         _, p, _ = train(a, "resplit_bad", 2, args + extra + ["--steps", "1"], timeout=60)
         check(p.returncode == 2 and needle in p.stderr,
               f"{' '.join(args + extra)}: exit 2 naming {needle} (rc {p.returncode}: {p.stderr.strip()[-200:]})")
+    env_saved = dict(ENV)
+    try:  # the test-only variable: a malformed one ends the run with one line naming it
+        for spec, needle in (("2=0,x", "bad number 'x'"), ("2=0,99999999999", "bad number"), ("2=1", "coordinator")):
+            ENV["TAGFLOW_TEST_TRAIN_GROUPS"] = spec
+            _, p, _ = train(a, "resplit_badspec", 2, ["--mode", "multiplex", "--rank-tags", TWO_RT, "--steps", "3",
+                                                      "--rebalance-every", "1000"], timeout=60)
+            check(p.returncode != 0 and "TAGFLOW_TEST_TRAIN_GROUPS" in p.stderr and needle in p.stderr,
+                  f"TAGFLOW_TEST_TRAIN_GROUPS={spec}: fails naming it ({needle}) (rc {p.returncode}: "
+                  f"{p.stderr.strip()[-300:]})")
+    finally:
+        ENV.clear()
+        ENV.update(env_saved)
     n = 10
     groups = {2: [0], 4: [0, 2], 6: [0, 1, 2], 8: [0, 1]}
     spec = ";".join(f"{k}={','.join(map(str, v))}" for k, v in groups.items())
@@ -374,11 +402,41 @@ def case_resplit(a):
             with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
                 rank, kind, t0, t1 = common_checks(f, name, {0, 1, 2}, n)
                 step = spans(f)[4]
+                st = tagflow_run.table(f, "steps").sort_values("step")
             group_at = {}
             g = [0, 1, 2]
             for s_ in range(n):
                 g = groups.get(s_, g)
                 group_at[s_] = g
+            # The run file's record of the groups and decisions (issue 20 point 3).
+            text_at = [ranges(group_at[s_]) for s_ in range(n)]
+            check(st["train_group"].tolist() == text_at and st["train_members"].tolist() == [len(group_at[s_])
+                                                                                            for s_ in range(n)],
+                  f"{name}: /steps train_group {st['train_group'].tolist()} is each step's group {text_at}")
+            check(st["regroup"].tolist() == ["forced" if s_ in groups else "none" for s_ in range(n)]
+                  and (st["predicted_s"] == -1).all(), f"{name}: /steps regroup {st['regroup'].tolist()}")
+            joined = [s_ for s_ in range(1, n) if set(group_at[s_]) - set(group_at[s_ - 1])]
+            rb = st["resplit_bytes"].tolist()
+            check(all((rb[s_] > 0) == (s_ in joined) for s_ in range(n)),
+                  f"{name}: /steps resplit_bytes {rb} > 0 exactly at the joins {joined}")
+            rs = st["resplit_s"].tolist()
+            check(all(x >= 0 for x in rs) and all(rs[s_] == 0 for s_ in range(1, n) if s_ not in groups),
+                  f"{name}: /steps resplit_s {rs}: 0 where the group stayed")
+            if name == "resplit_dense":
+                trace = os.path.join(out, "trace.json")
+                p = subprocess.run([a.tagflow, "trace", os.path.join(out, "tagflow.h5"), "-o", trace], env=ENV,
+                                   capture_output=True, text=True, timeout=60)
+                check(p.returncode == 0 and "train group changes (--rebalance-every): 4" in p.stdout,
+                      f"trace: exit 0, 4 changes ({p.stdout.strip()[-300:]} {p.stderr.strip()[-300:]})")
+                with open(trace) as f:
+                    ev = json.load(f)["traceEvents"]
+                marks = [(e["args"]["step"], e["name"]) for e in ev if e.get("cat") == "resplit" and e["ph"] == "i"]
+                want = [(s_, f"train group {text_at[s_ - 1]} -> {text_at[s_]}") for s_ in sorted(groups)]
+                check(marks == want, f"trace: the instant events of the changes {marks}")
+                args = {e["args"]["step"]: e["args"] for e in ev if e.get("cat") == "step" and e["ph"] == "X"}
+                check(all(args[s_]["train_group"] == text_at[s_] for s_ in range(n))
+                      and args[4]["regroup"] == "forced" and args[4]["resplit_bytes"] > 0,
+                      f"trace: each step's args carry its group and decision ({args.get(4)})")
             for r in (1, 2):
                 trained = sorted(set(step[(rank == r) & (kind == "train")].tolist()))
                 want = [s_ for s_ in range(n) if r in group_at[s_]]
@@ -402,6 +460,16 @@ def case_resplit(a):
                                               "--rebalance-every", "2", "--prompts-per-step", "4"])
     with open(os.path.join(out, "membership.json")) as f:
         mb = json.load(f)
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        st = tagflow_run.table(f, "steps").sort_values("step")
+    decided = st[st["regroup"] != "none"]
+    check(len(decided) >= 1 and set(decided["regroup"]) <= {"kept", "moved"}
+          and (decided["predicted_s"] > 0).all() and (decided["predicted_current_s"] > 0).all()
+          and (st[st["regroup"] == "none"]["predicted_s"] == -1).all(),
+          f"measured: /steps records each decision with both predictions "
+          f"({decided[['step', 'regroup', 'predicted_s', 'predicted_current_s']].values.tolist()})")
+    moved = decided[decided["regroup"] == "moved"]["step"].tolist()
+    check(moved == [c["step"] for c in mb["changes"]], f"measured: /steps moves {moved} are membership.json's")
     seen0 = [m for _, m in mb["seen"]["0"]]
     check(len(seen0) == 8 and all(0 in m for m in seen0), f"measured: the coordinator trained all 8 steps {seen0}")
     print(f"measured: changes {[(c['step'], c['to']) for c in mb['changes']]} (what the machine measured; not asserted)")

@@ -166,3 +166,22 @@ TEST(TrainGroupChoice, RefusedOutsideMultiplexWithShardOrCriticRanks) {
     o = multiplex();
     EXPECT_NO_THROW(tagflow::sched::sched_policy::check_roles(o, tags));
 }
+
+// /steps/train_group's text: ranges of consecutive ranks; a list that does not fit ends in "..."
+// after the last whole range that does, never over the length.
+TEST(TrainGroupChoice, RankRangesText) {
+    using tagflow::sched::sched_policy::rank_ranges;
+    EXPECT_EQ(rank_ranges({}, 64), "");
+    EXPECT_EQ(rank_ranges({0}, 64), "0");
+    EXPECT_EQ(rank_ranges({0, 1, 2, 3, 6, 8, 9}, 64), "0-3,6,8-9");
+    EXPECT_EQ(rank_ranges({0, 2, 4}, 64), "0,2,4");
+    EXPECT_EQ(rank_ranges({0, 1, 2, 3, 6, 8, 9}, 9), "0-3,6,8-9");  // exactly the length
+    EXPECT_EQ(rank_ranges({0, 1, 2, 3, 6, 8, 9}, 8), "0-3,...");    // "0-3,6,..." would be 9
+    EXPECT_EQ(rank_ranges({100, 102}, 5), "...");
+    std::vector<int> every_other;
+    for (int r = 0; r < 400; r += 2) every_other.push_back(r);
+    const std::string t = rank_ranges(every_other, 64);
+    EXPECT_LE(t.size(), 64u);
+    EXPECT_EQ(t.substr(t.size() - 4), ",...");
+    EXPECT_EQ(t.substr(0, 8), "0,2,4,6,");
+}
