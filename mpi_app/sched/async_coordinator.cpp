@@ -14,7 +14,7 @@ namespace tagflow::sched::async {
 
 void AsyncScheduler::add_to_pool(std::vector<RolloutSample>& got) {
     for (auto& r : got) {
-        if (rebalance_) ++win_delivered_[r.rank];  // this generator's rate (--rebalance-every)
+        if (rebalance_) ++window_.delivered[r.rank];  // this generator's rate (--rebalance-every)
         if (data_) {  // --data: every group is new (a requeued ticket's next attempt), nothing comes twice
             data_received(r);
             written_.push_back(sample_row(r, task_->name(), static_cast<int64_t>(data_row(r.group, rows_)),

@@ -81,22 +81,18 @@ void AsyncScheduler::set_members(const std::vector<int>& members) {
 }
 
 void AsyncScheduler::measure_step(double step_s) {
-    if (!rebalance_) return;
-    ++win_steps_;
-    ++win_trained_;
-    win_step_s_ += std::max(0.0, step_s);
-    for (int r : members_) win_member_steps_[r] += 1;
+    if (rebalance_) window_.add_step(step_s, members_);
 }
 
 void AsyncScheduler::measure_spans(const std::vector<io::SpanRecord>& spans) {
     if (!rebalance_) return;
     for (const io::SpanRecord& sp : spans) {
         const double d = std::max(0.0, sp.t_end - sp.t_start);
-        if (sp.kind == SpanKind::kRollout) win_rollout_s_[sp.rank] += d;
-        if (sp.kind == SpanKind::kTrain) win_train_s_[sp.rank] += d;  // compute: its waits are idle spans
+        if (sp.kind == SpanKind::kRollout) window_.rollout_s[sp.rank] += d;
+        if (sp.kind == SpanKind::kTrain) window_.train_s[sp.rank] += d;  // compute: its waits are idle spans
     }
     // The coordinator's evaluations are rollout spans that deliver no training sample.
-    win_rollout_s_[coord_] = std::max(0.0, win_rollout_s_[coord_] - eval_s_);
+    window_.rollout_s[coord_] = std::max(0.0, window_.rollout_s[coord_] - eval_s_);
     eval_s_ = 0;
 }
 
@@ -145,34 +141,11 @@ std::vector<int> AsyncScheduler::rebalance(int32_t s) {
                 ranks_text(it->second).c_str());
         return change_group(s, it->second, 0, 0);
     }
-    if (eligible_.size() < 2 || win_steps_ < opt_.rebalance_every || win_trained_ <= 0) return {};
     sched_policy::StepModel m;
-    m.threshold = threshold_;
-    for (int r : gens_) {
-        const double t = win_rollout_s_[r];
-        const double n = win_delivered_[r];
-        if (t > 0.05 && n > 0) m.gen_rate[r] = n / t;
-    }
-    double slowest = 0;
-    for (int r : members_)
-        if (win_member_steps_[r] > 0 && win_train_s_[r] > 0) {
-            m.train_s[r] = win_train_s_[r] / win_member_steps_[r];
-            slowest = std::max(slowest, m.train_s[r]);
-        }
-    m.measured_members = static_cast<int>(members_.size());
-    m.overhead_s = std::max(0.0, win_step_s_ / win_trained_ - slowest);
-    // The next decision weighs what is measured until then as much as everything before: rates
-    // follow a changing workload within a few decisions, and one window's noise (the other ranks
-    // ship their spans up to a second late) moves them half as much.
-    for (auto& [r, n] : win_delivered_) n /= 2;
-    for (auto& [r, t] : win_rollout_s_) t /= 2;
-    win_steps_ = 0;
-    win_trained_ /= 2;
-    win_step_s_ /= 2;
-    for (auto& [r, t] : win_train_s_) t /= 2;
-    for (auto& [r, n] : win_member_steps_) n /= 2;
-    const sched_policy::GroupChoice c =
-        sched_policy::choose_train_group(opt_, roles_.all_tags, eligible_, members_, m, 0.1);
+    const std::optional<sched_policy::GroupChoice> choice =
+        window_.decide(opt_, roles_.all_tags, eligible_, members_, gens_, threshold_, &m);
+    if (!choice) return {};
+    const sched_policy::GroupChoice& c = *choice;
     decision_ = {s, c.members == members_ ? io::Regroup::kKept : io::Regroup::kMoved, c.best_s, c.current_s};
     if (c.members == members_) return {};
     double all = 0;
@@ -196,10 +169,7 @@ std::vector<int> AsyncScheduler::change_group(int32_t s, const std::vector<int>&
     rs.best_s = best_s;
     const std::vector<int> joiners = minus(to, members_), leavers = minus(members_, to);
     set_members(to);
-    win_trained_ = 0;  // a step of the new group takes other times
-    win_step_s_ = 0;
-    win_train_s_.clear();
-    win_member_steps_.clear();
+    window_.new_group();
     for (int l : leavers) {  // it holds version_ (it trained the last step): pushed to from there
         push_->set_held(l, version_);
         receivers_.push_back(l);

@@ -464,14 +464,8 @@ private:
     std::map<int, FinalWeights> finals_of_;  // rank -> its final message's weights and engine figures
     std::vector<Membership> my_log_;
     // --rebalance-every, coordinator: what was measured since the last decision, and the changes.
-    std::map<int, double> win_delivered_;  // per generating rank, samples received
-    std::map<int, double> win_rollout_s_;  // per generating rank, seconds in rollout spans
-    int64_t win_steps_ = 0;                // steps since the last decision
-    double win_trained_ = 0;               // steps behind win_step_s_ (decayed like it)
-    double win_step_s_ = 0;
-    std::map<int, double> win_train_s_;       // per member, seconds in train spans
-    std::map<int, double> win_member_steps_;  // per member, steps it trained
-    double eval_s_ = 0;                       // the coordinator's evaluations since the last measure_spans
+    sched_policy::RateWindow window_;
+    double eval_s_ = 0;  // the coordinator's evaluations since the last measure_spans
     struct Resplit {
         int64_t step = 0;
         std::vector<int> from, to;

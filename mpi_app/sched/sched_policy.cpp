@@ -320,22 +320,39 @@ GroupChoice choose_train_group(const config::Options& opt, const std::vector<uin
     if (eligible.empty()) return c;
     const TrainPriority prio = parse_train_priority(opt.train_priority);
     const auto tags_of = [&](int r) { return all_tags[static_cast<size_t>(r)]; };
-    // The coordinator and the ranks that cannot roll out always train; any subset of the others
-    // may join them (up to 2^12 subsets; beyond, those of the highest --train-priority first).
+    // The coordinator and the ranks that cannot roll out always train; the others may join them.
+    // Up to 12 of them: every subset. More: ranked by --train-priority (highest first), then by
+    // measured compute per step (fastest first; unmeasured ones as the measured mean), then by
+    // generation rate (slowest first: it gives up least), each group of the k best for every k
+    // (a prediction depends on the slowest member and the members' summed rates, so for a given
+    // size those are the strongest candidates).
     std::vector<int> fixed{eligible.front()}, optional;
     for (size_t k = 1; k < eligible.size(); ++k)
         ((tags_of(eligible[k]) & cluster::kRollout) ? optional : fixed).push_back(eligible[k]);
     const auto prio_of = [&](int r) { return train_priority(prio, r, tags_of(r)); };
-    std::stable_sort(optional.begin(), optional.end(), [&](int a, int b) { return prio_of(a) > prio_of(b); });
-    if (optional.size() > 12) optional.resize(12);
+    const auto figure = [](const std::map<int, double>& f, int r, double unknown) {
+        const auto it = f.find(r);
+        return it != f.end() ? it->second : unknown;
+    };
+    double mean_train = 0;
+    for (const auto& [r, t] : m.train_s) mean_train += t / static_cast<double>(m.train_s.size());
+    std::stable_sort(optional.begin(), optional.end(), [&](int a, int b) {
+        if (prio_of(a) != prio_of(b)) return prio_of(a) > prio_of(b);
+        const double ta = figure(m.train_s, a, mean_train), tb = figure(m.train_s, b, mean_train);
+        if (ta != tb) return ta < tb;
+        return figure(m.gen_rate, a, 0) < figure(m.gen_rate, b, 0);
+    });
+    const bool every_subset = optional.size() <= 12;
+    const uint64_t candidates = every_subset ? (uint64_t{1} << optional.size()) : optional.size() + 1;
     std::vector<int> best = current;
     double best_s = c.current_s;
     int64_t best_prio = -1;
-    for (uint32_t mask = 0; mask < (1u << optional.size()); ++mask) {
+    for (uint64_t mask = 0; mask < candidates; ++mask) {
         std::vector<int> cand = fixed;
         int64_t p = 0;
         for (size_t j = 0; j < optional.size(); ++j)
-            if (mask & (1u << j)) cand.push_back(optional[j]), p += prio_of(optional[j]);
+            if (every_subset ? (mask & (uint64_t{1} << j)) != 0 : j < mask)
+                cand.push_back(optional[j]), p += prio_of(optional[j]);
         std::sort(cand.begin(), cand.end());
         const double d = predict_step_seconds(m, cand);
         // Among equal predictions: the higher total priority, then the larger group.
@@ -359,6 +376,54 @@ double stale_weight(const config::Options& opt, int64_t age) {
     if (opt.stale == "drop") return 0.0;
     const double w = static_cast<double>(opt.staleness + 1) / static_cast<double>(age + 1);
     return w < kMinStaleWeight ? 0.0 : w;
+}
+
+void RateWindow::add_step(double seconds, const std::vector<int>& members) {
+    ++steps;
+    ++trained;
+    step_s += std::max(0.0, seconds);
+    for (int r : members) member_steps[r] += 1;
+}
+
+void RateWindow::new_group() {
+    trained = 0;
+    step_s = 0;
+    train_s.clear();
+    member_steps.clear();
+}
+
+std::optional<GroupChoice> RateWindow::decide(const config::Options& opt, const std::vector<uint32_t>& all_tags,
+                                              const std::vector<int>& eligible, const std::vector<int>& current,
+                                              const std::vector<int>& gens, int64_t threshold, StepModel* model) {
+    if (opt.rebalance_every <= 0 || eligible.size() < 2 || steps < opt.rebalance_every || trained <= 0)
+        return std::nullopt;
+    StepModel m;
+    m.threshold = threshold;
+    for (int r : gens) {
+        const double t = rollout_s[r], n = delivered[r];
+        if (t > 0.05 && n > 0) m.gen_rate[r] = n / t;
+    }
+    double slowest = 0;
+    const double k = static_cast<double>(current.size());
+    for (int r : current)
+        if (member_steps[r] > 0 && train_s[r] > 0) {
+            m.train_s[r] = train_s[r] / member_steps[r];
+            slowest = std::max(slowest, m.train_s[r]);
+            solo_s[r] = m.train_s[r] * k;
+        }
+    // A rank that trained before keeps its speed when it leaves: else it would count as the
+    // members' mean and, if slow, be asked back at the next decision (a flap per two decisions).
+    for (int r : eligible)
+        if (!m.train_s.count(r) && solo_s.count(r)) m.train_s[r] = solo_s[r] / k;
+    m.measured_members = static_cast<int>(current.size());
+    m.overhead_s = std::max(0.0, step_s / trained - slowest);
+    for (auto* figures : {&delivered, &rollout_s, &train_s, &member_steps})
+        for (auto& [r, v] : *figures) v /= 2;
+    steps = 0;
+    trained /= 2;
+    step_s /= 2;
+    if (model) *model = m;
+    return choose_train_group(opt, all_tags, eligible, current, m, 0.1);
 }
 
 std::string rank_ranges(std::vector<int> sorted_ranks, size_t max_len) {

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -153,7 +154,9 @@ double predict_step_seconds(const StepModel& m, const std::vector<int>& members)
 /// The coordinator's re-split decision (--rebalance-every): among the groups of `eligible`
 /// (train_group(), the coordinator first) that hold the coordinator and every rank that cannot
 /// roll out, the one with the smallest predicted step (predict_step_seconds; on a tie the higher
-/// total --train-priority). `members` is that group when it beats `current` by more than
+/// total --train-priority). With up to 12 other eligible ranks every subset is a candidate; with
+/// more, for every k the k best by priority, measured compute and generation rate (the search stays
+/// linear at hundreds of ranks). `members` is that group when it beats `current` by more than
 /// `hysteresis` (a fraction of current's time), else `current`.
 struct GroupChoice {
     std::vector<int> members;
@@ -162,6 +165,36 @@ struct GroupChoice {
 GroupChoice choose_train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags,
                                const std::vector<int>& eligible, const std::vector<int>& current, const StepModel& m,
                                double hysteresis);
+
+/// --rebalance-every: what the coordinator measures between two decisions, and the decision. The
+/// async scheduler and `tagflow sim` feed it the same figures (a generator's samples delivered and
+/// seconds generating, a member's compute seconds of a step, a step's whole seconds) and act on the
+/// same choice.
+struct RateWindow {
+    std::map<int, double> delivered;     ///< per generating rank, samples received
+    std::map<int, double> rollout_s;     ///< per generating rank, seconds generating
+    std::map<int, double> train_s;       ///< per member, compute seconds in training steps
+    std::map<int, double> member_steps;  ///< per member, steps it trained
+    int64_t steps = 0;                   ///< steps since the last decision
+    double trained = 0;                  ///< steps behind step_s (decayed like it)
+    double step_s = 0;                   ///< seconds of those steps (the new group's forming excluded)
+    /// Per rank that has trained: its compute seconds per step times the size of its group then
+    /// (its own speed), as last measured; it stands in for the rank while the rank is not a member.
+    std::map<int, double> solo_s;
+
+    /// One training step of `members` that took `seconds`.
+    void add_step(double seconds, const std::vector<int>& members);
+    /// A new group trains from now on: its steps take other times (the rates stay).
+    void new_group();
+    /// Every --rebalance-every steps with something measured (else nullopt): the model of what
+    /// was measured (generators with at least 0.05 s of generating), then every figure halves, so
+    /// the next decision weighs what is measured until then as much as everything before (rates
+    /// follow a changing workload within a few decisions; one window's noise moves them half as
+    /// much), then choose_train_group with 10% hysteresis.
+    std::optional<GroupChoice> decide(const config::Options& opt, const std::vector<uint32_t>& all_tags,
+                                      const std::vector<int>& eligible, const std::vector<int>& current,
+                                      const std::vector<int>& gens, int64_t threshold, StepModel* model = nullptr);
+};
 
 /// A rank list as sorted ranges, "0-3,6,8-9" (the run file's /steps/train_group). A text longer
 /// than `max_len` is cut after the last range that fits, ending in "..." (within max_len).

@@ -70,6 +70,7 @@ std::string sim_help() {
            "  --rollout-ahead F      as tagflow train, multiplex only (default 1; 0 = no cap)\n"
            "  --admission MODE       staleness or off, as tagflow train, async modes (default staleness)\n"
            "  --train-priority LIST  as tagflow train, multiplex only (KEY=P;..., KEY a tag set or a node)\n"
+           "  --rebalance-every N    as tagflow train, multiplex only (default 0: the train group is fixed)\n"
            "  --seed N               response-length seed (default 1)\n"
            "  --cost FILE.json       cost file (tests/bench/sim_calibrate.sh writes one for type cpu)\n"
            "  --model-bytes B        bytes of weights (overrides the cost file's)\n"
@@ -158,6 +159,8 @@ SimArgs parse_sim_args(int argc, const char* const* argv) {
         } else if (o == "train-priority") {
             sched::sched_policy::parse_train_priority(v);  // the syntax now; nodes are checked per run
             a.base.train_priority = v;
+        } else if (o == "rebalance-every") {
+            a.base.rebalance_every = to_int(o, v, 0, INT32_MAX);
         } else if (o == "seed") {
             a.base.seed = static_cast<uint64_t>(to_int(o, v, 0, INT64_MAX));
         } else if (o == "cost") {
@@ -245,7 +248,14 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
         s += "\n";
     }
     s += "eff: samples/s per node relative to " + std::to_string(a.nodes.front()) +
-         " nodes, same mode; train: train-group nodes; stale: mean staleness of trained samples\n";
+         " nodes, same mode; train: train-group nodes (at the end); stale: mean staleness of trained samples\n";
+    for (const auto& r : rs)
+        if (a.base.rebalance_every > 0 && r.mode == config::Mode::kMultiplex) {
+            snprintf(buf, sizeof buf, "--rebalance-every %lld at %d nodes: %lld train group change%s\n",
+                     static_cast<long long>(a.base.rebalance_every), r.nodes, static_cast<long long>(r.regroups),
+                     r.regroups == 1 ? "" : "s");
+            s += buf;
+        }
     return s;
 }
 
@@ -273,6 +283,7 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
                    {"rollout_ahead", a.base.rollout_ahead},
                    {"admission", a.base.admission},
                    {"train_priority", a.base.train_priority},
+                   {"rebalance_every", a.base.rebalance_every},
                    {"seed", a.base.seed}};
     j["cost"] = nlohmann::json::parse(to_json(cost));
     j["results"] = nlohmann::json::array();
@@ -295,6 +306,7 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
                                 {"discarded", r.discarded},
                                 {"staleness_mean", r.staleness_mean},
                                 {"train_group_size", r.train_group_size},
+                                {"regroups", r.regroups},
                                 {"idle_frac", idle}});
     }
     return j.dump(1);

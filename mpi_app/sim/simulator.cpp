@@ -159,8 +159,10 @@ struct Node {
     int64_t admitted = 0;
 
     bool rolls() const { return (tags & cluster::kRollout) != 0; }
+    double rollout_s = 0, rollout_seen = 0;  // seconds generating; of them, what the coordinator measured
     void book(Kind k, double t) {
         if (t <= cursor) return;
+        if (k == Kind::kRollout) rollout_s += t - cursor;
         if (!spans.empty() && spans.back().kind == k && spans.back().t1 == cursor) spans.back().t1 = t;
         else spans.push_back({k, cursor, t});
         cursor = t;
@@ -187,6 +189,7 @@ public:
         opt_.admission = cfg.admission;
         // The other modes ignore --train-priority.
         if (cfg.mode == config::Mode::kMultiplex) opt_.train_priority = cfg.train_priority;
+        if (cfg.mode == config::Mode::kMultiplex) opt_.rebalance_every = cfg.rebalance_every;
         opt_.group_size = cfg.work.group_size;
         const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
         opt_.prompts_per_step = static_cast<int32_t>((batch + cfg.work.group_size - 1) / cfg.work.group_size);
@@ -212,20 +215,18 @@ public:
             throw ConfigError("--hw: no node is tagged rollout at " + std::to_string(cfg.nodes) + " nodes");
         sched::sched_policy::check_roles(opt_, tags_);
         members_ = sched::sched_policy::train_group(opt_, tags_);
+        eligible_ = members_;  // --rebalance-every: every rank that may train, at the start
         coord_ = members_.front();
         for (int r : members_) nodes_[static_cast<size_t>(r)].member = true;
         int gi = 0;
-        for (Node& n : nodes_) {
+        for (size_t i = 0; i < nodes_.size(); ++i) {
+            Node& n = nodes_[i];
             n.gen = n.rolls() && (cfg.mode == config::Mode::kMultiplex || !n.member);
-            n.receiver = n.rolls() && !n.member;
             if (n.gen) n.gen_index = gi++;
+            if (n.gen) gens_.push_back(static_cast<int>(i));
         }
         n_gens_ = gi;
-        int64_t training_gens = 0;
-        for (int r : members_) training_gens += nodes_[static_cast<size_t>(r)].gen;
-        for (int r : members_)
-            nodes_[static_cast<size_t>(r)].quota =
-                sched::sched_policy::rollout_quota(opt_, threshold_, n_gens_, training_gens);
+        set_members(members_);
         // --admission staleness, as the async scheduler decides it (sched/async_admission.cpp).
         admission_ = sched::sched_policy::admission_budget(opt_, static_cast<double>(threshold_), threshold_) > 0;
         granted_.assign(static_cast<size_t>(n_gens_), 0);
@@ -290,13 +291,61 @@ private:
     // ------------------------------------------------------------------ training
     // `tokens`: the batch's tokens; `samples` x `longest` is what a padded trainer computes. The
     // cost per token is looked up at the sequence length the trainer sees (padded: the longest).
-    double train_seconds(int64_t tokens, int64_t samples, int64_t longest) const {
+    // Member r's compute in that step: its share of the tokens at its own speed.
+    double member_compute(int r, int64_t tokens, int64_t samples, int64_t longest) const {
         if (cost_.train_padded) tokens = samples * longest;
         const double seq = static_cast<double>(tokens) / static_cast<double>(std::max<int64_t>(1, samples));
-        double per_token = 0;
-        for (int r : members_) per_token = std::max(per_token, nodes_[static_cast<size_t>(r)].hw->train_per_token(seq));
-        const double m = static_cast<double>(members_.size());
-        return per_token * static_cast<double>(tokens) / m + cost_.allreduce_s(static_cast<int>(members_.size()));
+        return nodes_[static_cast<size_t>(r)].hw->train_per_token(seq) * static_cast<double>(tokens) /
+               static_cast<double>(members_.size());
+    }
+    double train_seconds(int64_t tokens, int64_t samples, int64_t longest) const {
+        double slowest = 0;
+        for (int r : members_) slowest = std::max(slowest, member_compute(r, tokens, samples, longest));
+        return slowest + cost_.allreduce_s(static_cast<int>(members_.size()));
+    }
+
+    // ------------------------------------------------------------------ the train group
+    // Members, receivers and the members' --rollout-ahead quota, as the async scheduler's
+    // set_members sets them.
+    void set_members(const std::vector<int>& to) {
+        members_ = to;
+        for (Node& n : nodes_) n.member = false;
+        for (int r : members_) nodes_[static_cast<size_t>(r)].member = true;
+        int64_t training_gens = 0;
+        for (int r : members_) training_gens += nodes_[static_cast<size_t>(r)].gen;
+        for (Node& n : nodes_) {
+            n.receiver = n.rolls() && !n.member;
+            n.quota = n.member ? sched::sched_policy::rollout_quota(opt_, threshold_, n_gens_, training_gens) : 0;
+        }
+    }
+    // --rebalance-every, when a step's batch is chosen: what the coordinator measured goes into the
+    // decision (sched_policy::RateWindow, the async scheduler's), and a new group takes over: a
+    // leaving member generates on as a receiver; a joining one takes the actor's state (weights and
+    // AdamW's two moments: 3 x model_bytes) from the coordinator before the step, in the step's resplit.
+    void regroup(double t) {
+        if (opt_.rebalance_every <= 0) return;
+        for (int r : gens_) {
+            Node& n = nodes_[static_cast<size_t>(r)];  // its engine steps ended so far
+            window_.rollout_s[r] += n.rollout_s - n.rollout_seen;
+            n.rollout_seen = n.rollout_s;
+        }
+        const auto c = window_.decide(opt_, tags_, eligible_, members_, gens_, threshold_);
+        if (!c || c->members == members_) return;
+        int joiners = 0;
+        std::vector<int> leavers;
+        for (int r : c->members) joiners += !nodes_[static_cast<size_t>(r)].member;
+        for (int r : members_)
+            if (!std::count(c->members.begin(), c->members.end(), r)) leavers.push_back(r);
+        set_members(c->members);
+        window_.new_group();
+        ++res_.regroups;
+        handover_s_ = joiners == 0 ? 0.0 : cost_.latency_s + 3.0 * cost_.model_bytes * joiners / cost_.bandwidth_Bps;
+        for (int r : c->members) nodes_[static_cast<size_t>(r)].version = version_;  // the state carries the weights
+        for (int r : leavers) {  // it holds version_; generates on, now without a quota
+            Node& n = nodes_[static_cast<size_t>(r)];
+            n.preempt = false;
+            if (n.gen && !n.stepping) start_step(r, t);
+        }
     }
     int receivers() const {
         int k = 0;
@@ -432,6 +481,7 @@ private:
     }
     void check_trigger(double t) {
         if (state_ != State::kWaiting || pool_.usable(version_) < threshold_) return;
+        trigger_t_ = t;
         // The batch is chosen now, by the coordinator's own pool (sched/sample_pool.hpp).
         const sched::PoolBatch b = pool_.take_batch(threshold_, version_);
         std::unordered_set<int64_t> trained;
@@ -457,6 +507,7 @@ private:
         res_.trained += batch;
         batch_samples_ = batch;
         res_.tokens_trained += batch_tokens_;
+        regroup(t);
         state_ = State::kPreempting;
         waiting_members_ = 0;
         for (int r : members_) {
@@ -471,8 +522,14 @@ private:
     void begin_train(double t) {
         state_ = State::kTraining;
         // The coordinator's control message reaches each member; the batch is broadcast to them.
-        const double t0 = t + 2.0 * cost_.latency_s;
+        const double t0 = t + 2.0 * cost_.latency_s + handover_s_;
         const double t1 = t0 + train_seconds(batch_tokens_, batch_samples_, batch_longest_);
+        if (opt_.rebalance_every > 0) {  // what the coordinator measures of the step (RateWindow)
+            for (int r : members_)
+                window_.train_s[r] += member_compute(r, batch_tokens_, batch_samples_, batch_longest_);
+            window_.add_step(t1 - trigger_t_ - handover_s_, members_);
+        }
+        handover_s_ = 0;
         for (int r : members_) {
             Node& n = nodes_[static_cast<size_t>(r)];
             n.book(Kind::kIdle, t);
@@ -524,6 +581,7 @@ private:
         // A complete group joins the pool; its samples carry the oldest admission's version.
         for (int64_t g : done) {
             arrived_[static_cast<size_t>(n.gen_index)] += G_;
+            if (opt_.rebalance_every > 0) window_.delivered[r] += G_;
             const int64_t v = groups_[g].version;
             for (int k = 0; k < G_; ++k) {
                 sched::RolloutSample s;
@@ -605,6 +663,9 @@ private:
     std::vector<Node> nodes_;
     std::vector<uint32_t> tags_;
     std::vector<int> members_;
+    std::vector<int> eligible_, gens_;        // the nodes that may train; the generating nodes
+    sched::sched_policy::RateWindow window_;  // --rebalance-every: what the coordinator measured
+    double trigger_t_ = 0, handover_s_ = 0;   // the step's batch chosen at; its new group's forming
     int coord_ = 0;
     int n_gens_ = 0;
     std::unordered_map<int64_t, GroupRec> groups_;  // submitted, not yet trained or dropped

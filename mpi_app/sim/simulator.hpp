@@ -68,6 +68,7 @@ struct SimConfig {
     double rollout_ahead = 1.0;           ///< as tagflow train --rollout-ahead (multiplex only)
     std::string admission = "staleness";  ///< as tagflow train --admission (async modes): staleness or off
     std::string train_priority;           ///< as tagflow train --train-priority (applied in multiplex only)
+    int64_t rebalance_every = 0;          ///< as tagflow train --rebalance-every (applied in multiplex only)
 };
 
 enum class Kind : uint8_t { kRollout, kTrain, kWeightSync, kResplit, kIdle };
@@ -95,7 +96,8 @@ struct ModeResult {
     int64_t tokens_trained = 0;  // prompt + response tokens of the trained samples
     double samples_per_s = 0, tokens_per_s = 0;
     double staleness_mean = 0;
-    int train_group_size = 0;
+    int train_group_size = 0;       // at the end of the run
+    int64_t regroups = 0;           // --rebalance-every: train group changes
     std::vector<double> idle_frac;  // per SimConfig::hw group (NaN-free: 0 when it has no nodes)
     std::vector<int> group_nodes;   // node count per group
     std::vector<NodeResult> node;

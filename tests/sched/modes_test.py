@@ -30,8 +30,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -39,6 +41,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "share", "python"))
 import tagflow_run  # noqa: E402
+
+sys.path.insert(0, os.path.join(HERE, "..", "common"))
+import testlib  # noqa: E402  (rank_pids)
 
 sys.path.insert(0, os.path.join(HERE, "..", "app"))
 from app_tests import ENV, Failure, check  # noqa: E402  (mpirun as root, no TAGFLOW_*; check() prints ok:)
@@ -454,6 +459,62 @@ def case_resplit(a):
     finally:
         ENV.clear()
         ENV.update(env_saved)
+    # A measured move: rank 2 of 3 slowed to a quarter of its speed (SIGSTOP 30 ms, SIGCONT 10 ms, over
+    # and over). Its training share holds every step back, so at the first decision it leaves the
+    # group; it keeps its measured speed, so it is not asked back (no flapping), and it ends
+    # bit-identical as a receiver. (Unslowed, the same run keeps the whole group: 2026-12-03, by hand.)
+    out = os.path.join(a.workdir, "resplit_slow")
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["mpirun", "-n", "3", a.tagflow, "train", "--out", out, "--eval-every", "0", "--gemm-check", "false",
+           "--threads", "1", "--mode", "multiplex", "--rank-tags", ALL3, "--seed", "5", "--steps", "14",
+           "--rebalance-every", "2"]
+    p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    done = threading.Event()
+
+    def throttle():
+        pid = None
+        while pid is None and not done.is_set() and p.poll() is None:
+            pid = testlib.rank_pids(p.pid).get(2)
+            time.sleep(0.02)
+        while pid is not None and not done.is_set():
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(0.03)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(0.01)
+            except ProcessLookupError:
+                return
+
+    th = threading.Thread(target=throttle)
+    th.start()
+    try:
+        text, _ = p.communicate(timeout=240)
+    finally:
+        done.set()
+        th.join()
+        if p.poll() is None:
+            p.kill()
+    sys.stdout.write("\n".join(l for l in text.splitlines() if "train group" in l or "bit-identical" in l) + "\n")
+    check(p.returncode == 0, f"slowed rank: the run exits 0 {text[-1500:] if p.returncode else ''}")
+    with open(os.path.join(out, "membership.json")) as f:
+        changes = json.load(f)["changes"]
+    first = changes[0] if changes else {}
+    check(len(changes) == 1 and 2 not in first["to"] and {0, 1} <= set(first["to"]),
+          f"slowed rank: rank 2 leaves the group once, not asked back "
+          f"({[(c['step'], c['from'], c['to']) for c in changes]})")
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        st = tagflow_run.table(f, "steps").sort_values("step")
+        rank, kind, step = spans(f)[0], spans(f)[1], spans(f)[4]
+    row = st[st["step"] == first["step"]].iloc[0]
+    check(row["regroup"] == "moved" and row["predicted_s"] < 0.9 * row["predicted_current_s"]
+          and row["train_group"] == ranges(first["to"]),
+          f"slowed rank: /steps records the move ({row['regroup']}, {row['predicted_s']:.3f} s predicted against "
+          f"{row['predicted_current_s']:.3f}, group {row['train_group']})")
+    late = sorted(set(step[(rank == 2) & (kind == "train") & (step >= first["step"])].tolist()))
+    check(late == [], f"slowed rank: rank 2 trains no step from {first['step']} on ({late})")
+    same = re.search(r"ranks \{([0-9,]+)\} \(weight receivers and the train group\) hold version 14 bit-identical",
+                     text)
+    check(same is not None and same.group(1) == "1,2", "slowed rank: ranks 1 and 2 end bit-identical")
     # The measured choice: 2 ranks, longtail, decisions every 2 steps.
     out = train_ok(a, "resplit_measured", 2, ["--mode", "multiplex", "--rank-tags", "0=rollout,train;1=rollout,train",
                                               "--task", "longtail", "--seed", "5", "--steps", "8",

@@ -5,6 +5,8 @@
 // kept, hysteresis, and --train-priority breaking ties. Expected values are worked out by hand here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -165,6 +167,89 @@ TEST(TrainGroupChoice, RefusedOutsideMultiplexWithShardOrCriticRanks) {
     EXPECT_THROW(tagflow::sched::sched_policy::check_roles(o, {kRT, kRT | cl::kCritic}), tagflow::ConfigError);
     o = multiplex();
     EXPECT_NO_THROW(tagflow::sched::sched_policy::check_roles(o, tags));
+}
+
+// Beyond 12 optional ranks the search takes, for every size, the best ranks by priority, compute and
+// generation rate. 40 equal ranks but rank 7, a trainer three times slower, measured all in the group.
+TEST(TrainGroupChoice, ManyRanksSearchEverySizeWithoutTheSlowTrainer) {
+    const Options o = multiplex();
+    const int n = 40;
+    std::vector<uint32_t> tags(n, kRT);
+    std::vector<int> all;
+    StepModel m;
+    for (int r = 0; r < n; ++r) {
+        all.push_back(r);
+        m.gen_rate[r] = 100;
+        m.train_s[r] = r == 7 ? 3.0 : 1.0;
+    }
+    m.measured_members = n;
+    m.threshold = 4000;
+    // Training-bound (generation fast): every rank but the slow one.
+    m.overhead_s = 0.05;
+    for (auto& [r, g] : m.gen_rate) g = 1e5;
+    auto c = choose_train_group(o, tags, all, all, m, 0.1);
+    std::vector<int> but7 = all;
+    but7.erase(but7.begin() + 7);
+    EXPECT_EQ(c.members, but7);
+    // Generation-bound with a costly step: the size that predicts best, by hand over every size of
+    // {0} + the fast ranks (all equal), and never the slow one.
+    for (auto& [r, g] : m.gen_rate) g = 100;
+    m.overhead_s = 2.0;
+    double best = 1e300;
+    size_t best_k = 0;
+    for (size_t k = 1; k <= but7.size(); ++k) {
+        const double d = tagflow::sched::sched_policy::predict_step_seconds(
+            m, std::vector<int>(but7.begin(), but7.begin() + static_cast<std::ptrdiff_t>(k)));
+        if (d < best) best = d, best_k = k;
+    }
+    c = choose_train_group(o, tags, all, all, m, 0.1);
+    EXPECT_NEAR(c.best_s, best, 1e-12);
+    EXPECT_EQ(c.members.size(), best_k);
+    EXPECT_LT(best_k, but7.size());  // it shrinks
+    EXPECT_EQ(c.members.front(), 0);
+    EXPECT_EQ(std::count(c.members.begin(), c.members.end(), 7), 0);
+}
+
+// RateWindow (the figures both the scheduler and the simulator feed it): a slow trainer leaves, and
+// at the next decisions, measured without it, it is not asked back (it keeps its measured speed).
+TEST(TrainGroupChoice, RateWindowSlowTrainerDoesNotFlap) {
+    using tagflow::sched::sched_policy::RateWindow;
+    const Options o = multiplex();  // --rebalance-every 2
+    const std::vector<uint32_t> tags{kRT, kRT, kRT};
+    const std::vector<int> all{0, 1, 2}, gens{0, 1, 2};
+    RateWindow w;
+    std::vector<int> group = all;
+    // Training-bound: each rank generates 1000 samples/s; ranks 0 and 1 compute 0.3 s of a 3-rank
+    // step, rank 2 1.2 s (4x slower); a step takes its slowest member + 0.05 s.
+    const auto run = [&](int steps) {
+        for (int s = 0; s < steps; ++s) {
+            double slowest = 0;
+            for (int r : group) {
+                const double t = (r == 2 ? 1.2 : 0.3) * 3.0 / static_cast<double>(group.size());
+                w.train_s[r] += t;
+                slowest = std::max(slowest, t);
+            }
+            for (int r : gens) {
+                w.delivered[r] += 100;
+                w.rollout_s[r] += 0.1;
+            }
+            w.add_step(slowest + 0.05, group);
+        }
+    };
+    run(1);
+    EXPECT_FALSE(w.decide(o, tags, all, group, gens, 128).has_value());  // not 2 steps yet
+    run(1);
+    auto c = w.decide(o, tags, all, group, gens, 128);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_EQ(c->members, (std::vector<int>{0, 1}));
+    group = c->members;
+    w.new_group();
+    for (int decision = 0; decision < 4; ++decision) {
+        run(2);
+        c = w.decide(o, tags, all, group, gens, 128);
+        ASSERT_TRUE(c.has_value());
+        EXPECT_EQ(c->members, (std::vector<int>{0, 1})) << "decision " << decision << ": rank 2 asked back";
+    }
 }
 
 // /steps/train_group's text: ranges of consecutive ranks; a list that does not fit ends in "..."
