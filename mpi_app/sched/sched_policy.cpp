@@ -426,15 +426,15 @@ std::optional<GroupChoice> RateWindow::decide(const config::Options& opt, const 
     return choose_train_group(opt, all_tags, eligible, current, m, 0.1);
 }
 
-std::string rank_ranges(std::vector<int> sorted_ranks, size_t max_len) {
-    std::sort(sorted_ranks.begin(), sorted_ranks.end());
+std::string rank_ranges(std::vector<int> ranks, size_t max_len) {
+    std::sort(ranks.begin(), ranks.end());
     std::string out;
-    for (size_t i = 0; i < sorted_ranks.size();) {
+    for (size_t i = 0; i < ranks.size();) {
         size_t j = i;
-        while (j + 1 < sorted_ranks.size() && sorted_ranks[j + 1] == sorted_ranks[j] + 1) ++j;
-        std::string item = std::to_string(sorted_ranks[i]);
-        if (j > i) item += "-" + std::to_string(sorted_ranks[j]);
-        const bool last = j + 1 == sorted_ranks.size();
+        while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+        std::string item = std::to_string(ranks[i]);
+        if (j > i) item += "-" + std::to_string(ranks[j]);
+        const bool last = j + 1 == ranks.size();
         const std::string next = (out.empty() ? "" : ",") + item;
         // Room for this range, and for ",..." after it unless it is the last one (so `out` always
         // has room for ",..." when a later range does not fit).
