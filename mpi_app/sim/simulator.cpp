@@ -341,9 +341,8 @@ private:
         ++res_.regroups;
         handover_s_ = joiners == 0 ? 0.0 : cost_.latency_s + 3.0 * cost_.model_bytes * joiners / cost_.bandwidth_Bps;
         for (int r : c->members) nodes_[static_cast<size_t>(r)].version = version_;  // the state carries the weights
-        for (int r : leavers) {  // it holds version_; generates on, now without a quota
-            Node& n = nodes_[static_cast<size_t>(r)];
-            n.preempt = false;
+        for (int r : leavers) {  // it holds version_; generates on, now without a quota (not preempted yet)
+            const Node& n = nodes_[static_cast<size_t>(r)];
             if (n.gen && !n.stepping) start_step(r, t);
         }
     }
