@@ -403,18 +403,22 @@ std::optional<GroupChoice> RateWindow::decide(const config::Options& opt, const 
         const double t = rollout_s[r], n = delivered[r];
         if (t > 0.05 && n > 0) m.gen_rate[r] = n / t;
     }
-    double slowest = 0;
-    const double k = static_cast<double>(current.size());
+    double slowest = 0, sum = 0;
     for (int r : current)
         if (member_steps[r] > 0 && train_s[r] > 0) {
             m.train_s[r] = train_s[r] / member_steps[r];
             slowest = std::max(slowest, m.train_s[r]);
-            solo_s[r] = m.train_s[r] * k;
+            sum += m.train_s[r];
         }
-    // A rank that trained before keeps its speed when it leaves: else it would count as the
-    // members' mean and, if slow, be asked back at the next decision (a flap per two decisions).
-    for (int r : eligible)
-        if (!m.train_s.count(r) && solo_s.count(r)) m.train_s[r] = solo_s[r] / k;
+    const double measured = static_cast<double>(m.train_s.size());
+    if (measured > 1)
+        for (const auto& [r, t] : m.train_s) relative_s[r] = t / ((sum - t) / (measured - 1));
+    // A rank that trained before keeps its speed relative to the members when it leaves: as the
+    // members' mean it would be asked back, if slow, at the next decision (a flap per two
+    // decisions); as its seconds of then it would look ever faster while responses lengthen.
+    if (measured > 0)
+        for (int r : eligible)
+            if (!m.train_s.count(r) && relative_s.count(r)) m.train_s[r] = relative_s[r] * sum / measured;
     m.measured_members = static_cast<int>(current.size());
     m.overhead_s = std::max(0.0, step_s / trained - slowest);
     for (auto* figures : {&delivered, &rollout_s, &train_s, &member_steps})

@@ -178,9 +178,12 @@ struct RateWindow {
     int64_t steps = 0;                   ///< steps since the last decision
     double trained = 0;                  ///< steps behind step_s (decayed like it)
     double step_s = 0;                   ///< seconds of those steps (the new group's forming excluded)
-    /// Per rank that has trained: its compute seconds per step times the size of its group then
-    /// (its own speed), as last measured; it stands in for the rank while the rank is not a member.
-    std::map<int, double> solo_s;
+    /// Per rank that has trained beside others: its compute seconds per step over the other
+    /// members' mean, as last measured (its speed relative to theirs). While the rank is not a
+    /// member it stands in as that multiple of the members' mean now, so it keeps its measured
+    /// speed (a slow trainer is not asked back at the next decision) and follows a change of the
+    /// workload that every rank sees alike (responses that lengthen slow it with the members).
+    std::map<int, double> relative_s;
 
     /// One training step of `members` that took `seconds`.
     void add_step(double seconds, const std::vector<int>& members);

@@ -252,6 +252,90 @@ TEST(TrainGroupChoice, RateWindowSlowTrainerDoesNotFlap) {
     }
 }
 
+// A small world for RateWindow: 3 rollout,train ranks, each generating `rate` samples/s while it
+// is not training. Rank r computes solo[r] s for a whole step alone (solo[r] / k in a group of k),
+// and every step costs its members `overhead` s more (the batch broadcast, the reductions), when
+// they do not generate either. A step takes the longer of its training and of the time the three
+// generators need for 128 samples (predict_step_seconds' model, with the true figures).
+struct ThreeRanks {
+    const Options o = multiplex();  // --rebalance-every 2
+    const std::vector<uint32_t> tags{kRT, kRT, kRT};
+    const std::vector<int> all{0, 1, 2};
+    double solo[3] = {0.3, 0.3, 0.3};
+    double overhead = 0.05, rate = 1000;
+    tagflow::sched::sched_policy::RateWindow w;
+    std::vector<int> group = all;
+    int changes = 0;
+
+    void step() {
+        const double k = static_cast<double>(group.size());
+        double slowest = 0;
+        for (int r : group) {
+            w.train_s[r] += solo[r] / k;
+            slowest = std::max(slowest, solo[r] / k);
+        }
+        const double t = overhead + slowest;
+        const double seconds = std::max(t, (128 + t * k * rate) / (3 * rate));
+        for (int r : all) {
+            const bool member = std::count(group.begin(), group.end(), r) > 0;
+            const double generating = member ? seconds - t : seconds;
+            w.delivered[r] += rate * generating;
+            w.rollout_s[r] += generating;
+        }
+        w.add_step(seconds, group);
+    }
+    // Two steps and a decision; returns the group it chose (and moves to it).
+    std::vector<int> decide() {
+        step();
+        step();
+        const auto c = w.decide(o, tags, all, group, all, 128);
+        EXPECT_TRUE(c.has_value());
+        if (c && c->members != group) {
+            group = c->members;
+            w.new_group();
+            ++changes;
+        }
+        return group;
+    }
+};
+
+// The workload changes after a slow trainer left: every rank's training takes 4x longer (responses
+// that lengthen). The members measure it; the rank outside keeps its speed relative to them, so
+// it is not asked back. By hand: {0,1} takes 0.05 + 1.2 / 2 = 0.65 s per step, {0,1,2} truly
+// 0.05 + 2.4 / 3 + 0.043 = 0.89 s; with rank 2 at its seconds of before (0.6 s alone) it would be
+// predicted at 0.05 + 1.2 / 3 + 0.043 = 0.49 s, asked back, and sent out again.
+TEST(TrainGroupChoice, RateWindowDepartedRankFollowsTheWorkload) {
+    ThreeRanks x;
+    x.solo[2] = 0.6;  // 2x slower: {0,1,2} 0.05 + 0.2 + 0.043 = 0.29 s per step, {0,1} 0.05 + 0.15 = 0.2 s
+    EXPECT_EQ(x.decide(), (std::vector<int>{0, 1}));
+    for (double& s : x.solo) s *= 4;
+    for (int decision = 0; decision < 8; ++decision)
+        EXPECT_EQ(x.decide(), (std::vector<int>{0, 1})) << "decision " << decision << ": rank 2 asked back";
+    EXPECT_EQ(x.changes, 1);
+}
+
+// The crossover: while a step's coordination outweighs its compute, every member gives up more
+// generation than its share of training saves, and the group shrinks to the coordinator; when
+// training grows 20x heavier (longer responses), the group grows back to every rank. One change
+// each way, none in between: the halving window follows the new rates within a few decisions,
+// and the 10% hysteresis holds the group while the figures are still moving.
+TEST(TrainGroupChoice, RateWindowCrossoverShrinksThenGrowsWithoutFlapping) {
+    ThreeRanks x;
+    x.overhead = 0.2;
+    x.rate = 100;
+    // By hand, generation-bound: {0} 0.43 + (0.2 + 0.3) / 3 = 0.597 s per step, {0,1,2}
+    // 0.43 + 0.2 + 0.1 = 0.727 s (0.9 x 0.727 = 0.654 > 0.597: it moves).
+    EXPECT_EQ(x.decide(), (std::vector<int>{0}));
+    for (int decision = 0; decision < 5; ++decision) EXPECT_EQ(x.decide(), (std::vector<int>{0}));
+    EXPECT_EQ(x.changes, 1);
+    // Training-bound: solo 6 s: {0} 6.2 s per step, {0,1,2} 0.43 + 0.2 + 2 = 2.63 s.
+    for (double& s : x.solo) s *= 20;
+    std::vector<int> g;
+    for (int decision = 0; decision < 8; ++decision) g = x.decide();
+    EXPECT_EQ(g, x.all);
+    EXPECT_EQ(x.changes, 2);
+}
+
 // /steps/train_group's text: ranges of consecutive ranks; a list that does not fit ends in "..."
 // after the last whole range that does, never over the length.
 TEST(TrainGroupChoice, RankRangesText) {
