@@ -29,7 +29,9 @@ int64_t AsyncScheduler::outstanding() const {
     return n;
 }
 
-void AsyncScheduler::measure_rate(int64_t taken) { rate_ = sched_policy::next_admission_rate(rate_, taken); }
+void AsyncScheduler::measure_rate(int64_t trained, int64_t dropped) {
+    rate_ = sched_policy::next_admission_rate(rate_, trained, dropped);
+}
 
 void AsyncScheduler::admit() {
     for (auto it = admit_sends_.begin(); it != admit_sends_.end();) {

@@ -250,7 +250,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     my_log_.push_back({s, std::vector<int64_t>(members_.begin(), members_.end())});
     // The batch: complete groups, oldest first; stale samples dropped (weight 0) or weighted.
     PoolBatch pb = pool_.take_batch(threshold_, version_);
-    measure_rate(static_cast<int64_t>(pb.samples.size() + pb.dropped_ids.size()));  // consumed per version
+    measure_rate(static_cast<int64_t>(pb.samples.size()), static_cast<int64_t>(pb.dropped_ids.size()));
     if (data_) data_settle(pb);  // trained groups' tickets done, dropped ones requeued
     adjust_member_groups(pb.dropped_ids);
     coord_idle_ = false;

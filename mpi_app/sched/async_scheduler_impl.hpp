@@ -218,8 +218,8 @@ private:
     // a generator starts only granted groups, and waits (idle) for more.
     // Coordinator: the samples started (granted) and not yet consumed by a step.
     int64_t outstanding() const;
-    // Coordinator: the measured samples consumed per policy version (before the first step: the threshold).
-    void measure_rate(int64_t taken);
+    // Coordinator: the measured samples trained per policy version (next_admission_rate; before the first step: the threshold).
+    void measure_rate(int64_t trained, int64_t dropped);
     // Coordinator: grants within the budget to the generators below their load cap (never waits).
     void admit();
     // Coordinator: a sample of generator `g`'s group arrived.

@@ -119,8 +119,8 @@ int64_t admission_budget(const config::Options& opt, double rate, int64_t thresh
     return std::max<int64_t>(floor_groups, static_cast<int64_t>(std::floor(want + 1e-9)));
 }
 
-double next_admission_rate(double rate, int64_t taken) {
-    const double x = static_cast<double>(taken);
+double next_admission_rate(double rate, int64_t trained, int64_t /*dropped*/) {
+    const double x = static_cast<double>(trained);
     return rate <= 0 ? x : 0.7 * rate + 0.3 * x;
 }
 

@@ -58,9 +58,11 @@ int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t gen
 int64_t admission_budget(const config::Options& opt, double rate, int64_t threshold);
 
 /// --admission staleness's estimate of the samples a training step consumes per policy version:
-/// a moving mean, 0.7 x `rate` + 0.3 x `taken` after a step that consumed `taken` (trained and
-/// dropped), or `taken` itself after the first step (`rate` <= 0). One odd step moves it little.
-double next_admission_rate(double rate, int64_t taken);
+/// a moving mean, 0.7 x `rate` + 0.3 x `trained` after a step that trained `trained` samples, or
+/// `trained` itself after the first step (`rate` <= 0). One odd step moves it little. The samples
+/// the step dropped are not counted: they would raise the budget, so more would be started ahead,
+/// age more and be dropped in turn (a loop: share/doc/train.md, Admission).
+double next_admission_rate(double rate, int64_t trained, int64_t dropped);
 
 /// The most samples a generator may have granted and not yet delivered: its engine's `max_batch`
 /// sequences rounded up to whole groups, and one group more, so it never waits for the next grant

@@ -500,7 +500,7 @@ private:
             sched::sched_policy::update_member_caps(member_groups_, arrived_at_step_, generator_trains(), arrived_,
                                                     b.dropped_ids, G_, coord_idled_, admit_cap_ / G_);
         coord_idled_ = false;
-        rate_ = sched::sched_policy::next_admission_rate(rate_, batch + static_cast<int64_t>(b.dropped_ids.size()));
+        rate_ = sched::sched_policy::next_admission_rate(rate_, batch, static_cast<int64_t>(b.dropped_ids.size()));
         res_.weighted += b.weighted;
         age_sum_ += b.age_sum;
         res_.trained += batch;

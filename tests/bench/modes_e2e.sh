@@ -5,12 +5,16 @@
 # median (`--response-lengths lognormal:32:10 --max-new-tokens 320`: every response is exactly
 # its drawn length, the same for a sample id in every mode; LENGTHS=policy lets the policy end
 # its responses instead) — same seed, 2 ranks (one per core: rank 0 rollout-only, rank 1
-# rollout+train), the three scheduling modes one after the other, each for the same number of
-# steps x samples per step (equal trained samples).
+# rollout+train; TAGS sets another layout, one entry per rank, and TASK another task), the three
+# scheduling modes one after the other (disaggregated only where a rank only rolls out), each
+# for the same number of steps x samples per step (equal trained samples).
 # Prints trained samples/s (and the ratio to sync), trained tokens/s, final reward, samples
-# dropped as stale and every rank's idle fraction, then checks issue 6's goals:
-#   multiplex >= 2.0x sync samples/s; rollout-only rank idle < 5%; final reward of multiplex
-#   within noise of sync (|diff| <= 3 standard errors from the last 5 steps' rewards, at least 0.02).
+# dropped as stale and every rank's idle fraction, then checks the goals:
+#   issue 20: multiplex >= 1.0x the better of sync and disaggregated samples/s, and >= 2.0x sync
+#   where a rank only rolls out; fewer than 1% of finished samples dropped as stale in multiplex;
+#   issue 6 (where rank 0 only rolls out): rank 0 idle < 5% in multiplex; both: final reward of
+#   multiplex within noise of sync (|diff| <= 3 standard errors from the last 5 steps' rewards, at
+#   least 0.02).
 # ROUNDS times (default 3: this VM's speed moves +-25% between minutes, and sync's samples/s
 # with it); the goals are judged on the median ratio and idle fraction over the rounds and on
 # the rounds' mean final rewards. Also prints "padding" = sync's padded tokens per trained sample
@@ -25,6 +29,8 @@
 # binary gets the same arguments, so it must know them (--response-lengths exists since 2026-11-30).
 # Not a ctest (timings; ~1.5 minutes a round). Usage: tests/bench/modes_e2e.sh [BUILD_DIR]
 #   OUT=dir STEPS=20 PROMPTS=8 GROUP=8 SEED=1 ROUNDS=3 LENGTHS=lognormal:32:10 MAX_NEW=320
+#   TAGS="0=rollout;1=rollout,train" TASK=longtail SEEDS=1,2,3 (one round per seed, instead of
+#   ROUNDS rounds of SEED)
 #   EXTRA="--staleness 2 --stale weight" BASE_BIN=/tmp/base/build/mpi_app/tagflow
 # Exit 0 when every goal holds, 1 otherwise (2 on a failed run).
 set -euo pipefail
@@ -32,45 +38,60 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 bench_init modes_e2e "${1:-build}"
 rounds=${ROUNDS:-3}
+seed_list=${SEEDS:-}
+read -r -a seeds <<< "${seed_list//,/ }"
+[ ${#seeds[@]} -gt 0 ] && rounds=${#seeds[@]}
 for r in $(seq 1 "$rounds"); do
-  echo "== round $r of $rounds (load $(cut -d' ' -f1 /proc/loadavg))"
+  seed=${seeds[$((r - 1))]:-${SEED:-1}}
+  echo "== round $r of $rounds, seed $seed (load $(cut -d' ' -f1 /proc/loadavg))"
   # shellcheck disable=SC2086
-  /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$bin" --workdir "$out/round$r" --task longtail \
-      --steps "${STEPS:-20}" --seed "${SEED:-1}" --json "$out/modes$r.json" -- \
+  /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$bin" --workdir "$out/round$r" --task "${TASK:-longtail}" \
+      --rank-tags "${TAGS:-0=rollout;1=rollout,train}" --steps "${STEPS:-20}" --seed "$seed" --json "$out/modes$r.json" -- \
       --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
       --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} || exit 2
   if [ -n "${BASE_BIN:-}" ]; then
     # shellcheck disable=SC2086
-    /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$BASE_BIN" --workdir "$out/base$r" --task longtail \
-        --steps "${STEPS:-20}" --seed "${SEED:-1}" --modes sync --json "$out/base$r.json" -- \
+    /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$BASE_BIN" --workdir "$out/base$r" --task "${TASK:-longtail}" \
+        --rank-tags "${TAGS:-0=rollout;1=rollout,train}" --steps "${STEPS:-20}" --seed "$seed" --modes sync --json "$out/base$r.json" -- \
         --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
         --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} || exit 2
   fi
 done
-/usr/bin/python3 - "$out" "$rounds" "${BASE_BIN:-}" <<'PY'
+/usr/bin/python3 - "$out" "$rounds" "${BASE_BIN:-}" "${TAGS:-0=rollout;1=rollout,train}" <<'PY'
 import json, statistics, sys
-out, rounds, base_bin = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+out, rounds, base_bin, tags = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+rollout_only = [int(e.split("=")[0]) for e in tags.split(";") if "train" not in e.split("=")[1]]
 R = [{r["mode"]: r for r in json.load(open(f"{out}/modes{k}.json"))} for k in range(1, rounds + 1)]
-print(f"\n{'round':>5s} {'sync/s':>8s} {'disagg/s':>9s} {'mux/s':>8s} {'mux/sync':>9s} {'padding':>8s} {'rest':>6s} "
-      f"{'tokens/s':>9s} {'rank0 idle':>10s} {'reward sync':>11s} {'mux':>6s}")
-ratio, idle = [], []
+print(f"\n{'round':>5s} {'sync/s':>8s} {'disagg/s':>9s} {'mux/s':>8s} {'mux/sync':>9s} {'mux/best':>9s} {'padding':>8s} "
+      f"{'rest':>6s} {'tokens/s':>9s} {'dropped':>8s} {'rank0 idle':>10s} {'reward sync':>11s} {'mux':>6s}")
+ratio, best, idle, dropped = [], [], [], []
 for k, rows in enumerate(R, 1):
-    s, d, m = rows["sync"], rows["disaggregated"], rows["multiplex"]
+    s, d, m = rows["sync"], rows.get("disaggregated"), rows["multiplex"]
     q, pad = m["sps"] / s["sps"], s["pad"] / m["pad"]
     ratio.append(q)
+    best.append(m["sps"] / max(s["sps"], d["sps"] if d else 0))
+    dropped.append(m["dropped"] / max(1, m["dropped"] + m["trained"]))
     idle.append(m["idle"].get("0", 0))
-    print(f"{k:5d} {s['sps']:8.1f} {d['sps']:9.1f} {m['sps']:8.1f} {q:8.2f}x {pad:7.2f}x {q / pad:5.2f}x "
-          f"{m['tps'] / s['tps']:8.2f}x {100 * idle[-1]:9.1f}% {s['reward']:11.3f} {m['reward']:6.3f}")
-med, med_idle = statistics.median(ratio), statistics.median(idle)
+    print(f"{k:5d} {s['sps']:8.1f} {d['sps'] if d else float('nan'):9.1f} {m['sps']:8.1f} {q:8.2f}x {best[-1]:8.2f}x "
+          f"{pad:7.2f}x {q / pad:5.2f}x {m['tps'] / s['tps']:8.2f}x {100 * dropped[-1]:7.2f}% {100 * idle[-1]:9.1f}% "
+          f"{s['reward']:11.3f} {m['reward']:6.3f}")
+med, med_best, med_idle = statistics.median(ratio), statistics.median(best), statistics.median(idle)
 rs = statistics.mean(r["sync"]["reward"] for r in R)
 rm = statistics.mean(r["multiplex"]["reward"] for r in R)
 se2 = sum(r["sync"]["reward_se"] ** 2 + r["multiplex"]["reward_se"] ** 2 for r in R) / len(R) ** 2
 noise = max(0.02, 3 * se2 ** 0.5)
-goals = [(f"multiplex / sync samples/s, median of {rounds}: {med:.2f} (range {min(ratio):.2f}-{max(ratio):.2f}; goal >= 2.0)",
-          med >= 2.0),
-         (f"rollout-only rank 0 idle in multiplex, median {100 * med_idle:.1f}% (goal < 5%)", med_idle < 0.05),
-         (f"final reward multiplex {rm:.3f} vs sync {rs:.3f}, mean of {rounds} (within {noise:.3f})",
-          abs(rm - rs) <= noise)]
+rng = lambda xs: f"range {min(xs):.2f}-{max(xs):.2f}"  # noqa: E731
+goals = [(f"multiplex / the better of sync and disaggregated samples/s, median of {rounds}: {med_best:.2f} "
+          f"({rng(best)}; goal >= 1.0)", med_best >= 1.0),
+         (f"multiplex samples dropped as stale, worst round {100 * max(dropped):.2f}% of finished (goal < 1%)",
+          max(dropped) < 0.01)]
+if rollout_only:
+    goals.append((f"multiplex / sync samples/s, median of {rounds}: {med:.2f} ({rng(ratio)}; goal >= 2.0 with a "
+                  f"rank that only rolls out)", med >= 2.0))
+if 0 in rollout_only:
+    goals.append((f"rollout-only rank 0 idle in multiplex, median {100 * med_idle:.1f}% (goal < 5%)", med_idle < 0.05))
+goals.append((f"final reward multiplex {rm:.3f} vs sync {rs:.3f}, mean of {rounds} (within {noise:.3f})",
+              abs(rm - rs) <= noise))
 if base_bin:
     B = [json.load(open(f"{out}/base{k}.json"))[0] for k in range(1, rounds + 1)]
     print(f"\nsync, this build vs BASE_BIN={base_bin}")

@@ -1,14 +1,15 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """Measurement (not a ctest): sync vs disaggregated vs multiplex on one task, same seed, same
-number of training steps (each step trains prompts-per-step x group-size samples), 2 ranks
-"0=rollout;1=rollout,train". Prints trained samples/s, final reward (mean of the last 3 steps),
-samples dropped as stale, and the rollout-only rank 0's idle and generating fractions of the run,
+number of training steps (each step trains prompts-per-step x group-size samples), by default 2
+ranks "0=rollout;1=rollout,train" (--rank-tags: one entry per rank, as many ranks as entries;
+disaggregated is left out where no rank only rolls out). Prints trained samples/s, final reward (mean of the last 3 steps),
+samples dropped as stale, and rank 0's idle and generating fractions of the run,
 with samples/s relative to the first mode (sync), trained tokens/s, the tokens the trainer
 computes per trained sample (each step's batch padded to its longest sample) and every rank's
 idle fraction (all over the span of the training steps). tests/bench/modes_e2e.sh runs it with issue 6's setting.
 
-    measure_modes.py --tagflow BIN --workdir DIR [--task longtail] [--steps 20] [-- extra args]
+    measure_modes.py --tagflow BIN --workdir DIR [--task longtail] [--steps 20] [--rank-tags T] [-- extra args]
 """
 import argparse
 import os
@@ -30,8 +31,8 @@ ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 def measure(a, mode, extra):
     out = os.path.join(a.workdir, f"measure_{mode}")
     shutil.rmtree(out, ignore_errors=True)
-    cmd = ["mpirun", "-n", "2", a.tagflow, "train", "--out", out, "--mode", mode, "--rank-tags",
-           "0=rollout;1=rollout,train", "--task", a.task, "--steps", str(a.steps), "--seed", str(a.seed),
+    cmd = ["mpirun", "-n", str(len(a.rank_tags.split(";"))), a.tagflow, "train", "--out", out, "--mode", mode,
+           "--rank-tags", a.rank_tags, "--task", a.task, "--steps", str(a.steps), "--seed", str(a.seed),
            "--eval-every", "0", "--gemm-check", "false"] + extra
     t0 = time.time()
     p = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
@@ -81,14 +82,20 @@ def main():
     ap.add_argument("--task", default="longtail")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rank-tags", default="0=rollout;1=rollout,train", help="one entry per rank")
     ap.add_argument("--modes", default="sync,disaggregated,multiplex", help="first one is the baseline")
     ap.add_argument("--json", help="also write the rows to this JSON file")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
-    rows = [measure(a, m, a.extra) for m in a.modes.split(",")]
+    modes = a.modes.split(",")
+    if all("train" in e for e in a.rank_tags.split(";")) and "disaggregated" in modes:
+        modes.remove("disaggregated")  # it needs a rank that only rolls out
+        print("disaggregated left out: every rank of --rank-tags trains")
+    rows = [measure(a, m, a.extra) for m in modes]
     base = rows[0]
-    print(f"task {a.task}, {a.steps} steps, seed {a.seed}, 2 ranks '0=rollout;1=rollout,train', extra {a.extra}")
+    n = len(a.rank_tags.split(";"))
+    print(f"task {a.task}, {a.steps} steps, seed {a.seed}, {n} ranks '{a.rank_tags}', extra {a.extra}")
     print(f"{'mode':14s} {'trained':>8s} {'samples/s':>10s} {'vs ' + base['mode'][:5]:>8s} {'tokens/s':>9s} "
           f"{'padded/sample':>13s} {'reward(last3)':>14s} {'eval':>6s} {'dropped':>8s} {'idle per rank':>16s} {'rank0 gen':>9s} {'run s':>7s}")
     for r in rows:

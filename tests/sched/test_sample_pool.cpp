@@ -240,8 +240,11 @@ TEST(Admission, GrantGroupsFillsTheBudgetLeastLoadedFirst) {
     EXPECT_THROW(grant_groups(granted, none, 0, 24, 4, open), tagflow::InternalError);
     EXPECT_THROW(grant_groups(granted, arrived, 0, 24, 4, {100}), tagflow::InternalError);
     // The moving mean of the rate and the cap.
-    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(0, 64), 64.0);
-    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(64, 74), 67.0);
+    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(0, 64, 0), 64.0);
+    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(64, 74, 0), 67.0);
+    // The dropped samples do not count: they would raise the budget, and with it the drops.
+    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(64, 64, 40), 64.0);
+    EXPECT_DOUBLE_EQ(tagflow::sched::sched_policy::next_admission_rate(0, 64, 24), 64.0);
     EXPECT_EQ(tagflow::sched::sched_policy::admission_cap(256, 8), 264);
     EXPECT_EQ(tagflow::sched::sched_policy::admission_cap(10, 4), 16);
 }
