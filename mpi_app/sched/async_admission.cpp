@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // async_admission: --admission staleness in the asynchronous modes (share/doc/architecture.md,
-// "Admission"). The coordinator measures the samples a training step consumes per policy version and
+// "Admission"). The coordinator measures the samples a training step trains per policy version and
 // keeps the samples started but not yet consumed (in flight on the generators, or pooled) within
 // sched_policy::admission_budget, so a group that starts now is trained within --staleness versions
 // instead of being generated only to be dropped. Built-in tasks: the coordinator grants each generator

@@ -519,7 +519,7 @@ private:
 
     // --admission staleness
     bool admission_ = false;                  // on (async modes, --admission staleness, not --data)
-    double rate_ = 0;                         // coordinator: samples consumed per version (measured)
+    double rate_ = 0;                         // coordinator: samples trained per version (measured)
     std::vector<int64_t> granted_, arrived_;  // coordinator: per generator, groups granted, samples arrived
     bool coord_idle_ = false;  // coordinator: it waited for samples with nothing to generate since the last step
     std::vector<int64_t> member_groups_;              // coordinator: per training generator, its allowance (grant_caps)

@@ -57,7 +57,7 @@ int64_t rollout_quota(const config::Options& opt, int64_t threshold, int64_t gen
 /// the async modes.
 int64_t admission_budget(const config::Options& opt, double rate, int64_t threshold);
 
-/// --admission staleness's estimate of the samples a training step consumes per policy version:
+/// --admission staleness's estimate of the samples a training step trains per policy version:
 /// a moving mean, 0.7 x `rate` + 0.3 x `trained` after a step that trained `trained` samples, or
 /// `trained` itself after the first step (`rate` <= 0). One odd step moves it little. The samples
 /// the step dropped are not counted: they would raise the budget, so more would be started ahead,

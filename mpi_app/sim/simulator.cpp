@@ -683,7 +683,7 @@ private:
     std::vector<int64_t> member_groups_, arrived_at_step_;  // per member generator, its allowance (grant_caps)
     bool coord_idled_ = false;  // the coordinator had nothing to generate since the last step
     int64_t admit_cap_ = 0;
-    double rate_ = 0;  // samples a step consumes per version (sched_policy::next_admission_rate)
+    double rate_ = 0;  // samples a step trains per version (sched_policy::next_admission_rate)
     ModeResult res_;
 };
 
