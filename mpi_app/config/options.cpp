@@ -283,6 +283,10 @@ po::options_description describe(Options& o) {
         ("stale", val(&o.stale), "what happens to stale samples: drop (consumed with weight 0) or weight "
                                  "(trained with advantage weight (staleness + 1) / (age + 1), age = versions behind; "
                                  "dropped below 0.25)")
+        ("late-wait", val(&o.late_wait),
+         "disaggregated/multiplex: once --train-threshold is met, wait up to this fraction of a step's "
+         "measured cycle for incomplete prompt groups this step could still train and the next would drop "
+         "as stale, generating meanwhile (0 = start the step at once; default 0.5)")
         ("train-timeout", val(&o.train_timeout),
          "disaggregated/multiplex: also start a training step when this many seconds passed since the last "
          "one and at least one usable sample is waiting (0 = only --train-threshold)")

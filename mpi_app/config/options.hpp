@@ -153,6 +153,7 @@ struct Options {
     std::string stale = "drop";   // drop (weight 0) or weight (trained with a decayed weight)
     std::string admission = "staleness";  // staleness: a group starts only if trained within --staleness; off
     double train_timeout = 0;             // s since the last step after which >= 1 usable sample trains anyway; 0 = off
+    double late_wait = 0.5;  // fraction of a step's cycle a met threshold waits for groups the next step would drop
     // ---- gateway (async modes; share/doc/gateway.md) ----
     std::string gateway;                // --gateway HOST:PORT: serve the OpenAI-compatible API; "" = off
     bool gateway_any = false;           // allow a --gateway address other than loopback (e.g. 0.0.0.0)

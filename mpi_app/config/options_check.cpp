@@ -77,6 +77,7 @@ void validate_options(const Options& o) {
     check_range<int32_t>("staleness", o.staleness, 0, 1 << 20);
     check_choice("stale", o.stale, {"drop", "weight"});
     check_choice("admission", o.admission, {"staleness", "off"});
+    check_range<double>("late-wait", o.late_wait, 0.0, 10.0);
     parse_response_lengths(o.response_lengths);
     check_range<int32_t>("digits", o.digits, 0, 32);
     check_range<int32_t>("threads", o.threads, 0, 1024);

@@ -29,6 +29,18 @@ int64_t AsyncScheduler::outstanding() const {
     return n;
 }
 
+bool AsyncScheduler::hold_for_late() {
+    if (opt_.late_wait <= 0) return false;
+    const double now = clock_.now();
+    const double held = hold_since_ < 0 ? 0.0 : now - hold_since_;
+    if (held >= sched_policy::late_wait_s(opt_, pool_.late_groups(version_), threshold_, cycle_s_)) return false;
+    if (hold_since_ < 0) {
+        hold_since_ = now;
+        ++holds_;
+    }
+    return true;
+}
+
 void AsyncScheduler::measure_rate(int64_t trained, int64_t dropped) {
     rate_ = sched_policy::next_admission_rate(rate_, trained, dropped);
 }

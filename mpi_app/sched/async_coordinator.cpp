@@ -143,7 +143,8 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         // least one usable sample is there (e.g. a slow agent behind the gateway). --data: the
         // last groups of the data train below the threshold.
         const int64_t u = usable();
-        if (u >= threshold_ || (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout) ||
+        if ((u >= threshold_ && !hold_for_late()) ||
+            (opt_.train_timeout > 0 && u > 0 && clock_.now() - t_prev >= opt_.train_timeout) ||
             (data_ && u > 0 && data_tail())) {
             const double t_end = train_one(t_prev, sum, total);
             t_prev = t_end;
@@ -232,6 +233,9 @@ void AsyncScheduler::coordinator_loop(RunSummary& sum) {
         say("%s: %lld samples generated again after the resume were already recorded before the checkpoint "
             "(dropped)\n",
             opt_.mode.name(), static_cast<long long>(regenerated_));
+    if (holds_ > 0)  // --late-wait
+        say("%s: %lld step%s waited %.2f s in all for late groups\n", opt_.mode.name(), static_cast<long long>(holds_),
+            holds_ == 1 ? "" : "s", held_s_);
     say("%s: %lld samples finished, %lld consumed (%lld dropped as stale, %lld trained with a staleness "
         "weight), %lld left over at the end, %lld unfinished generations discarded\n",
         opt_.mode.name(), static_cast<long long>(finished_), static_cast<long long>(consumed_count_),
@@ -243,6 +247,11 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     const int32_t s = static_cast<int32_t>(step_);
     enter(SpanKind::kResplit, s);
     const double t_begin = clock_.now();
+    const double held = hold_since_ >= 0 ? t_begin - hold_since_ : 0.0;
+    held_s_ += held;
+    hold_since_ = -1;
+    if (last_begin_ >= 0) cycle_s_ = sched_policy::next_cycle(cycle_s_, t_begin - last_begin_, held);
+    last_begin_ = t_begin;
     const std::vector<int> joiners = rebalance(s);  // --rebalance-every: maybe a new train group
     const bool ckpt_next = have_ckpt_ && ckpt_.every > 0 && (s + 1) % ckpt_.every == 0 && s + 1 < opt_.steps;
     for (int r : step_members_)

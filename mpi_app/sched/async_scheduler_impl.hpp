@@ -218,6 +218,8 @@ private:
     // a generator starts only granted groups, and waits (idle) for more.
     // Coordinator: the samples started (granted) and not yet consumed by a step.
     int64_t outstanding() const;
+    // Whether a step that could start now waits a little for groups the next step would drop.
+    bool hold_for_late();
     // Coordinator: the measured samples trained per policy version (next_admission_rate; before the first step: the threshold).
     void measure_rate(int64_t trained, int64_t dropped);
     // Coordinator: grants within the budget to the generators below their load cap (never waits).
@@ -527,6 +529,12 @@ private:
     std::list<Pending> admit_sends_;                  // coordinator: grants in flight
     std::deque<std::pair<int64_t, int64_t>> grants_;  // generator: (version, K) not yet usable
     int64_t admit_k_ = 0;                             // generator: local groups below this may start
+    // --late-wait (coordinator)
+    double hold_since_ = -1;  // when this step began waiting for late groups (-1: not waiting)
+    double cycle_s_ = 0;      // seconds from one step's start to the next, less any wait (sched_policy::next_cycle)
+    double last_begin_ = -1;  // when the last step began
+    double held_s_ = 0;       // seconds waited, whole run
+    int64_t holds_ = 0;       // steps that waited
 };
 
 }  // namespace tagflow::sched::async

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 
 #include "common/error.hpp"
 #include "config/options.hpp"
@@ -53,8 +54,37 @@ int64_t SamplePool::usable(int64_t version) const {
     return n;
 }
 
+bool SamplePool::dropped_next(const std::vector<RolloutSample>& g, int64_t version, bool trainable_now) const {
+    auto hit = [&](int64_t v) {
+        return trainable_now ? sched_policy::last_chance(opt_, version, v)
+                             : sched_policy::stale_weight(opt_, version + 1 - v) <= 0;
+    };
+    if (g.empty()) return false;
+    if (whole_) {
+        int64_t lo = std::numeric_limits<int64_t>::max();
+        for (const RolloutSample& r : g) lo = std::min<int64_t>(lo, r.version);
+        return hit(lo);
+    }
+    for (const RolloutSample& r : g)
+        if (hit(r.version)) return true;
+    return false;
+}
+
+int64_t SamplePool::late_groups(int64_t version) const {
+    const std::set<int64_t> ready(ready_.begin(), ready_.end());
+    int64_t n = 0;
+    for (const auto& [g, v] : pool_)
+        if (!ready.count(g) && dropped_next(v, version, true)) ++n;
+    return n;
+}
+
 PoolBatch SamplePool::take_batch(int64_t threshold, int64_t version) {
     PoolBatch b;
+    // Groups the next step would drop go first: those on their last chance (e.g. completed late,
+    // held back by one long response, behind younger ones that can wait a step) and those already
+    // too stale (dropped now, at no cost to the threshold); each part in completion order.
+    std::stable_partition(ready_.begin(), ready_.end(),
+                          [&](int64_t g) { return dropped_next(pool_.at(g), version, false); });
     while (!ready_.empty() && static_cast<int64_t>(b.samples.size()) < threshold) {
         const int64_t g = ready_.front();
         ready_.pop_front();

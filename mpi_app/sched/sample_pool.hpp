@@ -53,13 +53,18 @@ public:
 
     /// Samples in ready groups whose staleness weight at policy `version` is above 0.
     int64_t usable(int64_t version) const;
-    /// The batch for a training step at policy `version`: ready groups in the order they became
-    /// ready, until `threshold` samples are kept (a group is taken whole, so a batch may exceed
-    /// it). Every taken sample leaves the pool.
+    /// The batch for a training step at policy `version`: ready groups until `threshold` samples
+    /// are kept (a group is taken whole, so a batch may exceed it), first those the next step would
+    /// drop (on their last chance, or too stale already), then the rest, each in the order they
+    /// became ready. Every taken sample leaves the pool.
     PoolBatch take_batch(int64_t threshold, int64_t version);
     /// Takes every ready group whose staleness weight at `version` is 0 out of the pool (their
     /// samples can never be trained): the groups, oldest first; their sample ids go to `ids`.
     std::vector<int64_t> take_stale(int64_t version, std::vector<int64_t>& ids);
+
+    /// Incomplete groups a step at `version` could still train but the next one would drop
+    /// (their last chance): the coordinator may hold a step for them (--late-wait).
+    int64_t late_groups(int64_t version) const;
 
     /// Every pooled sample by group (ready or not), and the ready groups in order (checkpoints).
     const std::map<int64_t, std::vector<RolloutSample>>& groups() const { return pool_; }
@@ -75,6 +80,9 @@ private:
     // The version a ready sample is counted under: its own, or (whole_) its group's oldest.
     int64_t key_of(const RolloutSample& r) const;
     void unmark(const RolloutSample& r);
+    // The next step (at version + 1) drops some of the group's samples (whole_: the group);
+    // trainable_now: only samples a step at `version` could still train count (a last chance).
+    bool dropped_next(const std::vector<RolloutSample>& g, int64_t version, bool trainable_now) const;
 
     const config::Options& opt_;
     std::map<int64_t, std::vector<RolloutSample>> pool_;  // group -> its finished samples

@@ -378,6 +378,21 @@ double stale_weight(const config::Options& opt, int64_t age) {
     return w < kMinStaleWeight ? 0.0 : w;
 }
 
+bool last_chance(const config::Options& opt, int64_t version, int64_t sample_version) {
+    return stale_weight(opt, version - sample_version) > 0 && stale_weight(opt, version + 1 - sample_version) <= 0;
+}
+
+double late_wait_s(const config::Options& opt, int64_t late, int64_t threshold, double cycle_s) {
+    if (late <= 0 || cycle_s <= 0 || threshold <= 0) return 0.0;
+    const double share = static_cast<double>(late * opt.group_size) / static_cast<double>(threshold);
+    return std::min(opt.late_wait, share) * cycle_s;
+}
+
+double next_cycle(double cycle_s, double since_last_s, double held_s) {
+    const double c = std::max(0.0, since_last_s - held_s);
+    return cycle_s <= 0 ? c : 0.7 * cycle_s + 0.3 * c;
+}
+
 void RateWindow::add_step(double seconds, const std::vector<int>& members) {
     ++steps;
     ++trained;

@@ -219,5 +219,17 @@ constexpr double kMinStaleWeight = 0.25;
 /// The training weight of a sample `age` versions behind the trained one: 1 within --staleness,
 /// then 0 (--stale drop) or (eta+1)/(age+1), 0 below kMinStaleWeight (--stale weight).
 double stale_weight(const config::Options& opt, int64_t age);
+/// A sample of weights `sample_version` is on its last chance at policy `version`: a step now can
+/// train it and the next step (version + 1) drops it.
+bool last_chance(const config::Options& opt, int64_t version, int64_t sample_version);
+/// --late-wait: how long a step whose threshold is met may wait for `late` incomplete groups on
+/// their last chance: their share of the batch (late x group size / `threshold`), at most
+/// --late-wait, times `cycle_s` (the measured seconds from one step's start to the next, less any
+/// wait; 0 before the first is measured). A wait so costs no larger a share of a cycle than the
+/// share of a batch it saves from being dropped. 0 when nothing is late.
+double late_wait_s(const config::Options& opt, int64_t late, int64_t threshold, double cycle_s);
+/// The next `cycle_s` (an average) after a step that began `since_last_s` after the previous one
+/// and waited `held_s` of it; `cycle_s` <= 0: none measured yet.
+double next_cycle(double cycle_s, double since_last_s, double held_s);
 
 }  // namespace tagflow::sched::sched_policy

@@ -71,6 +71,7 @@ std::string sim_help() {
            "  --admission MODE       staleness or off, as tagflow train, async modes (default staleness)\n"
            "  --train-priority LIST  as tagflow train, multiplex only (KEY=P;..., KEY a tag set or a node)\n"
            "  --rebalance-every N    as tagflow train, multiplex only (default 0: the train group is fixed)\n"
+           "  --late-wait F          as tagflow train, async modes (default 0.5; 0: a step starts at once)\n"
            "  --seed N               response-length seed (default 1)\n"
            "  --cost FILE.json       cost file (tests/bench/sim_calibrate.sh writes one for type cpu)\n"
            "  --model-bytes B        bytes of weights (overrides the cost file's)\n"
@@ -161,6 +162,9 @@ SimArgs parse_sim_args(int argc, const char* const* argv) {
             a.base.train_priority = v;
         } else if (o == "rebalance-every") {
             a.base.rebalance_every = to_int(o, v, 0, INT32_MAX);
+        } else if (o == "late-wait") {
+            a.base.late_wait = to_double(o, v, 0, false);
+            if (a.base.late_wait > 10) throw ConfigError("--late-wait '" + v + "': must be between 0 and 10");
         } else if (o == "seed") {
             a.base.seed = static_cast<uint64_t>(to_int(o, v, 0, INT64_MAX));
         } else if (o == "cost") {
@@ -256,6 +260,13 @@ std::string format_table(const SimArgs& a, const CostModel& cost, const std::vec
                      r.regroups == 1 ? "" : "s");
             s += buf;
         }
+    for (const auto& r : rs)
+        if (a.base.late_wait > 0 && r.mode != config::Mode::kSync) {
+            snprintf(buf, sizeof buf, "--late-wait %g, %s at %d nodes: %lld step%s waited %.2f s in all\n",
+                     a.base.late_wait, r.mode.name(), r.nodes, static_cast<long long>(r.holds), r.holds == 1 ? "" : "s",
+                     r.held_s);
+            s += buf;
+        }
     return s;
 }
 
@@ -284,6 +295,7 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
                    {"admission", a.base.admission},
                    {"train_priority", a.base.train_priority},
                    {"rebalance_every", a.base.rebalance_every},
+                   {"late_wait", a.base.late_wait},
                    {"seed", a.base.seed}};
     j["cost"] = nlohmann::json::parse(to_json(cost));
     j["results"] = nlohmann::json::array();
@@ -307,6 +319,8 @@ std::string results_json(const SimArgs& a, const CostModel& cost, const std::vec
                                 {"staleness_mean", r.staleness_mean},
                                 {"train_group_size", r.train_group_size},
                                 {"regroups", r.regroups},
+                                {"holds", r.holds},
+                                {"held_s", r.held_s},
                                 {"idle_frac", idle}});
     }
     return j.dump(1);

@@ -190,6 +190,7 @@ public:
         // The other modes ignore --train-priority.
         if (cfg.mode == config::Mode::kMultiplex) opt_.train_priority = cfg.train_priority;
         if (cfg.mode == config::Mode::kMultiplex) opt_.rebalance_every = cfg.rebalance_every;
+        opt_.late_wait = cfg.late_wait;
         opt_.group_size = cfg.work.group_size;
         const int64_t batch = cfg.work.batch > 0 ? cfg.work.batch : cfg.work.batch_per_node * cfg.nodes;
         opt_.prompts_per_step = static_cast<int32_t>((batch + cfg.work.group_size - 1) / cfg.work.group_size);
@@ -402,7 +403,7 @@ private:
     }
 
     // ------------------------------------------------------------------ async
-    enum class Ev : uint8_t { kStepEnd, kTrainEnd, kSyncEnd };
+    enum class Ev : uint8_t { kStepEnd, kTrainEnd, kSyncEnd, kWaitEnd };
     struct Event {
         double t;
         uint64_t seq;
@@ -478,8 +479,41 @@ private:
                 start_step(static_cast<int>(i), t);
         }
     }
+    // Groups with some samples finished, not all, on their last chance (the real coordinator's
+    // SamplePool::late_groups: it sees the finished ones).
+    int64_t late_groups() const {
+        int64_t n = 0;
+        for (const auto& [g, rec] : groups_)
+            if (rec.remaining > 0 && rec.remaining < G_ &&
+                sched::sched_policy::last_chance(opt_, version_, rec.version))
+                ++n;
+        return n;
+    }
     void check_trigger(double t) {
         if (state_ != State::kWaiting || pool_.usable(version_) < threshold_) return;
+        // --late-wait: the step waits, up to a fraction of the measured cycle, for late groups.
+        if (opt_.late_wait > 0 && !wait_over_) {
+            const double held = wait_since_ < 0 ? 0.0 : t - wait_since_;
+            const double cap = sched::sched_policy::late_wait_s(opt_, late_groups(), threshold_, cycle_s_);
+            if (held < cap) {
+                if (wait_since_ < 0) {
+                    wait_since_ = t;
+                    ++res_.holds;
+                }
+                if (wait_until_ != wait_since_ + cap) {  // the end of the wait, as the late groups now give it
+                    wait_until_ = wait_since_ + cap;
+                    push(wait_until_, Ev::kWaitEnd, ++wait_id_);
+                }
+                return;
+            }
+        }
+        const double held = wait_since_ < 0 ? 0.0 : t - wait_since_;
+        res_.held_s += held;
+        if (last_trigger_ >= 0) cycle_s_ = sched::sched_policy::next_cycle(cycle_s_, t - last_trigger_, held);
+        last_trigger_ = t;
+        wait_since_ = -1;
+        wait_until_ = -1;
+        wait_over_ = false;
         trigger_t_ = t;
         // The batch is chosen now, by the coordinator's own pool (sched/sample_pool.hpp).
         const sched::PoolBatch b = pool_.take_batch(threshold_, version_);
@@ -613,6 +647,12 @@ private:
                 case Ev::kStepEnd: on_step_end(e.node, e.t); break;
                 case Ev::kTrainEnd: on_train_end(e.t); break;
                 case Ev::kSyncEnd: on_sync_end(e.t); break;
+                case Ev::kWaitEnd:  // the wait it ends, unless that step has started since
+                    if (e.node == wait_id_ && wait_since_ >= 0) {
+                        wait_over_ = true;
+                        check_trigger(e.t);
+                    }
+                    break;
             }
         }
         if (!done_) throw InternalError("sim: the event queue ran dry before the last step");
@@ -658,6 +698,10 @@ private:
     const CostModel& cost_;
     config::Options opt_;
     int64_t threshold_ = 0;
+    // --late-wait, as the coordinator (async_admission.cpp): the wait under way, the cycle measured
+    double wait_since_ = -1, wait_until_ = -1, cycle_s_ = 0, last_trigger_ = -1;
+    int wait_id_ = 0;         // the kWaitEnd event of the wait under way carries this
+    bool wait_over_ = false;  // that event came: the step starts now
     int G_ = 1;
     std::vector<Node> nodes_;
     std::vector<uint32_t> tags_;

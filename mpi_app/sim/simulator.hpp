@@ -69,6 +69,7 @@ struct SimConfig {
     std::string admission = "staleness";  ///< as tagflow train --admission (async modes): staleness or off
     std::string train_priority;           ///< as tagflow train --train-priority (applied in multiplex only)
     int64_t rebalance_every = 0;          ///< as tagflow train --rebalance-every (applied in multiplex only)
+    double late_wait = 0.5;               ///< as tagflow train --late-wait (async modes)
 };
 
 enum class Kind : uint8_t { kRollout, kTrain, kWeightSync, kResplit, kIdle };
@@ -98,6 +99,8 @@ struct ModeResult {
     double staleness_mean = 0;
     int train_group_size = 0;       // at the end of the run
     int64_t regroups = 0;           // --rebalance-every: train group changes
+    int64_t holds = 0;              // --late-wait: steps that waited for late groups
+    double held_s = 0;              // --late-wait: virtual seconds they waited
     std::vector<double> idle_frac;  // per SimConfig::hw group (NaN-free: 0 when it has no nodes)
     std::vector<int> group_nodes;   // node count per group
     std::vector<NodeResult> node;

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_sample_pool: the async coordinator's pool (sched/sample_pool.hpp) on hand-built samples:
 // a group is trainable only when complete, batches take ready groups in completion order up to
-// the threshold (whole groups), staleness drops or weights by the oldest token's version, and a
+// the threshold (whole groups; those the next step would drop first), staleness drops or weights by the oldest token's version, and a
 // checkpointed pool restores to the same batches; and the admission budget
 // (sched_policy::admission_budget). Expected values are worked out by hand here.
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <vector>
 
 #include "common/error.hpp"
@@ -85,6 +86,74 @@ TEST(SamplePool, BatchTakesWholeGroupsInCompletionOrder) {
     EXPECT_TRUE(p.groups().empty());
 }
 
+// A group the next step would drop goes before younger ones that can wait a step, even when it
+// completed after them (held back by a long response); the rest keep their completion order.
+TEST(SamplePool, BatchTakesLastChanceGroupsFirst) {
+    const Options o = opts(1, "drop");  // at version 2, age 1 trains now and is dropped by the next step
+    SamplePool p(o);
+    add_group(p, 4, 2);  // completion order: 4 (fresh), 5 (fresh), 3 (version 1: last chance), 6 (fresh)
+    add_group(p, 5, 2);
+    add_group(p, 3, 1);
+    add_group(p, 6, 2);
+    PoolBatch b = p.take_batch(8, 2);
+    EXPECT_EQ(b.groups, (std::vector<int64_t>{3, 4}));
+    EXPECT_TRUE(b.dropped_ids.empty());
+    EXPECT_EQ(b.age_sum, 4.0);  // group 3's four samples, age 1 each
+    EXPECT_EQ(p.ready(), (std::deque<int64_t>{5, 6}));
+    // --stale weight: a group loses weight every step but is only "last chance" when the next
+    // step weighs it 0 (age 1 -> weight 1; ages 2..: (1+1)/(age+1), 0 below kMinStaleWeight).
+    const Options w = opts(1, "weight");
+    SamplePool q(w);
+    add_group(q, 0, 2);
+    add_group(q, 1, 1);
+    EXPECT_EQ(q.take_batch(4, 2).groups, (std::vector<int64_t>{0}));
+}
+
+// An incomplete group is late when a step now could still train it and the next would drop it:
+// the coordinator may hold the step for it. Complete groups and groups already too stale are not.
+TEST(SamplePool, LateGroupsAreIncompleteAndOnTheirLastChance) {
+    const Options o = opts(1, "drop");
+    SamplePool p(o);
+    for (int k = 0; k < 3; ++k) p.add(sample(0, k, 1));  // incomplete, version 1
+    for (int k = 0; k < 2; ++k) p.add(sample(1, k, 2));  // incomplete, version 2 (can wait)
+    for (int k = 0; k < 2; ++k) p.add(sample(2, k, 0));  // incomplete, version 0 (too stale already)
+    add_group(p, 3, 1);                                  // complete, last chance: not late
+    EXPECT_EQ(p.late_groups(2), 1);                      // group 0
+    EXPECT_EQ(p.late_groups(1), 1);                      // group 2 (age 1 at version 1)
+    EXPECT_EQ(p.late_groups(3), 1);                      // group 1
+    p.add(sample(0, 3, 1));
+    EXPECT_EQ(p.late_groups(2), 0);
+    EXPECT_EQ(p.take_batch(1, 2).groups, (std::vector<int64_t>{3}));  // completion order among equals
+}
+
+// --late-wait: a met threshold waits for late groups while the wait is under the fraction of the
+// measured cycle; never with nothing late, a fraction of 0, or no cycle measured yet.
+TEST(SamplePool, LateWaitIsBoundedByTheMeasuredCycle) {
+    using tagflow::sched::sched_policy::last_chance;
+    using tagflow::sched::sched_policy::late_wait_s;
+    using tagflow::sched::sched_policy::next_cycle;
+    Options o = opts(1, "drop");  // groups of 4
+    o.late_wait = 0.5;
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0), 0.5);  // one group of 4 is a quarter of the batch: 0.25 x 2 s
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 3, 16, 2.0), 1.0);  // three groups, 3/4, capped at 0.5 x 2 s
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 0, 16, 2.0), 0.0);  // nothing late
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 0.0), 0.0);  // no cycle measured yet (the first step)
+    o.late_wait = 0;
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0), 0.0);
+    // The cycle leaves the wait out, so waiting does not lengthen the next wait: 3 s since the last
+    // step's start, 1 s of them waited, is a 2 s cycle; then 0.7 x 2 + 0.3 x 4 = 2.6.
+    EXPECT_DOUBLE_EQ(next_cycle(0, 3.0, 1.0), 2.0);
+    EXPECT_DOUBLE_EQ(next_cycle(2.0, 4.0, 0.0), 2.6);
+    // Last chance at version 5 with --staleness 1: version 4 (age 1 now, 2 next); not 5 (can wait),
+    // not 3 (too stale already). --stale weight: only the step that weighs it 0 counts (age 8 -> 2/9).
+    EXPECT_TRUE(last_chance(o, 5, 4));
+    EXPECT_FALSE(last_chance(o, 5, 5));
+    EXPECT_FALSE(last_chance(o, 5, 3));
+    const Options w = opts(1, "weight");
+    EXPECT_FALSE(last_chance(w, 5, 4));
+    EXPECT_TRUE(last_chance(w, 8, 1));
+}
+
 TEST(SamplePool, StaleDropCountsEachSampleByItsVersion) {
     const Options o = opts(1, "drop");  // age <= 1 trains with weight 1, older is dropped
     SamplePool p(o);
@@ -113,23 +182,25 @@ TEST(SamplePool, WholeGroupsGoWithTheirOldestSample) {
     p.add(sample(0, 1, 1));  // age 2 at version 3: the whole group is too stale
     p.add(sample(0, 2, 3));
     p.add(sample(0, 3, 3));
-    add_group(p, 1, 3);                // fresh
-    add_group(p, 2, 1);                // too stale
-    add_group(p, 3, 2);                // age 1: fine
-    EXPECT_EQ(p.usable(3), 8);         // groups 1 and 3, counted by their oldest sample
-    PoolBatch b = p.take_batch(4, 3);  // group 0 (dropped whole), then group 1
-    EXPECT_EQ(b.groups, (std::vector<int64_t>{0, 1}));
-    EXPECT_EQ(b.dropped_groups, (std::vector<int64_t>{0}));
-    EXPECT_EQ(b.dropped_ids.size(), 4u);
+    add_group(p, 1, 3);         // fresh
+    add_group(p, 2, 1);         // too stale
+    add_group(p, 3, 2);         // age 1: fine
+    EXPECT_EQ(p.usable(3), 8);  // groups 1 and 3, counted by their oldest sample
+    // Groups the next step would drop first: 0 and 2 (too stale, dropped whole) and 3 (its last
+    // chance: age 2 at version 4), in completion order; group 1 (fresh) waits.
+    PoolBatch b = p.take_batch(4, 3);
+    EXPECT_EQ(b.groups, (std::vector<int64_t>{0, 2, 3}));
+    EXPECT_EQ(b.dropped_groups, (std::vector<int64_t>{0, 2}));
+    EXPECT_EQ(b.dropped_ids.size(), 8u);
     EXPECT_EQ(b.samples.size(), 4u);
+    EXPECT_EQ(b.age_max, 1);
     std::vector<int64_t> ids;
-    EXPECT_EQ(p.take_stale(3, ids), (std::vector<int64_t>{2}));  // group 2 leaves at once, group 3 stays
-    EXPECT_EQ(ids.size(), 4u);
-    EXPECT_EQ(p.usable(3), 4);
     EXPECT_EQ(p.take_stale(3, ids), (std::vector<int64_t>{}));
-    EXPECT_EQ(p.take_stale(4, ids), (std::vector<int64_t>{3}));  // version 4: group 3 has age 2 now
-    EXPECT_EQ(ids.size(), 8u);
-    EXPECT_EQ(p.usable(4), 0);
+    EXPECT_EQ(p.usable(3), 4);
+    EXPECT_EQ(p.take_stale(4, ids), (std::vector<int64_t>{}));   // group 1: age 1 at version 4
+    EXPECT_EQ(p.take_stale(5, ids), (std::vector<int64_t>{1}));  // age 2 at version 5: leaves at once
+    EXPECT_EQ(ids.size(), 4u);
+    EXPECT_EQ(p.usable(5), 0);
     EXPECT_TRUE(p.groups().empty());
 }
 
