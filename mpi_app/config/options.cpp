@@ -284,9 +284,10 @@ po::options_description describe(Options& o) {
                                  "(trained with advantage weight (staleness + 1) / (age + 1), age = versions behind; "
                                  "dropped below 0.25)")
         ("late-wait", val(&o.late_wait),
-         "disaggregated/multiplex: once --train-threshold is met, wait up to this fraction of a step's "
-         "measured cycle for incomplete prompt groups this step could still train and the next would drop "
-         "as stale, generating meanwhile (0 = start the step at once; default 0.5)")
+         "disaggregated/multiplex: once --train-threshold is met, wait for incomplete prompt groups this "
+         "step could still train and the next would drop as stale, generating meanwhile, for at most their "
+         "share of the batch, and at most this fraction, of a step's measured cycle (0 = start the step at "
+         "once; default 0.5)")
         ("train-timeout", val(&o.train_timeout),
          "disaggregated/multiplex: also start a training step when this many seconds passed since the last "
          "one and at least one usable sample is waiting (0 = only --train-threshold)")
