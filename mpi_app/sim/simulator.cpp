@@ -491,9 +491,9 @@ private:
     }
     void check_trigger(double t) {
         if (state_ != State::kWaiting || pool_.usable(version_) < threshold_) return;
-        // --late-wait: the step waits, up to a fraction of the measured cycle, for late groups.
+        // --late-wait: the step waits for late groups (sched_policy::late_wait_s).
+        const double held = wait_since_ < 0 ? 0.0 : t - wait_since_;
         if (opt_.late_wait > 0 && !wait_over_) {
-            const double held = wait_since_ < 0 ? 0.0 : t - wait_since_;
             const double cap = sched::sched_policy::late_wait_s(opt_, late_groups(), threshold_, cycle_s_);
             if (held < cap) {
                 if (wait_since_ < 0) {
@@ -507,7 +507,6 @@ private:
                 return;
             }
         }
-        const double held = wait_since_ < 0 ? 0.0 : t - wait_since_;
         res_.held_s += held;
         if (last_trigger_ >= 0) cycle_s_ = sched::sched_policy::next_cycle(cycle_s_, t - last_trigger_, held);
         last_trigger_ = t;

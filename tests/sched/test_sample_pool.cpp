@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_sample_pool: the async coordinator's pool (sched/sample_pool.hpp) on hand-built samples:
 // a group is trainable only when complete, batches take ready groups in completion order up to
-// the threshold (whole groups; those the next step would drop first), staleness drops or weights by the oldest token's version, and a
-// checkpointed pool restores to the same batches; and the admission budget
+// the threshold (whole groups; those the next step would drop first), staleness drops or weights
+// by the oldest token's version, incomplete groups on their last chance are late (--late-wait),
+// and a checkpointed pool restores to the same batches; and the admission budget
 // (sched_policy::admission_budget). Expected values are worked out by hand here.
 #include <gtest/gtest.h>
 
@@ -126,8 +127,9 @@ TEST(SamplePool, LateGroupsAreIncompleteAndOnTheirLastChance) {
     EXPECT_EQ(p.take_batch(1, 2).groups, (std::vector<int64_t>{3}));  // completion order among equals
 }
 
-// --late-wait: a met threshold waits for late groups while the wait is under the fraction of the
-// measured cycle; never with nothing late, a fraction of 0, or no cycle measured yet.
+// --late-wait: a met threshold waits for late groups for at most their share of the batch, and at
+// most the fraction, of the measured cycle; never with nothing late, a fraction of 0, or no cycle
+// measured yet.
 TEST(SamplePool, LateWaitIsBoundedByTheMeasuredCycle) {
     using tagflow::sched::sched_policy::last_chance;
     using tagflow::sched::sched_policy::late_wait_s;
