@@ -38,7 +38,9 @@ bool AgentTreeRecorder::record(const RolloutSample& r) {
         q.versions = traj::Span<int32_t>(r.versions.data() + k, e - k);
         q.rank = r.rank;
         q.t_start = q.t_end = r.t_done;
-        last = tm.insert(q).traj;
+        // Through this sample's own earlier turn, not a group sibling's same tokens.
+        const traj::Span<traj::NodeId> own(&last, last < 0 ? 0 : 1);
+        last = tm.insert(q, own).traj;
         ++requests_;
         k = e;
     }

@@ -8,6 +8,7 @@
 #include "common/error.hpp"
 #include "common/mpi_env.hpp"
 #include "serve/gateway_router.hpp"
+#include "step/wire.hpp"
 
 namespace tagflow::sched::gw {
 
@@ -58,6 +59,42 @@ rollout::GenRequest to_gen(const gateway::CompletionRequest& q) {
     g.params.stop_ids = q.stop_ids;
     g.params.seed = q.seed;
     return g;
+}
+
+namespace {
+template <class T>
+void put_span(wire::Writer& o, traj::Span<T> v) {  // as Writer::vec: a count, then the elements
+    o.put<uint64_t>(v.size());
+    o.raw(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+}  // namespace
+
+std::vector<char> request_record(const std::string& session, const std::string& completion_id, const traj::Request& r,
+                                 uint8_t finish) {
+    wire::Writer o;
+    o.put<uint8_t>(1);
+    o.str(session);
+    o.str(completion_id);
+    o.put<int32_t>(r.rank);
+    o.put<double>(r.t_start);
+    o.put<double>(r.t_end);
+    o.put<uint8_t>(finish);
+    put_span(o, r.input);
+    put_span(o, r.output);
+    put_span(o, r.logprobs);
+    put_span(o, r.versions);
+    return o.take();
+}
+
+std::vector<char> reward_record(const gateway::RewardReport& r, double now) {
+    wire::Writer o;
+    o.put<uint8_t>(2);
+    o.str(r.session);
+    o.str(r.completion_id);
+    o.str(r.group);
+    o.put<double>(r.reward);
+    o.put<double>(now);
+    return o.take();
 }
 
 }  // namespace tagflow::sched::gw

@@ -239,7 +239,12 @@ void GatewayRecorder::ingest(const char* data, size_t size, std::vector<std::vec
         Impl::Sess& s = m.sessions[session];
         q.tree = m.tree_for(s, q.rank);
         Impl::Tree& t = m.trees.at(q.tree);
-        const traj::InsertResult ir = t.tm.insert(tr);
+        // The session's earlier requests in this tree: a turn that feeds back the session's
+        // own output continues it, not another session's same tokens at another version.
+        std::vector<traj::NodeId> own;
+        for (const Impl::Req& e : s.reqs)
+            if (e.tree == q.tree) own.push_back(e.node);
+        const traj::InsertResult ir = t.tm.insert(tr, own);
         q.node = ir.traj;
         t.tokens += ir.stored;
         m.by_completion[cid] = {session, s.reqs.size()};

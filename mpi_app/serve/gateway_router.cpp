@@ -91,14 +91,7 @@ struct GatewayRouter::Impl {
 
     // A reward to the coordinator (kTagGwRec kind 2), after the records of its requests.
     void forward_reward(const gateway::RewardReport& r, double now) {
-        wire::Writer o;
-        o.put<uint8_t>(2);
-        o.str(r.session);
-        o.str(r.completion_id);
-        o.str(r.group);
-        o.put<double>(r.reward);
-        o.put<double>(now);
-        sends.send(o.take(), cfg.coordinator, kTagGwRec, cfg.comm);
+        sends.send(gw::reward_record(r, now), cfg.coordinator, kTagGwRec, cfg.comm);
     }
 
     // Forgets session `name` (routing, reward validation) if nothing of it is in flight and it
@@ -205,19 +198,8 @@ struct GatewayRouter::Impl {
             }
             // Token-level record to the coordinator (before the agent can see the end and
             // report a reward, which follows on the same channel, so in order).
-            wire::Writer o;
-            o.put<uint8_t>(1);
-            o.str(l.req.session);
-            o.str(l.req.completion_id);
-            o.put<int32_t>(l.rank);
-            o.put<double>(l.t_start);
-            o.put<double>(now);
-            o.put<uint8_t>(code);
-            o.vec(l.req.prompt_ids);
-            o.vec(l.out);
-            o.vec(l.lp);
-            o.vec(l.ver);
-            sends.send(o.take(), cfg.coordinator, kTagGwRec, cfg.comm);
+            sends.send(gw::request_record(l.req.session, l.req.completion_id, tr, code), cfg.coordinator, kTagGwRec,
+                       cfg.comm);
             ++served;
         }
         l.sink->finish(f);

@@ -149,7 +149,15 @@ NodeId TrajectoryManager::split(NodeId c, int64_t k) {
     return u;
 }
 
-InsertResult TrajectoryManager::insert(const Request& r) {
+bool TrajectoryManager::path_is_prefix(NodeId node, const Token* in) const {
+    for (NodeId n = node; n > kRoot; n = nodes_[n].parent) {
+        const Node& x = nodes_[n];
+        if (equal_prefix(tok_.data() + x.start, in + x.depth, x.len) < x.len) return false;
+    }
+    return true;
+}
+
+InsertResult TrajectoryManager::insert(const Request& r, Span<NodeId> own) {
     const int64_t n_in = static_cast<int64_t>(r.input.size());
     const int64_t n_out = static_cast<int64_t>(r.output.size());
     const int64_t n = n_in + n_out;
@@ -168,8 +176,23 @@ InsertResult TrajectoryManager::insert(const Request& r) {
     if (n > std::numeric_limits<int32_t>::max())
         throw Error("traj::insert: request of " + std::to_string(n) + " tokens is too long");
 
+    for (NodeId o : own) check_node(o, "insert (own trajectory)");
+
+    // The longest of the session's own trajectories the input extends (a tie: the later in
+    // `own`). From the back: the last one is usually the longest, so one path is compared.
+    NodeId anchor = kRoot;
+    int64_t at = 0;
+    for (size_t i = own.size(); i-- > 0;) {
+        const NodeId o = own[i];
+        const int64_t end = length(o);
+        if (end > n_in || end <= at) continue;
+        if (path_is_prefix(o, r.input.data())) {
+            anchor = o;
+            at = end;
+        }
+    }
     const Query q{r.input.data(), r.output.data(), r.versions.data(), n_in, n};
-    const Walk w = walk(kRoot, 0, q);
+    const Walk w = walk(anchor, at, q);
     const bool at_trajectory_end = w.child < 0 && w.node != kRoot && nodes_[w.node].terminal;
     const NodeId end = w.child >= 0 ? split(w.child, w.off) : w.node;
     const int64_t m = w.length;

@@ -319,6 +319,64 @@ TEST(TrajectoryManager, LongestMatchLooksBehindEverySameTokenSibling) {
     EXPECT_TRUE(m.is_trajectory(old.traj));
 }
 
+// Two sessions of one group generate the same answer at different versions (a weight update
+// between them), then each feeds its answer back with the next question. Without naming its
+// own trajectory, the second session's turn would go down the first one's deeper path (its
+// answer tokens taken with the other session's versions and logprobs, its own turn left a
+// separate trajectory); naming it keeps each session on its own path.
+TEST(TrajectoryManager, OwnTrajectoryAnchorsTheNextTurn) {
+    const std::vector<Token> P = seq(10, 5), O = seq(50, 4), Q = seq(10, 5);
+    for (const bool named : {false, true}) {
+        TrajectoryManager m;
+        const Req a1 = make(P, O, 1);
+        const NodeId ta1 = m.insert(a1.view()).traj;
+        const Req a2 = make(cat(cat(P, O), Q), seq(70, 3), 1);
+        const NodeId ta2 = m.insert(a2.view(), Span<NodeId>(&ta1, named ? 1 : 0)).traj;
+        EXPECT_EQ(m.parent(ta2), ta1);
+        const Req b1 = make(P, O, 2);
+        const NodeId tb1 = m.insert(b1.view()).traj;
+        ASSERT_NE(tb1, ta1);
+        const Req b2 = make(cat(cat(P, O), Q), seq(80, 3), 2);
+        const InsertResult rb2 = m.insert(b2.view(), Span<NodeId>(&tb1, named ? 1 : 0));
+        const Trajectory t = m.rebuild(rb2.traj);
+        if (!named) {  // the longest match: through a1's answer and a2's question
+            EXPECT_EQ(rb2.matched, 14);
+            EXPECT_EQ(t.versions[5], 1);
+            continue;
+        }
+        EXPECT_EQ(rb2.kind, InsertKind::kExtend);
+        EXPECT_EQ(rb2.matched, 9);
+        EXPECT_EQ(m.parent(rb2.traj), tb1);
+        Trajectory want = m.rebuild(tb1);  // b1's own answer (version 2, its logprobs), then Q and b2's output
+        const Trajectory tail = expected(make(Q, seq(80, 3), 2));
+        for (size_t i = 0; i < tail.tokens.size(); ++i) {
+            want.tokens.push_back(tail.tokens[i]);
+            want.versions.push_back(tail.versions[i]);
+            want.logprobs.push_back(tail.logprobs[i]);
+            want.loss_mask.push_back(tail.loss_mask[i]);
+        }
+        expect_equal(t, want);
+        EXPECT_EQ(t.versions[5], 2);
+        expect_equal(m.rebuild(ta2), expected(a2), 9);  // a's path unchanged
+        // A named trajectory the input does not extend is ignored: the longest match decides.
+        const Req c = make(cat(P, seq(60, 2)), seq(90, 1), 3);
+        const InsertResult rc = m.insert(c.view(), Span<NodeId>(&ta2, 1));
+        EXPECT_EQ(rc.matched, 5);
+        expect_equal(m.rebuild(rc.traj), expected(c));
+        // Of several, the longest the input extends wins (order does not matter).
+        const std::vector<NodeId> both{ta2, ta1};
+        const Req a3 = make(cat(cat(cat(cat(P, O), Q), seq(70, 3)), Q), seq(40, 2), 3);
+        const InsertResult ra3 = m.insert(a3.view(), both);
+        EXPECT_EQ(ra3.matched, 17);
+        EXPECT_EQ(m.parent(ra3.traj), ta2);
+        // An unknown node is an error, and nothing is recorded.
+        const size_t before = m.nodes();
+        const NodeId bad = static_cast<NodeId>(m.nodes() + 5);
+        EXPECT_THROW(m.insert(b2.view(), Span<NodeId>(&bad, 1)), tagflow::Error);
+        EXPECT_EQ(m.nodes(), before);
+    }
+}
+
 TEST(TrajectoryManager, BadRequestsThrowAndRecordNothing) {
     TrajectoryManager m;
     m.insert(make(seq(1, 3), seq(5, 2), 0).view());
