@@ -9,7 +9,9 @@
 # scheduling modes one after the other (disaggregated only where a rank only rolls out), each
 # for the same number of steps x samples per step (equal trained samples).
 # Prints trained samples/s (and the ratio to sync), trained tokens/s, final reward, samples
-# dropped as stale and every rank's idle fraction, then checks the goals:
+# dropped as stale and every rank's idle fraction, the ceiling of multiplex over sync that sync's
+# busiest trainer sets (sync's span / that rank's training time: its trainers cannot train
+# faster in another mode) and the machine's busy share of its cores, then checks the goals:
 #   issue 20: multiplex >= 1.0x the better of sync and disaggregated samples/s, and >= 2.0x sync
 #   where a rank only rolls out; fewer than 1% of finished samples dropped as stale in multiplex;
 #   issue 6 (where rank 0 only rolls out): rank 0 idle < 5% in multiplex; both: final reward of
@@ -63,8 +65,9 @@ out, rounds, base_bin, tags = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.ar
 rollout_only = [int(e.split("=")[0]) for e in tags.split(";") if "train" not in e.split("=")[1]]
 R = [{r["mode"]: r for r in json.load(open(f"{out}/modes{k}.json"))} for k in range(1, rounds + 1)]
 print(f"\n{'round':>5s} {'sync/s':>8s} {'disagg/s':>9s} {'mux/s':>8s} {'mux/sync':>9s} {'mux/best':>9s} {'padding':>8s} "
-      f"{'rest':>6s} {'tokens/s':>9s} {'dropped':>8s} {'rank0 idle':>10s} {'reward sync':>11s} {'mux':>6s}")
-ratio, best, idle, dropped = [], [], [], []
+      f"{'rest':>6s} {'tokens/s':>9s} {'dropped':>8s} {'rank0 idle':>10s} {'reward sync':>11s} {'mux':>6s} "
+      f"{'ceiling':>8s} {'cpu sync':>8s} {'mux':>5s}")
+ratio, best, idle, dropped, ceil = [], [], [], [], []
 for k, rows in enumerate(R, 1):
     s, d, m = rows["sync"], rows.get("disaggregated"), rows["multiplex"]
     q, pad = m["sps"] / s["sps"], s["pad"] / m["pad"]
@@ -72,9 +75,13 @@ for k, rows in enumerate(R, 1):
     best.append(m["sps"] / max(s["sps"], d["sps"] if d else 0))
     dropped.append(m["dropped"] / max(1, m["dropped"] + m["trained"]))
     idle.append(m["idle"].get("0", 0))
+    ceil.append(1 / s["train"] if s.get("train") else float("nan"))
     print(f"{k:5d} {s['sps']:8.1f} {d['sps'] if d else float('nan'):9.1f} {m['sps']:8.1f} {q:8.2f}x {best[-1]:8.2f}x "
           f"{pad:7.2f}x {q / pad:5.2f}x {m['tps'] / s['tps']:8.2f}x {100 * dropped[-1]:7.2f}% {100 * idle[-1]:9.1f}% "
-          f"{s['reward']:11.3f} {m['reward']:6.3f}")
+          f"{s['reward']:11.3f} {m['reward']:6.3f} {ceil[-1]:7.2f}x {100 * s.get('cpu', float('nan')):7.0f}% "
+          f"{100 * m.get('cpu', float('nan')):4.0f}%")
+print("ceiling: sync's span / its busiest trainer's training time, the most a mode whose trainers train as fast and "
+      "do nothing else can gain over that sync run; cpu: the machine's busy share of its cores over the steps")
 med, med_best, med_idle = statistics.median(ratio), statistics.median(best), statistics.median(idle)
 rs = statistics.mean(r["sync"]["reward"] for r in R)
 rm = statistics.mean(r["multiplex"]["reward"] for r in R)
@@ -88,6 +95,9 @@ goals = [(f"multiplex / the better of sync and disaggregated samples/s, median o
 if rollout_only:
     goals.append((f"multiplex / sync samples/s, median of {rounds}: {med:.2f} ({rng(ratio)}; goal >= 2.0 with a "
                   f"rank that only rolls out)", med >= 2.0))
+if rollout_only:
+    print(f"multiplex / sync ceiling, median of {rounds}: {statistics.median(ceil):.2f} ({rng(ceil)}); multiplex reached "
+          f"{statistics.median(q / c for q, c in zip(ratio, ceil)):.2f} of it")
 if 0 in rollout_only:
     goals.append((f"rollout-only rank 0 idle in multiplex, median {100 * med_idle:.1f}% (goal < 5%)", med_idle < 0.05))
 goals.append((f"final reward multiplex {rm:.3f} vs sync {rs:.3f}, mean of {rounds} (within {noise:.3f})",
