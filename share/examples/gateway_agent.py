@@ -108,6 +108,8 @@ def complete(cli, session, prompt, max_tokens, stream, stats):
         for ch in chunks:
             if "error" in ch:
                 return None
+            if any(c.get("finish_reason") == "abort" for c in ch.get("choices") or []):
+                raise GatewayGone()  # the job is ending: a cut answer is not one to score
             t = ch.get("tagflow") or {}
             ids += t.get("token_ids", [])
             vers += t.get("versions", [])
