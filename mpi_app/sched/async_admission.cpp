@@ -17,10 +17,7 @@ int64_t AsyncScheduler::outstanding() const {
     // Pooled: every sample of an incomplete group, and of the ready ones those a step can still
     // train (a ready sample already too stale is dropped by the next step, whatever is admitted:
     // counting it could hold admission below the threshold for good).
-    int64_t n = pool_.usable(version_);
-    const std::set<int64_t> ready(pool_.ready().begin(), pool_.ready().end());
-    for (const auto& [g, v] : pool_.groups())
-        if (!ready.count(g)) n += static_cast<int64_t>(v.size());
+    int64_t n = pool_.usable(version_) + pool_.partial_samples();
     if (data_) {
         for (const auto& [g, left] : group_left_) n += left;
         return n;

@@ -70,11 +70,17 @@ bool SamplePool::dropped_next(const std::vector<RolloutSample>& g, int64_t versi
     return false;
 }
 
-int64_t SamplePool::late_groups(int64_t version) const {
+template <class F>
+void SamplePool::each_partial(F&& f) const {
+    // Not by size: a gateway group is ready below group_size.
     const std::set<int64_t> ready(ready_.begin(), ready_.end());
-    int64_t n = 0;
     for (const auto& [g, v] : pool_)
-        if (!ready.count(g) && dropped_next(v, version, true)) ++n;
+        if (!ready.count(g)) f(v);
+}
+
+int64_t SamplePool::late_groups(int64_t version) const {
+    int64_t n = 0;
+    each_partial([&](const std::vector<RolloutSample>& v) { n += dropped_next(v, version, true); });
     return n;
 }
 
@@ -145,8 +151,13 @@ std::vector<int64_t> SamplePool::take_stale(int64_t version, std::vector<int64_t
 
 int64_t SamplePool::partial_groups() const {
     int64_t n = 0;
-    for (const auto& [g, v] : pool_)
-        if (static_cast<int64_t>(v.size()) < opt_.group_size) ++n;
+    each_partial([&](const std::vector<RolloutSample>&) { ++n; });
+    return n;
+}
+
+int64_t SamplePool::partial_samples() const {
+    int64_t n = 0;
+    each_partial([&](const std::vector<RolloutSample>& v) { n += static_cast<int64_t>(v.size()); });
     return n;
 }
 

@@ -69,8 +69,10 @@ public:
     /// Every pooled sample by group (ready or not), and the ready groups in order (checkpoints).
     const std::map<int64_t, std::vector<RolloutSample>>& groups() const { return pool_; }
     const std::deque<int64_t>& ready() const { return ready_; }
-    /// Groups holding fewer than group_size samples.
+    /// Groups not ready yet (still waiting for samples; a group add_group() gave is ready at
+    /// any size), and their samples (--admission counts those as started and not consumed).
     int64_t partial_groups() const;
+    int64_t partial_samples() const;
     /// A checkpoint's pool back (resume): `samples` join their groups, `ready` lists the ready
     /// groups in order (as ready() gave them). The pool must be empty.
     void restore(std::vector<RolloutSample> samples, const std::vector<int64_t>& ready);
@@ -83,6 +85,9 @@ private:
     // The next step (at version + 1) drops some of the group's samples (whole_: the group);
     // trainable_now: only samples a step at `version` could still train count (a last chance).
     bool dropped_next(const std::vector<RolloutSample>& g, int64_t version, bool trainable_now) const;
+    // Calls f(samples) for every group not ready yet.
+    template <class F>
+    void each_partial(F&& f) const;
 
     const config::Options& opt_;
     std::map<int64_t, std::vector<RolloutSample>> pool_;  // group -> its finished samples

@@ -127,6 +127,26 @@ TEST(SamplePool, LateGroupsAreIncompleteAndOnTheirLastChance) {
     EXPECT_EQ(p.take_batch(1, 2).groups, (std::vector<int64_t>{3}));  // completion order among equals
 }
 
+// Partial groups are the ones not ready yet, not those below --group-size: a gateway group
+// (add_group) is ready at any size. Admission counts their samples as outstanding.
+TEST(SamplePool, PartialGroupsAreTheOnesNotReady) {
+    const Options o = opts(1, "drop");  // groups of 4
+    SamplePool p(o);
+    for (int k = 0; k < 3; ++k) p.add(sample(0, k, 1));  // 3 of 4
+    p.add(sample(1, 0, 1));                              // 1 of 4
+    add_group(p, 2, 1);                                  // complete
+    std::vector<RolloutSample> gw{sample(3, 0, 1), sample(3, 1, 1)};
+    p.add_group(gw);  // a gateway group of 2: ready
+    EXPECT_EQ(p.partial_groups(), 2);
+    EXPECT_EQ(p.partial_samples(), 4);
+    EXPECT_EQ(p.usable(1), 6);
+    p.add(sample(1, 1, 1));
+    p.add(sample(1, 2, 1));
+    p.add(sample(1, 3, 1));  // group 1 completes
+    EXPECT_EQ(p.partial_groups(), 1);
+    EXPECT_EQ(p.partial_samples(), 3);
+}
+
 // --late-wait: a met threshold waits for late groups for at most their share of the batch, and at
 // most the fraction, of the measured cycle; never with nothing late, a fraction of 0, or no cycle
 // measured yet.
@@ -232,7 +252,7 @@ TEST(SamplePool, WholeGroupAtOnceIsReadyWhateverItsSize) {
     EXPECT_TRUE(p.groups().empty());
     p.add_group({sample(40, 0, 0), sample(40, 1, 0)});  // 2 of group_size 4: ready anyway
     EXPECT_EQ(p.usable(0), 2);
-    EXPECT_EQ(p.partial_groups(), 1);
+    EXPECT_EQ(p.partial_groups(), 0);  // partial = not ready, not below group_size
     EXPECT_EQ(ids(p.take_batch(1, 0)), (std::vector<int64_t>{160, 161}));
 }
 
