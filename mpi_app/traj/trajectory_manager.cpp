@@ -176,15 +176,14 @@ InsertResult TrajectoryManager::insert(const Request& r, Span<NodeId> own) {
     if (n > std::numeric_limits<int32_t>::max())
         throw Error("traj::insert: request of " + std::to_string(n) + " tokens is too long");
 
-    for (NodeId o : own) check_node(o, "insert (own trajectory)");
-
     // The longest of the session's own trajectories the input extends (a tie: the later in
     // `own`). From the back: the last one is usually the longest, so one path is compared.
     NodeId anchor = kRoot;
     int64_t at = 0;
     for (size_t i = own.size(); i-- > 0;) {
         const NodeId o = own[i];
-        const int64_t end = length(o);
+        check_node(o, "insert (own trajectory)");  // before anything is stored
+        const int64_t end = nodes_[o].depth + nodes_[o].len;
         if (end > n_in || end <= at) continue;
         if (path_is_prefix(o, r.input.data())) {
             anchor = o;

@@ -95,7 +95,6 @@ goals = [(f"multiplex / the better of sync and disaggregated samples/s, median o
 if rollout_only:
     goals.append((f"multiplex / sync samples/s, median of {rounds}: {med:.2f} ({rng(ratio)}; goal >= 2.0 with a "
                   f"rank that only rolls out)", med >= 2.0))
-if rollout_only:
     print(f"multiplex / sync ceiling, median of {rounds}: {statistics.median(ceil):.2f} ({rng(ceil)}); multiplex reached "
           f"{statistics.median(q / c for q, c in zip(ratio, ceil)):.2f} of it")
 if 0 in rollout_only:
