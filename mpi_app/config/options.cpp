@@ -215,6 +215,9 @@ po::options_description describe(Options& o) {
          "(needs --old-logprobs recompute)")
         ("rollout-is-threshold", val(&o.rollout_is_threshold), "C, the cap of the importance weights")
         ("rollout-is-cap", val(&o.rollout_is_cap), "the same as --rollout-is-threshold")
+        ("rollout-is-batch-normalize", val(&o.rollout_is_batch_normalize)->implicit_value(true),
+         "divide the importance weights by the train group's mean weight of the step, so that they average "
+         "1 (veRL's rollout_is_batch_normalize; needs --rollout-is token or sequence)")
         ("rollout-rs", val(&o.rollout_rs),
          "reject (leave out of the loss) what pi_old / pi_rollout puts outside [lower, upper]: off, token "
          "(each token by its own ratio), sequence (the whole sequence by the product over its tokens) or "

@@ -128,6 +128,7 @@ struct Options {
     double rollout_rs_threshold = 0;          // upper bound of the band; 0 = --rollout-is-threshold
     double rollout_rs_threshold_lower = 0;    // lower bound; 0 = 1 / upper
     double rollout_token_veto_threshold = 0;  // reject a sequence with a token ratio below this; 0 = off
+    bool rollout_is_batch_normalize = false;  // divide the weights by the group's mean weight
     // ---- eval ----
     int32_t eval_every = 10;
     int32_t eval_prompts = 128;

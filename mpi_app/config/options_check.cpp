@@ -50,6 +50,10 @@ void check_correction(const Options& o) {
     if (o.rollout_rs != "off" && !(lower < upper))
         throw ConfigError("--rollout-rs " + o.rollout_rs + ": the band [" + std::to_string(lower) + ", " +
                           std::to_string(upper) + "] is empty (lower must be below upper)");
+    if (o.rollout_is_batch_normalize && o.rollout_is == "off")
+        throw ConfigError(
+            "--rollout-is-batch-normalize: needs --rollout-is token or sequence (with off there is "
+            "no importance weight to normalise)");
     if (o.old_logprobs != "recompute" &&
         (o.rollout_is != "off" || o.rollout_rs != "off" || o.rollout_token_veto_threshold > 0))
         throw ConfigError(

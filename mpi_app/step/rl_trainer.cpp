@@ -175,6 +175,7 @@ struct RlTrainer::Impl {
         correction.rs_upper = opt.rollout_rs_threshold;
         correction.rs_lower = opt.rollout_rs_threshold_lower;
         correction.veto = opt.rollout_token_veto_threshold;
+        correction.batch_normalize = opt.rollout_is_batch_normalize;
         schedule.mini_batches = opt.mini_batches;
         schedule.epochs = opt.ppo_epochs;
         bucket = static_cast<size_t>(opt.bucket_mb * 1024.0 * 1024.0);
@@ -257,9 +258,14 @@ struct RlTrainer::Impl {
         const train::CorrectionStats cs = train::apply_rollout_correction(local, cfg);
         if (measure)
             for (train::TrainSeq& t : local) t.old_logprobs = t.rollout_logprobs;
-        constexpr int kStats = 5;
-        double mine[kStats] = {cs.weight_sum, cs.weight_count, cs.ratio_max, static_cast<double>(cs.rejected),
-                               static_cast<double>(cs.rejected_tokens)};
+        constexpr int kStats = 7;
+        double mine[kStats] = {cs.weight_sum,
+                               cs.weight_count,
+                               cs.ratio_max,
+                               static_cast<double>(cs.rejected),
+                               static_cast<double>(cs.rejected_tokens),
+                               cs.norm_sum,
+                               cs.norm_count};
         int n = 1;
         TAGFLOW_MPI_CHECK(MPI_Comm_size(train_c, &n));
         std::vector<double> all(kStats * static_cast<size_t>(n));
@@ -270,14 +276,19 @@ struct RlTrainer::Impl {
         } else {
             std::copy(mine, mine + kStats, all.begin());
         }
-        double sum = 0, count = 0, max = 0, rejected = 0, rejected_tokens = 0;
+        double sum = 0, count = 0, max = 0, rejected = 0, rejected_tokens = 0, norm_sum = 0, norm_count = 0;
         for (size_t r = 0; r < all.size(); r += kStats) {
             sum += all[r];
             count += all[r + 1];
             max = std::max(max, all[r + 2]);
             rejected += all[r + 3];
             rejected_tokens += all[r + 4];
+            norm_sum += all[r + 5];
+            norm_count += all[r + 6];
         }
+        // --rollout-is-batch-normalize: the group's weights average 1; /steps keeps the mean before.
+        if (cfg.batch_normalize && cfg.is != train::IsLevel::kOff)
+            train::scale_is_weights(local, train::batch_norm_factor(norm_sum, norm_count));
         rep.is_weight_mean = count > 0 ? sum / count : 1.0;
         rep.is_weight_max = max;
         rep.rs_rejected = static_cast<int32_t>(rejected);

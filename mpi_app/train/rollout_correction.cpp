@@ -96,6 +96,8 @@ SeqCorrection correct_sequence(const std::vector<float>& old_logprobs, const std
             out.ratio_max = valid > 0 ? token_max : 1.0;
             out.weight_sum = keep.empty() ? token_sum : kept_sum;
             out.weight_count = keep.empty() ? valid : kept;
+            out.norm_sum = token_sum;
+            out.norm_count = valid;
             if (cfg.is == IsLevel::kToken) out.weights = std::move(token_w);
             break;
         case IsLevel::kSequence: {
@@ -105,6 +107,8 @@ SeqCorrection correct_sequence(const std::vector<float>& old_logprobs, const std
             const bool any = keep.empty() ? valid > 0 : kept > 0;  // a token of it still in the loss
             out.weight_sum = any ? w : 0.0;
             out.weight_count = any ? 1.0 : 0.0;
+            out.norm_sum = valid > 0 ? w : 0.0;
+            out.norm_count = valid > 0 ? 1.0 : 0.0;
             break;
         }
     }
@@ -123,6 +127,8 @@ SeqCorrection correct_sequence(const std::vector<float>& old_logprobs, const std
 
 void CorrectionStats::add(const SeqCorrection& c) {
     ratio_max = std::max(ratio_max, c.ratio_max);
+    norm_sum += c.norm_sum;
+    norm_count += c.norm_count;
     rejected_tokens += c.rejected_tokens;
     if (c.rejected) {
         ++rejected;
@@ -130,6 +136,12 @@ void CorrectionStats::add(const SeqCorrection& c) {
     }
     weight_sum += c.weight_sum;
     weight_count += c.weight_count;
+}
+
+double batch_norm_factor(double norm_sum, double norm_count) {
+    if (!(norm_count > 0)) return 1.0;
+    const double mean = norm_sum / norm_count;
+    return mean > 1e-8 ? mean : 1.0;
 }
 
 }  // namespace tagflow::train

@@ -38,6 +38,10 @@ struct RolloutCorrectionConfig {
     /// Reject the whole sequence when any token's ratio, before the safety clamp, is below this
     /// (veRL rollout_token_veto_threshold); <= 0: off. Independent of is and rs.
     double veto = 0.0;
+    /// Divide every weight by the batch's mean weight, so that they average 1 (veRL
+    /// rollout_is_batch_normalize): truncation then no longer shrinks the step. The mean is over
+    /// the whole train group's batch, of the weights before any rejection (norm_sum / norm_count).
+    bool batch_normalize = false;
 };
 
 /// The correction of one sequence. Every log-ratio is old - behaviour over the tokens whose mask
@@ -52,6 +56,10 @@ struct SeqCorrection {
     double ratio_max = 1.0;
     /// Sum and count of the weights the loss uses (kOff: the token-level weights it would use).
     double weight_sum = 0.0, weight_count = 0.0;
+    /// Sum and count of the truncated weights over every token with mask 1 (kToken, and kOff), or
+    /// the sequence's weight and 1 (kSequence; 0 and 0 without such a token), rejected or not:
+    /// what --rollout-is-batch-normalize averages (veRL takes the mean over the response mask).
+    double norm_sum = 0.0, norm_count = 0.0;
     /// The whole sequence is out of the loss: its ratio (product or geometric mean) was outside
     /// [lower, upper] (rs kSequence / kGeometric), or a token fell below the veto.
     bool rejected = false;
@@ -72,9 +80,15 @@ SeqCorrection correct_sequence(const std::vector<float>& old_logprobs, const std
 /// samples and ranks.
 struct CorrectionStats {
     double weight_sum = 0.0, weight_count = 0.0, ratio_max = 0.0;
+    double norm_sum = 0.0, norm_count = 0.0;  ///< SeqCorrection's, summed (rejected sequences too)
     int64_t rejected = 0, rejected_tokens = 0;
     void add(const SeqCorrection& c);
     double weight_mean() const { return weight_count > 0 ? weight_sum / weight_count : 1.0; }
 };
+
+/// The factor --rollout-is-batch-normalize divides the weights by: norm_sum / norm_count over the
+/// whole batch (every rank's sums added), or 1 when there is no weight or the mean is not above
+/// 1e-8 (veRL's guard).
+double batch_norm_factor(double norm_sum, double norm_count);
 
 }  // namespace tagflow::train

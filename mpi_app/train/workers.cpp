@@ -151,6 +151,13 @@ CorrectionStats apply_rollout_correction(std::vector<TrainSeq>& local, const Rol
     return st;
 }
 
+void scale_is_weights(std::vector<TrainSeq>& local, double factor) {
+    if (!(factor > 0) || !std::isfinite(factor))
+        throw Error("rollout correction: batch normalisation factor " + std::to_string(factor) + " (need > 0)");
+    for (TrainSeq& s : local)
+        for (float& w : s.is_weights) w = static_cast<float>(w / factor);
+}
+
 // ---- actor ----
 
 ActorWorker::ActorWorker(std::unique_ptr<TrainEngine> engine, const ActorConfig& cfg)

@@ -85,6 +85,9 @@ struct UpdateSchedule {
 /// token and sequence counts. Returns this rank's
 /// statistics. Throws tagflow::Error naming the sample when its log-probs are missing or mis-sized.
 CorrectionStats apply_rollout_correction(std::vector<TrainSeq>& local, const RolloutCorrectionConfig& cfg);
+/// --rollout-is-batch-normalize: divides every importance weight of `local` by `factor`
+/// (batch_norm_factor of the whole train group's sums). Throws tagflow::Error unless factor > 0.
+void scale_is_weights(std::vector<TrainSeq>& local, double factor);
 
 // ---- workers ----
 

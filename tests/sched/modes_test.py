@@ -643,6 +643,15 @@ def case_offpolicy(a):
         rej, rtok, tok = st["rs_rejected"][()], st["rs_rejected_tokens"][()], st["tokens"][()]
     check(np.all(rej == 0) and rtok.sum() > 0 and np.all(rtok <= tok),
           f"--rollout-rs token: tokens rejected ({rtok.tolist()} of {tok.tolist()}), no whole sequence ({rej.tolist()})")
+    # Sequence weights, divided by the group's mean weight (--rollout-is-batch-normalize): /steps keeps
+    # the mean before the division.
+    out = train_ok(a, "offpolicy_seq_norm", 2, [x if x != "token" else "sequence" for x in base] +
+                   ["--rollout-is-batch-normalize"])
+    with tagflow_run.open_run(os.path.join(out, "tagflow.h5")) as f:
+        common_checks(f, "offpolicy_seq_norm", [1], 5)
+        mean = f["steps"]["is_weight_mean"][()]
+    check(np.all(np.isfinite(mean)) and np.all(mean > 0) and np.all(mean <= 2.0 + 1e-6),
+          f"--rollout-is sequence --rollout-is-batch-normalize: is_weight_mean in (0, 2]: {np.round(mean, 4).tolist()}")
     # --old-logprobs rollout: nothing is recomputed, so nothing is measured (-1).
     out = train_ok(a, "offpolicy_off", 2, ["--mode", "multiplex", "--rank-tags", TWO, "--steps", "2",
                                            "--old-logprobs", "rollout"])
@@ -676,7 +685,8 @@ def case_offpolicy(a):
                           "--old-logprobs recompute"),
                          (["--rollout-rs", "token", "--old-logprobs", "measure"], "--old-logprobs recompute"),
                          (["--rollout-is-cap", "3", "--rollout-is-threshold", "4"], "--rollout-is-cap"),
-                         (["--rollout-is-threshold", "0"], "--rollout-is-threshold")]:
+                         (["--rollout-is-threshold", "0"], "--rollout-is-threshold"),
+                         (["--rollout-is-batch-normalize"], "--rollout-is-batch-normalize")]:
         _, p, _ = train(a, "bad", 2, args + ["--steps", "1"], timeout=60)
         lines = [l for l in p.stderr.splitlines() if l.startswith("tagflow: error")]
         check(p.returncode == 2 and needle in p.stderr and len(set(lines)) == 1,

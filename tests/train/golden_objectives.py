@@ -171,6 +171,13 @@ def tis_case(rng):
     tokens = kept.sum() + extra_tokens
     seqs = float((kept.sum(axis=1) > 0).sum()) + extra_seqs
     w = ref.tis_weights(o2, b2, m2, is_level, cap) if is_level != "off" else np.ones((rows, cols))
+    batch_norm = float(rng.random() < 0.5)
+    extra_norm_count = float(rng.integers(0, 3))  # other ranks' weights
+    extra_norm_sum = float(f32(extra_norm_count * rng.uniform(0.2, 2.0)))
+    if batch_norm and is_level != "off":
+        mean = ref.tis_batch_mean(w, m2, is_level, extra_norm_sum, extra_norm_count)
+        if mean > 1e-8:
+            w = w / mean
     loss_tok, _, _, dloss = ref.ppo_token_loss(lp, o2.ravel(), adv, clip_low, clip_high, dual)
     loss_tok, dloss = loss_tok.reshape(rows, cols) * w, dloss.reshape(rows, cols) * w
     if tokens > 0:
@@ -194,7 +201,8 @@ def tis_case(rng):
     inputs = {"rows": rows, "cols": cols, "old": old, "beh": beh, "mask": mask, "lp": lp, "adv": adv,
               "is": is_level, "cap": cap, "rs": rs_level, "rs_upper": rs_upper, "rs_lower": rs_lower, "veto": veto,
               "clip_low": clip_low, "clip_high": clip_high, "dual_clip": dual, "agg": agg,
-              "extra_tokens": extra_tokens, "extra_seqs": extra_seqs, "norm_tokens": norm_tokens}
+              "extra_tokens": extra_tokens, "extra_seqs": extra_seqs, "norm_tokens": norm_tokens,
+              "batch_norm": batch_norm, "extra_norm_sum": extra_norm_sum, "extra_norm_count": extra_norm_count}
     return "tis", inputs, want
 
 

@@ -15,7 +15,9 @@
 //      with proximal log-probs `old`, behaviour log-probs `beh` and mask), packed by
 //      train::pack_micro_batch, then ppo_policy_loss with the packed importance weights and agg_loss
 //      over the corrected global counts (plus other ranks' `extra_tokens`/`extra_seqs`) -> weights,
-//      rejected rows, ratio_max per row, the batch statistics, loss and d loss / d lp.
+//      rejected rows, ratio_max per row, the batch statistics, loss and d loss / d lp. With
+//      batch_norm 1 the weights are divided by the batch's mean weight, other ranks' weights
+//      (extra_norm_sum over extra_norm_count of them) included.
 // Does not compute any reference value: the Python side does, from the published definitions.
 #include <cctype>
 #include <cstdio>
@@ -187,6 +189,10 @@ void run_tis(const Case& c, std::ostream& out) {
         rejected.push_back(one.rejected ? 1 : 0);
     }
     const tagflow::train::CorrectionStats st = tagflow::train::apply_rollout_correction(batch, cfg);
+    if (c.d("batch_norm") != 0 && cfg.is != tagflow::train::IsLevel::kOff)  // as RlTrainer: other ranks' sums added
+        tagflow::train::scale_is_weights(batch,
+                                         tagflow::train::batch_norm_factor(st.norm_sum + c.d("extra_norm_sum"),
+                                                                           st.norm_count + c.d("extra_norm_count")));
     BatchCounts global = tagflow::train::count_batch(batch);
     global.tokens += c.d("extra_tokens");
     global.seqs += c.d("extra_seqs");

@@ -41,6 +41,10 @@ Sources, per function:
                   them alone. The veto (veRL rollout_token_veto_threshold) rejects the whole sequence
                   when any produced token's ratio, not clamped, is below the threshold.
                   Log-ratios are clamped to [-20, 20] before the exp (veRL's safety bound).
+                  Batch normalisation (veRL rollout_is_batch_normalize): the truncated weights are
+                  divided by their mean over the batch, before rejection: over the produced tokens
+                  (token level) or over the sequences holding one (sequence level); not when that
+                  mean is at most 1e-8.
   tagflow's conventions where the definitions are silent: masks are per token (1 = produced
   by the policy); every quantity is 0 on mask-0 tokens; a group of one sample has no baseline
   and gets advantage 0 (GRPO, RLOO, REINFORCE++-baseline); normalisers are global counts.
@@ -283,6 +287,19 @@ def tis_weights(old, beh, mask, level, cap):
         seq = np.minimum(np.exp(np.clip(log_ratio.sum(axis=1), -LOG_BOUND, LOG_BOUND)), cap)
         return np.repeat(seq[:, None], old.shape[1], axis=1)
     raise ValueError(level)
+
+
+def tis_batch_mean(weights, mask, level, extra_sum=0.0, extra_count=0.0):
+    """The mean truncated weight of a batch (other ranks' extra_sum over extra_count added): of the
+    produced tokens ('token') or of the rows holding one, a row's weight counted once ('sequence')."""
+    w, m = np.asarray(weights, dtype=np.float64), np.asarray(mask, dtype=bool)
+    if level == "token":
+        total, count = w[m].sum(), m.sum()
+    else:
+        rows = m.any(axis=1)
+        total, count = w[rows, 0].sum() if w.shape[1] else 0.0, rows.sum()
+    total, count = total + extra_sum, count + extra_count
+    return total / count if count > 0 else 1.0
 
 
 def rejected_rows(old, beh, mask, level, upper, lower):

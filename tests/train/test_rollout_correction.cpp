@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // train/rollout_correction by hand: token-level rejection leaves exactly the tokens whose own ratio
 // is out of the band (and only those) out of the loss and the weight mean; the veto rejects the
-// whole sequence on one token below the floor, unclamped; sequence rejection counts every token.
+// whole sequence on one token below the floor, unclamped; sequence rejection counts every token;
+// batch normalisation averages the truncated weights of every produced token, rejected or not.
 // The randomised comparison against an independent reference is Serial.train_golden.objectives.
 #include <gtest/gtest.h>
 
@@ -84,6 +85,32 @@ TEST(RolloutCorrection, SequenceRejectionCountsEveryProducedToken) {
     c = correct_sequence(old, beh, {}, cfg);
     EXPECT_FALSE(c.rejected);
     EXPECT_EQ(c.rejected_tokens, 0);
+}
+
+TEST(RolloutCorrection, BatchNormalisationAveragesTheWeightsBeforeRejection) {
+    std::vector<float> old, beh;
+    pair_for({0.6, 3.0, 0.25, 1.0}, &old, &beh);  // truncated at 2: 0.6, 2, 0.25, 1
+    RolloutCorrectionConfig cfg;
+    cfg.is = IsLevel::kToken;
+    cfg.is_threshold = 2.0;
+    cfg.rs = RsLevel::kToken;  // band [1/2, 2]: 3 and 0.25 leave the loss
+    cfg.batch_normalize = true;
+    const SeqCorrection c = correct_sequence(old, beh, {1, 1, 1, 1}, cfg);
+    EXPECT_NEAR(c.norm_sum, 3.85, 1e-6);  // every produced token, the rejected ones included
+    EXPECT_EQ(c.norm_count, 4.0);
+    EXPECT_NEAR(c.weight_sum, 1.6, 1e-6);  // the loss's: 0.6 + 1
+    EXPECT_EQ(c.weight_count, 2.0);
+    CorrectionStats st;
+    st.add(c);
+    EXPECT_NEAR(batch_norm_factor(st.norm_sum, st.norm_count), 3.85 / 4, 1e-7);
+    cfg.is = IsLevel::kSequence;  // one weight: min(0.45, 2); a sequence without a produced token adds nothing
+    const SeqCorrection seq = correct_sequence(old, beh, {1, 1, 1, 1}, cfg);
+    EXPECT_NEAR(seq.norm_sum, 0.45, 1e-6);
+    EXPECT_EQ(seq.norm_count, 1.0);
+    const SeqCorrection none = correct_sequence(old, beh, {0, 0, 0, 0}, cfg);
+    EXPECT_EQ(none.norm_count, 0.0);
+    EXPECT_EQ(batch_norm_factor(0.0, 0.0), 1.0);  // nothing to average, and veRL's guard at 1e-8
+    EXPECT_EQ(batch_norm_factor(1e-9, 1.0), 1.0);
 }
 
 TEST(RolloutCorrection, LevelNames) {
