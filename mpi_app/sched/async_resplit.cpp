@@ -107,12 +107,12 @@ static std::map<int64_t, std::vector<int>> forced_groups() {
     if (!spec) return out;
     std::stringstream all(spec);
     std::string item;
-    const auto number = [](const std::string& item, const std::string& t) {
+    const auto number = [](const std::string& entry, const std::string& t) {
         char* end = nullptr;
         errno = 0;
         const long v = t.empty() ? -1 : std::strtol(t.c_str(), &end, 10);
         if (t.empty() || *end != '\0' || errno != 0 || v < 0 || v > INT_MAX)
-            throw Error("TAGFLOW_TEST_TRAIN_GROUPS: '" + item + "' is not STEP=R,R (bad number '" + t + "')");
+            throw Error("TAGFLOW_TEST_TRAIN_GROUPS: '" + entry + "' is not STEP=R,R (bad number '" + t + "')");
         return static_cast<int>(v);
     };
     while (std::getline(all, item, ';')) {

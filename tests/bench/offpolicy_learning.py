@@ -28,7 +28,8 @@ before truncation; in the uncorrected arm the ratios it leaves uncorrected). The
 corrected / uncorrected of the gains per trained sample (paired by seed and over the arms' means).
 
     offpolicy_learning.py --tagflow BIN --workdir DIR [--seeds 4,5,6] [--steps 60] [--sft-steps 100]
-                          [--uncorrected measure|rollout] [--no-sync] [-- train args]
+                          [--uncorrected measure|rollout] [--no-sync] [--corrected-extra "OPTIONS"]
+                          [-- train args]
 
 Exit 0 when the corrected arm's mean gains per trained sample (held-out score and training
 reward) are each at least the uncorrected one's minus the noise (2 standard errors of the
@@ -36,6 +37,7 @@ paired differences), 1 otherwise, 2 on a failed run.
 """
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -102,9 +104,12 @@ def main():
                     help="warm start: `tagflow sft --task longtail` for this many steps, then every run from it "
                          "(0 = random weights)")
     ap.add_argument("--no-sync", action="store_true", help="leave out the on-policy sync reference arm")
+    ap.add_argument("--corrected-extra", default="",
+                    help="more options for the corrected arm only, e.g. '--rollout-is-batch-normalize'")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     ARMS["uncorrected"] = ["--old-logprobs", a.uncorrected]
+    ARMS["corrected"] = ARMS["corrected"] + shlex.split(a.corrected_extra)
     if a.no_sync:
         del ARMS["sync"]
     if not a.extra:
@@ -131,7 +136,7 @@ def main():
             print(f"  {arm:12s} seed {seed}: {r['wall']:.0f}s (load {os.getloadavg()[0]:.1f})", flush=True)
     start = f"from sft {a.sft_steps} steps" if a.model else "from random weights"
     print(f"longtail, multiplex (sync: the on-policy reference), 2 ranks '0=rollout;1=rollout,train', "
-          f"{a.steps} steps, seeds {seeds}, {start}, extra {a.extra}")
+          f"{a.steps} steps, seeds {seeds}, {start}, extra {a.extra}, corrected {ARMS['corrected']}")
     print(f"{'arm':12s} {'seed':>4s} {'trained':>7s} {'eval0':>6s} {'eval':>6s} {'gain/1k':>8s} {'rew 1st3':>8s} "
           f"{'rew last3':>9s} {'rgain/1k':>8s} {'clip':>6s} {'stale':>6s} {'dropped':>7s} {'IS mean':>8s} "
           f"{'IS max':>9s} {'max med':>8s}")
