@@ -276,7 +276,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     bcast_batch(batch);
     enter(SpanKind::kTrain, s);
     TrainReport tr = trainer_->train_step(s, batch);
-    measure_step(clock_.now() - t_begin - handover_s);
+    measure_step(s, clock_.now() - t_begin - handover_s);
     version_ = s + 1;
     started_ = 0;
     resume_generations();  // --resume-mode

@@ -80,8 +80,10 @@ void AsyncScheduler::set_members(const std::vector<int>& members) {
                  : 0;
 }
 
-void AsyncScheduler::measure_step(double step_s) {
-    if (rebalance_) window_.add_step(step_s, members_);
+void AsyncScheduler::measure_step(int32_t s, double step_s) {
+    if (!rebalance_) return;
+    if (first_step_ < 0) first_step_ = s;
+    if (s != first_step_) window_.add_step(step_s, members_);
 }
 
 void AsyncScheduler::measure_spans(const std::vector<io::SpanRecord>& spans) {
@@ -89,7 +91,8 @@ void AsyncScheduler::measure_spans(const std::vector<io::SpanRecord>& spans) {
     for (const io::SpanRecord& sp : spans) {
         const double d = std::max(0.0, sp.t_end - sp.t_start);
         if (sp.kind == SpanKind::kRollout) window_.rollout_s[sp.rank] += d;
-        if (sp.kind == SpanKind::kTrain) window_.train_s[sp.rank] += d;  // compute: its waits are idle spans
+        if (sp.kind == SpanKind::kTrain && sp.step != first_step_)
+            window_.train_s[sp.rank] += d;  // compute: its waits are idle spans
     }
     // The coordinator's evaluations are rollout spans that deliver no training sample.
     window_.rollout_s[coord_] = std::max(0.0, window_.rollout_s[coord_] - eval_s_);

@@ -299,9 +299,12 @@ private:
     // A worker told to train in a group it is not in yet (joins: its last weights, the actor state)
     // or in another group than the last (the communicator); kCtlLeave: it becomes a receiver.
     void follow_group(const std::vector<int64_t>& ctl);
-    // Coordinator: one step's time for the next decision, and which ranks trained it.
-    void measure_step(double step_s);
-    // Coordinator: the generators' rollout time in `spans` (for their rates) and the members' compute.
+    // Coordinator: step s's time for the next decision, and which ranks trained it. The first step
+    // this process runs (after a start or a resume) is not measured: it pays for warming up (the
+    // first passes' allocations), which made the first decision's overhead ~30x the later ones'.
+    void measure_step(int32_t s, double step_s);
+    // Coordinator: the generators' rollout time in `spans` (for their rates) and the members'
+    // compute (not in the first step, as measure_step).
     void measure_spans(const std::vector<io::SpanRecord>& spans);
 
     void coordinator_loop(RunSummary& sum);
@@ -467,7 +470,8 @@ private:
     std::vector<Membership> my_log_;
     // --rebalance-every, coordinator: what was measured since the last decision, and the changes.
     sched_policy::RateWindow window_;
-    double eval_s_ = 0;  // the coordinator's evaluations since the last measure_spans
+    double eval_s_ = 0;        // the coordinator's evaluations since the last measure_spans
+    int64_t first_step_ = -1;  // the first step this process ran (measure_step)
     struct Resplit {
         int64_t step = 0;
         std::vector<int> from, to;

@@ -192,7 +192,7 @@ struct RateWindow {
     /// A new group trains from now on: its steps take other times (the rates stay).
     void new_group();
     /// Every --rebalance-every steps with something measured (else nullopt): the model of what
-    /// was measured (generators with at least 0.05 s of generating), then every figure halves, so
+    /// was measured (every generator that delivered, with over 1 ms of generating), then every figure halves, so
     /// the next decision weighs what is measured until then as much as everything before (rates
     /// follow a changing workload within a few decisions; one window's noise moves them half as
     /// much), then choose_train_group with 10% hysteresis.

@@ -252,6 +252,33 @@ TEST(TrainGroupChoice, RateWindowSlowTrainerDoesNotFlap) {
     }
 }
 
+// Generators that deliver a step's share in a few ms of generating (the members here: ~5,000
+// samples/s per rank) are counted: left out, as below a 0.05 s floor they were until 2026-12-04,
+// the model saw only the slow generator, and predicted 1.5-3x the measured step. Ranks 0 and 1
+// deliver 64 samples in 0.01 s per window, rank 2 100 in 0.1 s; all three are in the model.
+TEST(TrainGroupChoice, RateWindowCountsFastGenerators) {
+    using tagflow::sched::sched_policy::RateWindow;
+    const Options o = multiplex();
+    const std::vector<uint32_t> tags{kRT, kRT, kRT};
+    const std::vector<int> all{0, 1, 2};
+    RateWindow w;
+    for (int s = 0; s < 2; ++s) {
+        for (int r : all) {
+            w.delivered[r] += r == 2 ? 50 : 32;
+            w.rollout_s[r] += r == 2 ? 0.05 : 0.005;
+            w.train_s[r] += 0.03;
+        }
+        w.add_step(0.04, all);
+    }
+    StepModel m;
+    ASSERT_TRUE(w.decide(o, tags, all, all, all, 128, &m).has_value());
+    ASSERT_EQ(m.gen_rate.size(), 3u);
+    EXPECT_NEAR(m.gen_rate[0], 6400.0, 1e-6);
+    EXPECT_NEAR(m.gen_rate[2], 1000.0, 1e-6);
+    // Every generator trains: a step is its training, 0.04 s, then 128 samples at 13,800 samples/s.
+    EXPECT_NEAR(predict_step_seconds(m, all), 0.04 + 128.0 / 13800.0, 1e-9);
+}
+
 // A small world for RateWindow: 3 rollout,train ranks, each generating `rate` samples/s while it
 // is not training. Rank r computes solo[r] s for a whole step alone (solo[r] / k in a group of k),
 // and every step costs its members `overhead` s more (the batch broadcast, the reductions), when
