@@ -14,14 +14,12 @@ the range and the share within 25%, with the moves each run made.
 Exit 0 unless a run fails.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 
 import numpy as np
 
@@ -41,31 +39,12 @@ def run(a, out, slow):
            "--threads", "1", "--mode", "multiplex", "--rank-tags", ALL3, "--seed", "5", "--steps", "14",
            "--rebalance-every", "2"]
     p = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    done = threading.Event()
-
-    def throttle():
-        pid = None
-        while pid is None and not done.is_set() and p.poll() is None:
-            pid = testlib.rank_pids(p.pid).get(2)
-            time.sleep(0.02)
-        while pid is not None and not done.is_set():
-            try:
-                os.kill(pid, signal.SIGSTOP)
-                time.sleep(0.03)
-                os.kill(pid, signal.SIGCONT)
-                time.sleep(0.01)
-            except ProcessLookupError:
-                return
-
-    th = threading.Thread(target=throttle) if slow else None
-    if th:
-        th.start()
     try:
-        text, _ = p.communicate(timeout=300)
+        with testlib.SlowedRank(p, 2) if slow else contextlib.nullcontext():
+            text, _ = p.communicate(timeout=300)
     finally:
-        done.set()
-        if th:
-            th.join()
+        if p.poll() is None:
+            p.kill()
     if p.returncode != 0:
         print(f"{out}: exit {p.returncode}\n{text[-2000:]}")
         sys.exit(2)

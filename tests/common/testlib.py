@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Helpers shared by the Python end-to-end test scripts (tests/*/*.py): the mpirun environment, the two
 kinds of check, a JSON request to the gateway, stderr without mpirun's banners, the checkpoint
-manifest's step, the ranks of an mpirun, and the command line of the app-level scripts
+manifest's step, the ranks of an mpirun (and one of them slowed), and the command line of the app-level scripts
 (CASE --tagflow BIN --workdir DIR). A script puts this folder on its path relative to itself:
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
@@ -16,6 +16,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 
 # mpirun as root, ranks oversubscribed, and no TAGFLOW_* from the caller's environment (a test
@@ -84,6 +85,40 @@ def rank_pids(mpirun_pid):
             if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
                 out[int(kv.split(b"=")[1])] = int(pid)
     return out
+
+
+class SlowedRank:
+    """While the `with` block runs, one rank of a running mpirun is slowed to a fraction of its speed:
+    SIGSTOP for stop_s, SIGCONT for cont_s, over and over (from a thread, once the rank exists); it
+    is left running when the block ends."""
+
+    def __init__(self, popen, rank, stop_s=0.03, cont_s=0.01):
+        self.p, self.rank, self.stop_s, self.cont_s = popen, rank, stop_s, cont_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self):
+        pid = None
+        while pid is None and not self.done.is_set() and self.p.poll() is None:
+            pid = rank_pids(self.p.pid).get(self.rank)
+            time.sleep(0.02)
+        while pid is not None and not self.done.is_set():
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(self.stop_s)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(self.cont_s)
+            except ProcessLookupError:
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        return False
 
 
 def kill_ranks(mpirun_pid):
