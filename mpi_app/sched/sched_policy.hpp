@@ -192,10 +192,10 @@ struct RateWindow {
     /// A new group trains from now on: its steps take other times (the rates stay).
     void new_group();
     /// Every --rebalance-every steps with something measured (else nullopt): the model of what
-    /// was measured (every generator that delivered, with over 1 ms of generating), then every figure halves, so
-    /// the next decision weighs what is measured until then as much as everything before (rates
-    /// follow a changing workload within a few decisions; one window's noise moves them half as
-    /// much), then choose_train_group with 10% hysteresis.
+    /// was measured (every generator that delivered, with over 1 ms of generating), then every
+    /// figure halves, so the next decision weighs what is measured until then as much as
+    /// everything before (rates follow a changing workload within a few decisions; one window's
+    /// noise moves them half as much), then choose_train_group with 10% hysteresis.
     std::optional<GroupChoice> decide(const config::Options& opt, const std::vector<uint32_t>& all_tags,
                                       const std::vector<int>& eligible, const std::vector<int>& current,
                                       const std::vector<int>& gens, int64_t threshold, StepModel* model = nullptr);
