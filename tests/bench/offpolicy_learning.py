@@ -28,7 +28,7 @@ before truncation; in the uncorrected arm the ratios it leaves uncorrected). The
 corrected / uncorrected of the gains per trained sample (paired by seed and over the arms' means).
 
     offpolicy_learning.py --tagflow BIN --workdir DIR [--seeds 4,5,6] [--steps 60] [--sft-steps 100]
-                          [--uncorrected measure|rollout] [--no-sync] [--corrected-extra "OPTIONS"]
+                          [--uncorrected measure|rollout] [--no-sync] [--corrected-extra=OPTIONS]
                           [-- train args]
 
 Exit 0 when the corrected arm's mean gains per trained sample (held-out score and training
@@ -105,7 +105,8 @@ def main():
                          "(0 = random weights)")
     ap.add_argument("--no-sync", action="store_true", help="leave out the on-policy sync reference arm")
     ap.add_argument("--corrected-extra", default="",
-                    help="more options for the corrected arm only, e.g. '--rollout-is-batch-normalize'")
+                    help="more options for the corrected arm only, given with '=' since they start with "
+                         "'--', e.g. --corrected-extra=--rollout-is-batch-normalize")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     ARMS["uncorrected"] = ["--old-logprobs", a.uncorrected]
