@@ -554,6 +554,9 @@ def case_resplit(a):
           f"({decided[['step', 'regroup', 'predicted_s', 'predicted_current_s']].values.tolist()})")
     moved = decided[decided["regroup"] == "moved"]["step"].tolist()
     check(moved == [c["step"] for c in mb["changes"]], f"measured: /steps moves {moved} are membership.json's")
+    # Step 0 (warming up) is not measured, so the first decision comes after steps 1 and 2.
+    check(decided["step"].tolist()[:3] == [3, 5, 7],
+          f"measured: decisions at steps 3, 5, 7, step 0 not measured ({decided['step'].tolist()})")
     seen0 = [m for _, m in mb["seen"]["0"]]
     check(len(seen0) == 8 and all(0 in m for m in seen0), f"measured: the coordinator trained all 8 steps {seen0}")
     print(f"measured: changes {[(c['step'], c['to']) for c in mb['changes']]} (what the machine measured; not asserted)")
