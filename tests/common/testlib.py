@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -161,6 +162,28 @@ def http_json(port, method, path, body=None, token=None):
         return r.status, json.loads(raw)
     except ValueError:
         return r.status, {}
+
+
+def post_stream(host, port, token, body):
+    """A streaming completion request (`body`: the JSON dict) sent on a raw socket, which is
+    returned unread, so a test can close it mid-stream."""
+    raw = json.dumps(body).encode()
+    s = socket.create_connection((host, port), timeout=30)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(raw)).encode() +
+              b"\r\n\r\n" + raw)
+    return s
+
+
+def read_first_chunk(s):
+    """What `s` sent up to and including its first SSE data chunk (less if it closed first)."""
+    got = b""
+    while b"data: {" not in got:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    return got
 
 
 # ---------------------------------------------------------------- the app-level scripts

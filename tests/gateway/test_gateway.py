@@ -34,7 +34,8 @@ import reference_forward as ref  # noqa: E402
 
 MODEL = "tagflow-test"
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
-from testlib import failures, soft_check as check  # noqa: E402  (records a failure and goes on)
+from testlib import failures, post_stream, read_first_chunk  # noqa: E402
+from testlib import soft_check as check  # noqa: E402  (records a failure and goes on)
 
 
 class Gw:
@@ -292,21 +293,11 @@ def test_cancel(gw, work, n=16, attempts=3):
         c0 = health()["cancelled"]
         socks = []
         session = f"cancel-me-{attempt}"
-        body = json.dumps({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 120, "stream": True,
-                           "session": session}).encode()
+        body = {"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 120, "stream": True, "session": session}
         for _ in range(n):  # as many as the engine has slots (--max-batch 16): all decode together
-            s = socket.create_connection((gw.host, gw.port), timeout=30)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nAuthorization: Bearer " + gw.token.encode() +
-                      b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
-                      b"\r\n\r\n" + body)
-            socks.append(s)
+            socks.append(post_stream(gw.host, gw.port, gw.token, body))
         for s in socks:  # each has its first token
-            got = b""
-            while b"data: {" not in got:
-                b = s.recv(4096)
-                if not b:
-                    break
-                got += b
+            read_first_chunk(s)
         for s in socks:
             s.close()
         t0 = time.time()

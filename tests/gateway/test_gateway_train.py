@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(ROOT, "share", "python"))
 import tagflow_run  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "common"))
 # ENV: mpirun as root, no TAGFLOW_*; check() records a failure in `failures` and goes on.
-from testlib import ENV, failures, http_json, soft_check as check  # noqa: E402,F401
+from testlib import ENV, failures, http_json, post_stream, read_first_chunk, soft_check as check  # noqa: E402,F401
 
 AGENT = os.path.join(ROOT, "share", "examples", "gateway_agent.py")
 GW_BASE = 1 << 60
@@ -76,19 +76,10 @@ def free_port():
 
 def open_stream(port, token, session, max_tokens):
     """A streaming completion on a raw socket; returns the socket once the first SSE chunk came."""
-    body = json.dumps({"model": "tagflow-policy", "prompt": [10, 1, 2, 3, 11], "max_tokens": max_tokens,
-                       "temperature": 1.0, "stream": True, "session": session}).encode()
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode() +
-              b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
-              b"\r\n\r\n" + body)
-    got = b""
-    while b"data: {" not in got:
-        b = s.recv(4096)
-        if not b:
-            break
-        got += b
-    return s, got
+    s = post_stream("127.0.0.1", port, token, {"model": "tagflow-policy", "prompt": [10, 1, 2, 3, 11],
+                                               "max_tokens": max_tokens, "temperature": 1.0, "stream": True,
+                                               "session": session})
+    return s, read_first_chunk(s)
 
 
 def wait_health(port, token, cond, timeout=15):
