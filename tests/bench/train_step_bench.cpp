@@ -51,6 +51,7 @@ struct Data {
     int64_t seq = 0, vocab = 0;
     bool lognormal = false;
     int64_t median = 32, prompt = 16;
+    double ratio = 10;           // -O ratio=: p99 / median of the lognormal responses
     double real = 0, slots = 0;  // all ranks' tokens and token slots of the last timed step
 };
 
@@ -98,6 +99,11 @@ void setup(BenchState& s) {
     d.seq = s.args->opt_int("seq", d.lognormal ? 512 : 32);
     d.median = s.args->opt_int("median", 32);
     d.prompt = s.args->opt_int("prompt", 16);
+    const std::string ratio = s.args->opt("ratio", "10");
+    char* ratio_end = nullptr;
+    d.ratio = std::strtod(ratio.c_str(), &ratio_end);
+    if (ratio_end == ratio.c_str() || *ratio_end != '\0' || !(d.ratio >= 1))
+        throw ConfigError("-O ratio=" + ratio + ": expected a number >= 1 (p99 / median)");
     if (d.lognormal && (d.prompt < 1 || d.median < 1 || d.prompt + 1 >= d.seq))
         throw ConfigError("-O lengths=lognormal needs prompt >= 1, median >= 1 and prompt + 1 < seq");
     const std::string pack = s.args->opt("pack", "off");
@@ -145,7 +151,7 @@ void init(BenchState& s, int rep) {
         // the same lengths at every repetition (the check run and the baseline train the timed batch)
         size_t total = 0;
         for (int64_t id = static_cast<int64_t>(first); total < std::max<size_t>(n, 1); ++id) {
-            const int32_t r = sched::sched_policy::lognormal_length(static_cast<double>(d.median), 10.0,
+            const int32_t r = sched::sched_policy::lognormal_length(static_cast<double>(d.median), d.ratio,
                                                                     static_cast<double>(d.seq - d.prompt), 17, id);
             std::vector<int32_t> prompt, response;
             for (int64_t k = 0; k < d.prompt; ++k) prompt.push_back(static_cast<int32_t>((id * 7 + k * 3) % d.vocab));
@@ -213,6 +219,11 @@ void extras(BenchState& s, double sec) {
         pad_s = real / dt;
     }
     double base_mib = 0, ckpt_mib = 0, x_time = 0;
+    // The batch's mean sequence length (prompt + response tokens), over all ranks' sequences: the
+    // length sim_calibrate.sh files a lognormal batch's cost under.
+    double len[2] = {0, static_cast<double>(d.batch.size())};
+    for (const train::TrainSeq& t : d.batch) len[0] += static_cast<double>(t.tokens.size());
+    MPI_Allreduce(MPI_IN_PLACE, len, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     if (d.plain) {  // the baseline: the same step without checkpointing; then both steps' peaks
         const long reps = std::max<long>(1, s.args->opt_int("base_reps", 2));
         d.plain->update(d.batch, d.comm.get());  // warm-up: its optimiser state exists before the peaks
@@ -244,7 +255,8 @@ void extras(BenchState& s, double sec) {
                base_mib,
                ckpt_mib,
                base_mib > 0 ? ckpt_mib / base_mib : 0,
-               x_time};
+               x_time,
+               len[1] > 0 ? len[0] / len[1] : 0};
 }
 
 BenchOp make_op() {
@@ -253,7 +265,7 @@ BenchOp make_op() {
     op.description =
         "one actor step of the Llama policy (fwd+bwd+allreduce+AdamW), tokens/s; "
         "-O dtype=fp32|bf16 d_model= layers= heads= kv_heads= d_ff= vocab= seq= micro_batch= entropy= abs_positions= "
-        "lengths=fixed|lognormal median= prompt= pack=on|off micro_tokens= base_reps= ckpt=on|off";
+        "lengths=fixed|lognormal median= ratio= prompt= pack=on|off micro_tokens= base_reps= ckpt=on|off";
     op.type = "token";
     op.elem_size = 4;  // -b/-e are bytes: 4 bytes per token id
     op.setup = setup;
@@ -267,14 +279,16 @@ BenchOp make_op() {
         "-O micro_batch=N       sequences per forward/backward (default: all of the rank's share)",
         "-O entropy=C           entropy bonus coefficient (default 0; tagflow train's default is 0.01)",
         "-O abs_positions=0|1   learned absolute positions beside RoPE (default 0; tagflow train's model: 1)",
-        "-O lengths=lognormal   prompt= tokens + a response of lognormal length (median=, p99/median 10, capped at",
+        "-O lengths=lognormal   prompt= tokens + a response of lognormal length (median=, p99/median ratio=, capped at",
         "                       seq - prompt; defaults 16, 32, seq 512) until the rank's share of tokens",
         "-O pack=on             packed micro-batches (micro_tokens= slots each, 0 = all rows); the padded step on",
         "                       the same batch is timed after the loop (base_reps=, default 2): pad_real/s, x_pad",
         "-O ckpt=on             activation checkpointing; the step without it is timed after the loop (base_reps=)",
-        "                       and both steps' peak memory measured: base_MiB, ckpt_MiB, x_mem, x_time"};
-    op.extra_columns = {"tokens/s",   "GFLOP/s/rk", "gemm/rk",  "util",     "real/s", "fill",
-                        "pad_real/s", "x_pad",      "base_MiB", "ckpt_MiB", "x_mem",  "x_time"};
+        "                       and both steps' peak memory measured: base_MiB, ckpt_MiB, x_mem, x_time",
+        "-O ratio=R             lengths=lognormal: p99 / median of the responses (default 10)",
+        "seq_len (column)       the batch's mean tokens per sequence (prompt + response)"};
+    op.extra_columns = {"tokens/s", "GFLOP/s/rk", "gemm/rk",  "util",  "real/s", "fill",   "pad_real/s",
+                        "x_pad",    "base_MiB",   "ckpt_MiB", "x_mem", "x_time", "seq_len"};
     op.extras = extras;
     return op;
 }
