@@ -25,6 +25,7 @@
 #include "config/options.hpp"
 #include "sched/sched_policy.hpp"
 #include "sched/sample_pool.hpp"
+#include "train/packing.hpp"
 
 namespace tagflow::sim {
 
@@ -174,7 +175,7 @@ struct GroupRec {
     int64_t version = LLONG_MAX;  // the oldest admission's weights version
     int remaining = 0;
     int64_t tokens = 0;
-    int64_t max_tokens = 0;  // the longest sample's prompt + response tokens
+    std::vector<int64_t> slots;  // each sample's input slots for the trainer: prompt + response - 1
 };
 
 class Sim {
@@ -268,7 +269,7 @@ private:
             GroupRec& rec = groups_[id / G_];
             rec.version = std::min(rec.version, n.version);
             rec.tokens += cfg_.work.prompt_tokens + len;
-            rec.max_tokens = std::max<int64_t>(rec.max_tokens, cfg_.work.prompt_tokens + len);
+            rec.slots.push_back(cfg_.work.prompt_tokens + len - 1);
         }
         // Every active sequence attends to its prompt and the tokens it has generated so far.
         const int64_t context = n.ctx_base + static_cast<int64_t>(n.active) * n.nstep;
@@ -290,18 +291,41 @@ private:
     }
 
     // ------------------------------------------------------------------ training
-    // `tokens`: the batch's tokens; `samples` x `longest` is what a padded trainer computes. The
-    // cost per token is looked up at the sequence length the trainer sees (padded: the longest).
-    // Member r's compute in that step: its share of the tokens at its own speed.
-    double member_compute(int r, int64_t tokens, int64_t samples, int64_t longest) const {
-        if (cost_.train_padded) tokens = samples * longest;
-        const double seq = static_cast<double>(tokens) / static_cast<double>(std::max<int64_t>(1, samples));
-        return nodes_[static_cast<size_t>(r)].hw->train_per_token(seq) * static_cast<double>(tokens) /
-               static_cast<double>(members_.size());
+    // A step's batch as the trainer lays it out: each sample's input slots, split over the members
+    // by train::balance_by_slots as step/rl_trainer.cpp splits it. Each sample costs its slots x
+    // the cost per slot at its own length (the train_seq points: the per-sample overhead of short
+    // ones and the attention of long ones, which a mix's mean length would average away). A member
+    // computes its share packed, with the padding at the rows' ends (train::packed_slots) charged
+    // at the share's mean cost per slot; or, with train_padded, every sample padded to the share's
+    // longest at that length's cost. Returns each member's compute, in members_ order.
+    std::vector<double> member_costs(const std::vector<int64_t>& slots) const {
+        const size_t n = members_.size();
+        std::vector<double> cost(n, 0.0);
+        if (n == 0 || slots.empty()) return cost;
+        const std::vector<int> owner = train::balance_by_slots(slots, static_cast<int>(n));
+        std::vector<std::vector<int64_t>> share(n);
+        for (size_t i = 0; i < slots.size(); ++i) share[static_cast<size_t>(owner[i])].push_back(slots[i]);
+        for (size_t k = 0; k < n; ++k) {
+            const std::vector<int64_t>& sh = share[k];
+            if (sh.empty()) continue;
+            const HwCost& hw = *nodes_[static_cast<size_t>(members_[k])].hw;
+            int64_t real = 0, longest = 0;
+            double each = 0;  // every sample at its own length: slots x the cost per slot there
+            for (int64_t x : sh) {
+                real += x;
+                longest = std::max(longest, x);
+                each += static_cast<double>(x) * hw.train_per_token(static_cast<double>(x + 1));
+            }
+            const auto L = static_cast<double>(longest);
+            cost[k] = cost_.train_padded ? static_cast<double>(sh.size()) * L * hw.train_per_token(L + 1.0)
+                                         : each * static_cast<double>(train::packed_slots(sh)) /
+                                               static_cast<double>(std::max<int64_t>(1, real));
+        }
+        return cost;
     }
-    double train_seconds(int64_t tokens, int64_t samples, int64_t longest) const {
+    double train_seconds(const std::vector<double>& costs) const {
         double slowest = 0;
-        for (int r : members_) slowest = std::max(slowest, member_compute(r, tokens, samples, longest));
+        for (double c : costs) slowest = std::max(slowest, c);
         return slowest + cost_.allreduce_s(static_cast<int>(members_.size()));
     }
 
@@ -379,15 +403,17 @@ private:
                 n.book(Kind::kRollout, t);
                 t_barrier = std::max(t_barrier, t);
             }
-            int64_t tokens = 0, longest = 0;
+            std::vector<int64_t> slots;
+            int64_t tokens = 0;
             for (int64_t g : done) {
-                tokens += groups_[g].tokens;
-                longest = std::max(longest, groups_[g].max_tokens);
+                const GroupRec& rec = groups_[g];
+                tokens += rec.tokens;
+                slots.insert(slots.end(), rec.slots.begin(), rec.slots.end());
                 groups_.erase(g);
             }
             done.clear();
             for (Node& n : nodes_) n.book(Kind::kIdle, t_barrier);
-            const double t_train = t_barrier + train_seconds(tokens, P * G_, longest);
+            const double t_train = t_barrier + train_seconds(member_costs(slots));
             for (int r : members_) nodes_[static_cast<size_t>(r)].book(Kind::kTrain, t_train);
             for (Node& n : nodes_) n.book(Kind::kIdle, t_train);
             const double t_sync = t_train + cost_.broadcast_s(n_recv);
@@ -518,14 +544,14 @@ private:
         const sched::PoolBatch b = pool_.take_batch(threshold_, version_);
         std::unordered_set<int64_t> trained;
         for (const sched::RolloutSample& s : b.samples) trained.insert(s.group);
-        batch_tokens_ = 0;
-        batch_longest_ = 0;
+        int64_t batch_tokens = 0;
+        batch_slots_.clear();
         for (int64_t g : b.groups) {
-            const GroupRec rec = groups_.at(g);
+            const GroupRec rec = std::move(groups_.at(g));
             groups_.erase(g);
             if (!trained.count(g)) continue;  // dropped as too stale
-            batch_tokens_ += rec.tokens;
-            batch_longest_ = std::max(batch_longest_, rec.max_tokens);
+            batch_tokens += rec.tokens;
+            batch_slots_.insert(batch_slots_.end(), rec.slots.begin(), rec.slots.end());
         }
         const auto batch = static_cast<int64_t>(b.samples.size());
         res_.dropped += static_cast<int64_t>(b.dropped_ids.size());
@@ -537,8 +563,7 @@ private:
         res_.weighted += b.weighted;
         age_sum_ += b.age_sum;
         res_.trained += batch;
-        batch_samples_ = batch;
-        res_.tokens_trained += batch_tokens_;
+        res_.tokens_trained += batch_tokens;
         regroup(t);
         state_ = State::kPreempting;
         waiting_members_ = 0;
@@ -555,10 +580,10 @@ private:
         state_ = State::kTraining;
         // The coordinator's control message reaches each member; the batch is broadcast to them.
         const double t0 = t + 2.0 * cost_.latency_s + handover_s_;
-        const double t1 = t0 + train_seconds(batch_tokens_, batch_samples_, batch_longest_);
+        const std::vector<double> costs = member_costs(batch_slots_);
+        const double t1 = t0 + train_seconds(costs);
         if (opt_.rebalance_every > 0) {  // what the coordinator measures of the step (RateWindow)
-            for (int r : members_)
-                window_.train_s[r] += member_compute(r, batch_tokens_, batch_samples_, batch_longest_);
+            for (size_t k = 0; k < members_.size(); ++k) window_.train_s[members_[k]] += costs[k];
             window_.add_step(t1 - trigger_t_ - handover_s_, members_);
         }
         handover_s_ = 0;
@@ -716,7 +741,7 @@ private:
     uint64_t seq_ = 0;
     State state_ = State::kWaiting;
     int waiting_members_ = 0;
-    int64_t batch_tokens_ = 0, batch_samples_ = 0, batch_longest_ = 0;
+    std::vector<int64_t> batch_slots_;  // the batch being trained: each sample's input slots
     int64_t version_ = 0;
     double age_sum_ = 0;
     bool done_ = false;

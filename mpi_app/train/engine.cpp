@@ -203,31 +203,16 @@ MicroBatch pack_micro_batch(const std::vector<TrainSeq>& batch, size_t begin, si
     return mb;
 }
 
-std::vector<int> balance_by_slots(const std::vector<int64_t>& slots, int n) {
-    if (n < 1) throw ConfigError("balance_by_slots: " + std::to_string(n) + " ranks");
-    std::vector<size_t> order(slots.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slots[a] > slots[b]; });
-    std::vector<int64_t> load(static_cast<size_t>(n), 0);
-    std::vector<int> owner(slots.size(), 0);
-    for (size_t i : order) {
-        const auto r = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-        owner[i] = static_cast<int>(r);
-        load[r] += slots[i];
-    }
-    return owner;
-}
-
 std::vector<PackPlan> plan_packed_micro_batches(const std::vector<TrainSeq>& batch, int64_t max_seqs,
                                                 int64_t max_tokens) {
     if (max_seqs < 1) throw ConfigError("engine: micro_batch must be >= 1");
     if (max_tokens < 0) throw ConfigError("engine: micro_batch_tokens must be >= 0");
-    std::vector<size_t> order(batch.size());
     int64_t L = 1;
     size_t longest = 0;
+    std::vector<int64_t> slots(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-        order[i] = i;
-        if (seq_slots(batch[i]) > L) {
+        slots[i] = seq_slots(batch[i]);
+        if (slots[i] > L) {
             L = seq_slots(batch[i]);
             longest = i;
         }
@@ -236,22 +221,7 @@ std::vector<PackPlan> plan_packed_micro_batches(const std::vector<TrainSeq>& bat
         throw ConfigError("--micro-batch-tokens " + std::to_string(max_tokens) + " is smaller than sample " +
                           std::to_string(longest) + "'s " + std::to_string(L) +
                           " token slots (prompt + response - 1); packed sequences are never split");
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return seq_slots(batch[a]) > seq_slots(batch[b]); });
-    // First fit by decreasing length: few rows, all nearly L long.
-    std::vector<std::vector<size_t>> rows;
-    std::vector<int64_t> fill;
-    for (size_t i : order) {
-        const int64_t len = seq_slots(batch[i]);
-        size_t r = 0;
-        while (r < rows.size() && fill[r] + len > L) ++r;
-        if (r == rows.size()) {
-            rows.emplace_back();
-            fill.push_back(0);
-        }
-        rows[r].push_back(i);
-        fill[r] += len;
-    }
+    std::vector<std::vector<size_t>> rows = first_fit_rows(slots);  // rows of L slots
     const int64_t per_mb = max_tokens > 0 ? std::max<int64_t>(max_tokens / L, 1) : max_seqs;
     std::vector<PackPlan> out;
     for (size_t r = 0; r < rows.size(); ++r) {

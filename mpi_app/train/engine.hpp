@@ -19,6 +19,7 @@
 #include <torch/nn/module.h>
 
 #include "train/collectives.hpp"
+#include "train/packing.hpp"
 
 namespace tagflow::train {
 
@@ -146,12 +147,8 @@ void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>&
 void unpack_response(const torch::Tensor& per_slot, const std::vector<TrainSeq>& batch, const MicroBatch& mb,
                      std::vector<std::vector<float>>& out);
 
-/// Which of n data-parallel ranks trains each sequence of a step: the longest first (ties by
-/// index) to the rank whose share holds the fewest token slots so far (the first on a tie), so
-/// the shares are as even as whole sequences allow and no rank waits long for a longer one in the
-/// gradient all-reduce. slots[i]: sequence i's cost (its prompt + response - 1 input slots).
-/// Deterministic: every rank computes the same assignment. n < 1: ConfigError.
-std::vector<int> balance_by_slots(const std::vector<int64_t>& slots, int n);
+// balance_by_slots (which train rank trains each sequence) and the rows packing fills:
+// train/packing.hpp, without LibTorch.
 
 /// Rows of one packed micro-batch: rows[r] lists the batch indices concatenated in row r.
 struct PackPlan {

@@ -15,7 +15,7 @@
 set(_TAGFLOW_LAYERS common foundation core engine role step serve sched program)
 set(_TAGFLOW_LAYER_common     tagflow_common)
 set(_TAGFLOW_LAYER_foundation tagflow_traj tagflow_text tagflow_chat tagflow_data tagflow_tokenizer tagflow_task
-                              tagflow_config tagflow_cluster tagflow_health tagflow_io tagflow_reward)
+                              tagflow_config tagflow_cluster tagflow_health tagflow_io tagflow_reward tagflow_packing)
 set(_TAGFLOW_LAYER_core       tagflow_model tagflow_gpu tagflow_sched_policy tagflow_profile tagflow_gateway)
 set(_TAGFLOW_LAYER_engine     tagflow_rollout tagflow_ckpt)
 set(_TAGFLOW_LAYER_role       tagflow_train tagflow_gateway_engine tagflow_sim)

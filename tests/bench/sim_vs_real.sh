@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # sim_vs_real.sh: the simulator against real runs it was not fitted to (issue 6 point 5).
 # The workload is modes_e2e.sh's: longtail, 2 ranks "0=rollout;1=rollout,train", 8 prompts x 8
-# per step, 20 steps, with a fixed response-length distribution (LENGTHS, default
+# per step (60 steps, not modes_e2e's 20: see STEPS below), with a fixed response-length distribution (LENGTHS, default
 # lognormal:32:10 capped at MAX_NEW 320: `tagflow train --response-lengths` and `tagflow sim
 # --lengths lognormal` draw the same length for a sample id, so both see the same workload).
 # With LENGTHS=policy the policy ends its responses (16 prompts x 8, 30 steps), and the
@@ -18,7 +18,7 @@
 # (goal: within 25%), then the simulator's headline at scale (default hw h100 multi-tag + t4
 # rollout-only, lognormal median 32, p99 10x): multiplex vs sync at 32 nodes (goal >= 2x) and
 # multiplex scaling efficiency 32 -> 200 nodes (goal >= 85%).
-# A benchmark, not a ctest (timings are noisy; ~2-3 minutes a round). Usage:
+# A benchmark, not a ctest (timings are noisy; ~3-4 minutes a round at 60 steps). Usage:
 #   tests/bench/sim_vs_real.sh BUILD_DIR [WORKDIR]
 # Environment: LENGTHS (lognormal:32:10 or policy), MAX_NEW (320), STEPS, PROMPTS, GROUP, SEED (1),
 #   ROUNDS (3), COST (an existing cost file: no calibration), LENGTHS_FILE (policy: an existing
@@ -38,7 +38,10 @@ if [ "$LENGTHS" = policy ]; then
 else
   IFS=: read -r kind MEDIAN RATIO <<< "$LENGTHS"
   [ "$kind" = lognormal ] && [ -n "$RATIO" ] || { echo "sim_vs_real.sh: LENGTHS=$LENGTHS: policy or lognormal:M:R" >&2; exit 2; }
-  STEPS=${STEPS:-20} PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8}
+  # 60 steps: the first two steps of a fresh process cost 0.3-0.4 s more than later ones (the
+  # allocator's first touches, LibTorch's first calls), which the simulator does not model; that is
+  # ~10% of a 20-step run and ~4% of a 60-step one (share/doc/bench.md, 2026-12-04).
+  STEPS=${STEPS:-60} PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8}
   REAL_ARGS=(--prompts-per-step "$PROMPTS" --group-size "$GROUP" --response-lengths "$LENGTHS" --max-new-tokens "$MAX_NEW")
   SIM_LENGTHS=(--lengths lognormal --median "$MEDIAN" --p99-ratio "$RATIO" --max-new "$MAX_NEW")
   export TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128 256 $((MAX_NEW + 7))}

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cluster/tags.hpp"
@@ -20,6 +21,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/sim_command.hpp"
 #include "sim/simulator.hpp"
+#include "train/packing.hpp"
 
 using namespace tagflow;
 using namespace tagflow::sim;
@@ -57,6 +59,32 @@ std::string parse_error(std::vector<std::string> args) {
         return e.what();
     }
     return "";
+}
+
+// One node "x" that rolls out and trains, whose decode steps cost 1 us, prefill nothing and
+// training 1e-9 s per slot, linked at the default latency: a cost term a test adds shows alone.
+CostModel one_node_costs() {
+    CostModel cost;
+    cost.model_bytes = 1;
+    merge_cost_json(cost, R"({"hw": {"x": {"decode_batch": [1, 256], "decode_s": [1e-6, 1e-6],
+        "prefill_s_per_token": 0, "train_s_per_token": 1e-9}}})",
+                    "t");
+    return cost;
+}
+
+// Sync on that node: one group of 8 per step, 7-token prompts, responses drawn from `lengths`.
+SimConfig one_node(std::vector<int32_t> lengths, int steps) {
+    SimConfig c;
+    c.mode = "sync";
+    c.nodes = 1;
+    c.hw = parse_hw("x:rollout,train:1");
+    c.work.batch = 8;
+    c.work.group_size = 8;
+    c.work.prompt_tokens = 7;
+    c.work.lengths = "file";
+    c.work.length_table = std::move(lengths);
+    c.steps = steps;
+    return c;
 }
 
 const char* const kModes[] = {"sync", "disaggregated", "multiplex"};
@@ -562,21 +590,8 @@ TEST(Sim, AttentionCostFollowsTheContext) {
     // sequences attend to. One node, sync, one group of 8 responses of exactly L tokens: the
     // rollout is L engine steps with every sequence at position P + s in step s, so the term
     // adds steps x 8 x (L P + L (L - 1) / 2) x c seconds to the run and nothing else.
-    CostModel cost;
-    cost.model_bytes = 1;
-    merge_cost_json(cost, R"({"hw": {"x": {"decode_batch": [1, 256], "decode_s": [1e-6, 1e-6],
-        "prefill_s_per_token": 0, "train_s_per_token": 1e-9}}})",
-                    "t");
-    SimConfig c;
-    c.mode = "sync";
-    c.nodes = 1;
-    c.hw = parse_hw("x:rollout,train:1");
-    c.work.batch = 8;
-    c.work.group_size = 8;
-    c.work.prompt_tokens = 7;
-    c.work.lengths = "file";
-    c.work.length_table = {20};
-    c.steps = 3;
+    CostModel cost = one_node_costs();
+    SimConfig c = one_node({20}, 3);
     const double L = 20, P = 7, coef = 1e-3;
     const double wall0 = simulate(c, cost).wall;
     cost.hw["x"].decode_s_per_ctx_token = coef;
@@ -604,6 +619,54 @@ TEST(Sim, AttentionCostFollowsTheContext) {
         EXPECT_NE(std::string(e.what()).find("neg.json"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("decode_s_per_ctx_token"), std::string::npos) << e.what();
     }
+}
+
+TEST(Sim, TrainStepPricesThePackedSlots) {
+    // A packed train step computes rows as long as its longest sample (train::packed_slots, what the
+    // trainer's plan_packed_micro_batches lays out), padding at the rows' ends included; the
+    // simulator charges those slots, not only the samples' tokens. One node, sync, one group of 8
+    // per step, responses of 5 or 40 tokens: raising the cost per slot by c adds c x the packed slots
+    // of every step, and that is more than c x the real slots (the mix leaves padding).
+    CostModel cost = one_node_costs();
+    SimConfig c = one_node({5, 40}, 4);
+    const double coef = 1e-3;
+    const double wall0 = simulate(c, cost).wall;
+    cost.hw["x"].train_s_per_token = 1e-9 + coef;
+    const double wall1 = simulate(c, cost).wall;
+    // Each step's samples, slots (7 + response - 1) and packed slots; sample ids run 8s..8s+7.
+    std::vector<std::vector<int64_t>> steps;
+    double packed = 0, real = 0;
+    for (int64_t s = 0; s < c.steps; ++s) {
+        std::vector<int64_t> slots;
+        for (int64_t k = 0; k < 8; ++k) slots.push_back(7 + response_length(c.work, c.seed, s * 8 + k) - 1);
+        packed += static_cast<double>(train::packed_slots(slots));
+        for (int64_t x : slots) real += static_cast<double>(x);
+        steps.push_back(slots);
+    }
+    EXPECT_NEAR(wall1 - wall0, packed * coef, 1e-9);
+    EXPECT_GT(packed, real);  // the seed draws both lengths: some rows end in padding
+    // With a cost per slot that depends on the length (train_seq points at 12 and 47 tokens, the
+    // two samples' lengths): each sample at its own length, the padding at the step's mean.
+    const double c12 = 3e-3, c47 = 1e-3;
+    merge_cost_json(cost, R"({"hw": {"x": {"train_seq": [12, 47], "train_s_per_token_seq": [1e-12, 1e-12]}}})", "z");
+    const double wall_z = simulate(c, cost).wall;
+    merge_cost_json(cost, R"({"hw": {"x": {"train_seq": [12, 47], "train_s_per_token_seq": [3e-3, 1e-3]}}})", "l");
+    double expect = 0;
+    for (const std::vector<int64_t>& slots : steps) {
+        double each = 0, n = 0;
+        for (int64_t x : slots) {
+            each += static_cast<double>(x) * (x == 11 ? c12 : c47);  // 11 or 46 slots
+            n += static_cast<double>(x);
+        }
+        expect += each * static_cast<double>(train::packed_slots(slots)) / n;
+    }
+    EXPECT_NEAR(simulate(c, cost).wall - wall_z, expect, 1e-6);  // ~1.4 s; the 1e-12 baseline adds ~1e-9
+    // Equal lengths pack without padding: the same run costs c x the real slots.
+    c.work.length_table = {40};
+    cost = one_node_costs();
+    const double eq0 = simulate(c, cost).wall;
+    cost.hw["x"].train_s_per_token = 1e-9 + coef;
+    EXPECT_NEAR(simulate(c, cost).wall - eq0, c.steps * 8 * (7 + 40 - 1) * coef, 1e-9);
 }
 
 TEST(Sim, BadOptionsGiveOneLineErrors) {

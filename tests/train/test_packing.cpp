@@ -370,6 +370,25 @@ TEST(PackEngine, HandleWithoutPackedForwardIsOneLineError) {
 namespace tagflow::train {
 namespace {
 
+// The rows packing fills (train::first_fit_rows, shared with the simulator): longest first, each
+// into the first row it fits, rows as long as the longest; packed_slots counts rows x that length.
+TEST(PackRows, FirstFitByDecreasingLength) {
+    EXPECT_EQ(first_fit_rows({5, 3, 2, 4, 1}), (std::vector<std::vector<size_t>>{{0}, {3, 4}, {1, 2}}));
+    EXPECT_EQ(packed_slots({5, 3, 2, 4, 1}), 15);
+    EXPECT_EQ(packed_slots({4, 4, 4}), 12);  // equal lengths: no padding
+    EXPECT_EQ(packed_slots({}), 0);
+    // The trainer's plan is these rows.
+    const std::vector<int64_t> lens{9, 2, 30, 14, 7, 7, 21, 3};
+    std::vector<TrainSeq> b;
+    for (int64_t n : lens)
+        b.push_back(make_train_seq({1}, std::vector<int32_t>(static_cast<size_t>(n), 2),
+                                   std::vector<float>(static_cast<size_t>(n), -1.f)));
+    std::vector<std::vector<size_t>> planned;
+    for (const PackPlan& p : plan_packed_micro_batches(b, 1 << 20, 0))
+        for (const auto& r : p.rows) planned.push_back(r);
+    EXPECT_EQ(planned, first_fit_rows(lens));  // prompt 1 + response n - 1 = n slots
+}
+
 // The step's sequences over the train ranks (train::balance_by_slots): longest first to the rank
 // holding the fewest slots, so the shares differ by at most one sequence's slots.
 TEST(Balance, LongestFirstToTheLightestRank) {
