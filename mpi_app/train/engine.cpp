@@ -213,7 +213,7 @@ std::vector<PackPlan> plan_packed_micro_batches(const std::vector<TrainSeq>& bat
     for (size_t i = 0; i < batch.size(); ++i) {
         slots[i] = seq_slots(batch[i]);
         if (slots[i] > L) {
-            L = seq_slots(batch[i]);
+            L = slots[i];
             longest = i;
         }
     }

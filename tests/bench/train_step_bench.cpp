@@ -219,8 +219,8 @@ void extras(BenchState& s, double sec) {
         pad_s = real / dt;
     }
     double base_mib = 0, ckpt_mib = 0, x_time = 0;
-    // The batch's mean sequence length (prompt + response tokens), over all ranks' sequences: the
-    // length sim_calibrate.sh files a lognormal batch's cost under.
+    // The batch's mean sequence length (prompt + response tokens), over all ranks' sequences: to
+    // set a lognormal batch beside an equal-length one of the same mean (-O ratio=1).
     double len[2] = {0, static_cast<double>(d.batch.size())};
     for (const train::TrainSeq& t : d.batch) len[0] += static_cast<double>(t.tokens.size());
     MPI_Allreduce(MPI_IN_PLACE, len, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
