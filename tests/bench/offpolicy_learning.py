@@ -60,6 +60,17 @@ TRAIN_ARGS = ["--prompts-per-step", "8", "--group-size", "8", "--eval-prompts", 
               "2e-4"]
 
 
+def with_options(base, extra):
+    """`base` (option, value pairs) with `extra` appended; an option of `extra` that `base` has replaces it
+    (tagflow refuses an option given twice)."""
+    given = {x for x in extra if x.startswith("--")}
+    out = []
+    for opt, val in zip(base[::2], base[1::2]):
+        if opt not in given:
+            out += [opt, val]
+    return out + extra
+
+
 def run(a, arm, seed, extra):
     out = os.path.join(a.workdir, f"{arm}_seed{seed}")
     shutil.rmtree(out, ignore_errors=True)
@@ -106,11 +117,12 @@ def main():
     ap.add_argument("--no-sync", action="store_true", help="leave out the on-policy sync reference arm")
     ap.add_argument("--corrected-extra", default="",
                     help="more options for the corrected arm only, given with '=' since they start with "
-                         "'--', e.g. --corrected-extra=--rollout-is-batch-normalize")
+                         "'--', e.g. --corrected-extra=--rollout-is-batch-normalize; one the arm already has "
+                         "(--rollout-is, --old-logprobs) replaces the arm's value")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     ARMS["uncorrected"] = ["--old-logprobs", a.uncorrected]
-    ARMS["corrected"] = ARMS["corrected"] + shlex.split(a.corrected_extra)
+    ARMS["corrected"] = with_options(ARMS["corrected"], shlex.split(a.corrected_extra))
     if a.no_sync:
         del ARMS["sync"]
     if not a.extra:
