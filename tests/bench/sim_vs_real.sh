@@ -20,14 +20,15 @@
 # (goal: within 25%), then the simulator's headline at scale (default hw h100 multi-tag + t4
 # rollout-only, lognormal median 32, p99 10x): multiplex vs sync at 32 nodes (goal >= 2x) and
 # multiplex scaling efficiency 32 -> 200 nodes (goal >= 85%).
-# A benchmark, not a ctest (timings are noisy; ~3-4 minutes a round at 60 steps). Usage:
+# A benchmark, not a ctest (timings are noisy; ~2 minutes a round at 60 steps with both
+# calibrations, 2026-12-05). Usage:
 #   tests/bench/sim_vs_real.sh BUILD_DIR [WORKDIR]
 # Environment: LENGTHS (lognormal:32:10 or policy), MAX_NEW (320), STEPS, PROMPTS, GROUP, SEED (1),
 #   ROUNDS (3), AFTER (1; 0: calibrate before the runs only), COST (an existing cost file: no
 #   calibration), LENGTHS_FILE (policy: an existing lengths file, integers), LENGTH_SEED, SIM_BIN
-#   (binary with `sim`, default BUILD/mpi_app/tagflow), REAL_BIN (binary for the real runs, default SIM_BIN), BENCH_BUILD
-#   (build dir with the benches, default BUILD_DIR), REUSE_REAL=1 (keep each round's real.txt
-#   and runs from an earlier call: predictions only).
+#   (binary with `sim`, default BUILD/mpi_app/tagflow), REAL_BIN (binary for the real runs,
+#   default SIM_BIN), BENCH_BUILD (build dir with the benches, default BUILD_DIR), REUSE_REAL=1
+#   (keep each round's real.txt and runs from an earlier call: predictions only).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=${1:?usage: sim_vs_real.sh BUILD_DIR [WORKDIR]}
