@@ -30,7 +30,9 @@ bool AsyncScheduler::hold_for_late() {
     if (opt_.late_wait <= 0) return false;
     const double now = clock_.now();
     const double held = hold_since_ < 0 ? 0.0 : now - hold_since_;
-    if (held >= sched_policy::late_wait_s(opt_, pool_.late_groups(version_), threshold_, cycle_s_)) return false;
+    if (held >= sched_policy::late_wait_s(opt_, pool_.late_groups(version_), threshold_, cycle_s_,
+                                          static_cast<int64_t>(members_.size())))
+        return false;
     if (hold_since_ < 0) {
         hold_since_ = now;
         ++holds_;

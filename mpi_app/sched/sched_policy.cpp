@@ -382,9 +382,10 @@ bool last_chance(const config::Options& opt, int64_t version, int64_t sample_ver
     return stale_weight(opt, version - sample_version) > 0 && stale_weight(opt, version + 1 - sample_version) <= 0;
 }
 
-double late_wait_s(const config::Options& opt, int64_t late, int64_t threshold, double cycle_s) {
+double late_wait_s(const config::Options& opt, int64_t late, int64_t threshold, double cycle_s, int64_t members) {
     if (late <= 0 || cycle_s <= 0 || threshold <= 0) return 0.0;
-    const double share = static_cast<double>(late * opt.group_size) / static_cast<double>(threshold);
+    double share = static_cast<double>(late * opt.group_size) / static_cast<double>(threshold);
+    if (members > 0) share = std::max(share, 1.0 / static_cast<double>(members));
     return std::min(opt.late_wait, share) * cycle_s;
 }
 

@@ -223,11 +223,14 @@ double stale_weight(const config::Options& opt, int64_t age);
 /// train it and the next step (version + 1) drops it.
 bool last_chance(const config::Options& opt, int64_t version, int64_t sample_version);
 /// --late-wait: how long a step whose threshold is met may wait for `late` incomplete groups on
-/// their last chance: their share of the batch (late x group size / `threshold`), at most
+/// their last chance: their share of the batch (late x group size / `threshold`), but at least one
+/// member's share of the train group (1 / `members`; 0 members: no such floor), at most
 /// --late-wait, times `cycle_s` (the measured seconds from one step's start to the next, less any
 /// wait; 0 before the first is measured). A wait so costs no larger a share of a cycle than the
-/// share of a batch it saves from being dropped. 0 when nothing is late.
-double late_wait_s(const config::Options& opt, int64_t late, int64_t threshold, double cycle_s);
+/// share of a batch it saves from being dropped, or, with a small train group, than one member's
+/// share of the group's work: with one or two trainers a dropped long-tail group costs about that
+/// (2026-12-05: layout (c) dropped 0 instead of 1.2-2.9%). 0 when nothing is late.
+double late_wait_s(const config::Options& opt, int64_t late, int64_t threshold, double cycle_s, int64_t members);
 /// The next `cycle_s` (an average) after a step that began `since_last_s` after the previous one
 /// and waited `held_s` of it; `cycle_s` <= 0: none measured yet.
 double next_cycle(double cycle_s, double since_last_s, double held_s);

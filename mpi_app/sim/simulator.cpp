@@ -520,7 +520,8 @@ private:
         // --late-wait: the step waits for late groups (sched_policy::late_wait_s).
         const double held = wait_since_ < 0 ? 0.0 : t - wait_since_;
         if (opt_.late_wait > 0 && !wait_over_) {
-            const double cap = sched::sched_policy::late_wait_s(opt_, late_groups(), threshold_, cycle_s_);
+            const double cap = sched::sched_policy::late_wait_s(opt_, late_groups(), threshold_, cycle_s_,
+                                                                static_cast<int64_t>(members_.size()));
             if (held < cap) {
                 if (wait_since_ < 0) {
                     wait_since_ = t;

@@ -147,21 +147,26 @@ TEST(SamplePool, PartialGroupsAreTheOnesNotReady) {
     EXPECT_EQ(p.partial_samples(), 3);
 }
 
-// --late-wait: a met threshold waits for late groups for at most their share of the batch, and at
-// most the fraction, of the measured cycle; never with nothing late, a fraction of 0, or no cycle
-// measured yet.
+// --late-wait: a met threshold waits for late groups for at most their share of the batch (or one
+// member's share of a small train group, if larger), and at most the fraction, of the measured
+// cycle; never with nothing late, a fraction of 0, or no cycle measured yet.
 TEST(SamplePool, LateWaitIsBoundedByTheMeasuredCycle) {
     using tagflow::sched::sched_policy::last_chance;
     using tagflow::sched::sched_policy::late_wait_s;
     using tagflow::sched::sched_policy::next_cycle;
     Options o = opts(1, "drop");  // groups of 4
     o.late_wait = 0.5;
-    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0), 0.5);  // one group of 4 is a quarter of the batch: 0.25 x 2 s
-    EXPECT_DOUBLE_EQ(late_wait_s(o, 3, 16, 2.0), 1.0);  // three groups, 3/4, capped at 0.5 x 2 s
-    EXPECT_DOUBLE_EQ(late_wait_s(o, 0, 16, 2.0), 0.0);  // nothing late
-    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 0.0), 0.0);  // no cycle measured yet (the first step)
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0, 0), 0.5);  // one group of 4 is a quarter of the batch: 0.25 x 2 s
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 3, 16, 2.0, 0), 1.0);  // three groups, 3/4, capped at 0.5 x 2 s
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 0, 16, 2.0, 2), 0.0);  // nothing late
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 0.0, 2), 0.0);  // no cycle measured yet (the first step)
+    // A small train group: one member's share (1/2, 1/3) when it is more than the groups' share.
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0, 2), 1.0);  // max(1/4, 1/2) = 1/2 x 2 s
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 3.0, 3), 1.0);  // max(1/4, 1/3) x 3 s
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0, 8), 0.5);  // max(1/4, 1/8): the groups' share decides
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0, 1), 1.0);  // one trainer: capped at --late-wait 0.5
     o.late_wait = 0;
-    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0), 0.0);
+    EXPECT_DOUBLE_EQ(late_wait_s(o, 1, 16, 2.0, 1), 0.0);
     // The cycle leaves the wait out, so waiting does not lengthen the next wait: 3 s since the last
     // step's start, 1 s of them waited, is a 2 s cycle; then 0.7 x 2 + 0.3 x 4 = 2.6.
     EXPECT_DOUBLE_EQ(next_cycle(0, 3.0, 1.0), 2.0);
