@@ -75,6 +75,12 @@ print(f"lengths: {len(n)} samples, mean {n.mean():.1f}, p50 {np.percentile(n, 50
       f"p99 {np.percentile(n, 99):.0f}, max {n.max()} -> {sys.argv[2]}")
 PY
 fi
+# predict COST JSON: `tagflow sim` for the real runs' configuration with the costs in COST.
+predict() {
+  "$SIM_BIN" sim --nodes 2 --hw "cpu:rollout:0.5;cpu:rollout,train:0.5" --modes sync,disaggregated,multiplex \
+    "${SIM_LENGTHS[@]}" --prompt-tokens 7 --batch "$BATCH" --group-size "$GROUP" --steps "$STEPS" --seed "$SEED" \
+    --cost "$1" --json "$2"
+}
 for r in $(seq 1 "$ROUNDS"); do
   R=$WORK/round$r
   mkdir -p "$R"
@@ -88,17 +94,13 @@ for r in $(seq 1 "$ROUNDS"); do
     /usr/bin/python3 "$HERE/../sched/measure_modes.py" --tagflow "$REAL_BIN" --workdir "$R/real" --task longtail \
       --steps "$STEPS" --seed "$SEED" -- "${REAL_ARGS[@]}" | tee "$R/real.txt"
   fi
-  "$SIM_BIN" sim --nodes 2 --hw "cpu:rollout:0.5;cpu:rollout,train:0.5" --modes sync,disaggregated,multiplex \
-    "${SIM_LENGTHS[@]}" --prompt-tokens 7 --batch "$BATCH" --group-size "$GROUP" --steps "$STEPS" --seed "$SEED" \
-    --cost "$cost" --json "$R/sim_small.json" | tee "$R/sim_small.txt"
+  predict "$cost" "$R/sim_small.json" | tee "$R/sim_small.txt"
   # The machine's speed moves between the calibration and the runs (share/doc/bench.md): a second
   # calibration after them, and the prediction below is the mean of the two (AFTER=0: the first only).
   rm -f "$R/sim_after.json"
   if [ -z "${COST:-}" ] && [ "${AFTER:-1}" = 1 ]; then
     "$HERE/sim_calibrate.sh" "$BENCH_BUILD" "$R/cost_cpu_after.json"
-    "$SIM_BIN" sim --nodes 2 --hw "cpu:rollout:0.5;cpu:rollout,train:0.5" --modes sync,disaggregated,multiplex \
-      "${SIM_LENGTHS[@]}" --prompt-tokens 7 --batch "$BATCH" --group-size "$GROUP" --steps "$STEPS" --seed "$SEED" \
-      --cost "$R/cost_cpu_after.json" --json "$R/sim_after.json" > "$R/sim_after.txt"
+    predict "$R/cost_cpu_after.json" "$R/sim_after.json" > "$R/sim_after.txt"
   fi
 done
 echo "== simulator headline (default hardware mix, lognormal median 32, p99 10x)"
@@ -110,6 +112,12 @@ import json, os, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
 modes = ("sync", "disaggregated", "multiplex")
 ratio = {m: [] for m in modes}
+
+
+def predicted(path):  # samples/s per mode from a `tagflow sim --json` file
+    return {x["mode"]: x["samples_per_s"] for x in json.load(open(path))["results"]}
+
+
 print(f"\nsim vs real, 2 ranks '0=rollout;1=rollout,train', longtail, lengths {sys.argv[3]}: "
       "samples/s measured / predicted (ratio)")
 print(f"{'round':>5s} " + " ".join(f"{m:>26s}" for m in modes) + f" {'mux/sync real':>14s} {'sim':>6s}")
@@ -119,9 +127,9 @@ for r in range(1, rounds + 1):
         f = line.split()
         if f and f[0] in modes:
             real[f[0]] = float(f[2])
-    sim = {x["mode"]: x["samples_per_s"] for x in json.load(open(f"{work}/round{r}/sim_small.json"))["results"]}
+    sim = predicted(f"{work}/round{r}/sim_small.json")
     if os.path.exists(f"{work}/round{r}/sim_after.json"):  # calibrated before and after the runs: the mean
-        after = {x["mode"]: x["samples_per_s"] for x in json.load(open(f"{work}/round{r}/sim_after.json"))["results"]}
+        after = predicted(f"{work}/round{r}/sim_after.json")
         print(f"round {r}: predicted with the calibration before / after the runs: " +
               ", ".join(f"{m} {sim[m]:.1f} / {after[m]:.1f}" for m in modes))
         sim = {m: (sim[m] + after[m]) / 2 for m in modes}
