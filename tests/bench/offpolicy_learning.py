@@ -12,7 +12,9 @@
 
 Both async arms pay for the same forward, so the trainer's time per step, and with it which
 samples are consumed and how stale, does not differ by arm (`--uncorrected rollout` skips that
-forward in the uncorrected arm, as the runs before 2026-12-03 did).
+forward in the uncorrected arm, as the runs before 2026-12-03 did). `--uncorrected recompute` makes the
+uncorrected arm decoupled PPO without the importance weight: the PPO ratio against the trainer's
+recomputed pi_old, the rollout-time log-probs ignored (veRL's objective before rollout correction).
 
 By default every run starts from one policy trained with `tagflow sft --task longtail` for
 --sft-steps 100 steps (held-out mean reward ~0.18; from random weights the policy scores ~0.03
@@ -28,7 +30,7 @@ before truncation; in the uncorrected arm the ratios it leaves uncorrected). The
 corrected / uncorrected of the gains per trained sample (paired by seed and over the arms' means).
 
     offpolicy_learning.py --tagflow BIN --workdir DIR [--seeds 4,5,6] [--steps 60] [--sft-steps 100]
-                          [--uncorrected measure|rollout] [--no-sync] [--corrected-extra=OPTIONS]
+                          [--uncorrected measure|rollout|recompute] [--no-sync] [--corrected-extra=OPTIONS]
                           [-- train args]
 
 Exit 0 when the corrected arm's mean gains per trained sample (held-out score and training
@@ -109,8 +111,10 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--seeds", default="4,5,6")
     ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--uncorrected", default="measure", choices=["measure", "rollout"],
-                    help="the uncorrected arm's --old-logprobs (measure: the same trainer cost as corrected)")
+    ap.add_argument("--uncorrected", default="measure", choices=["measure", "rollout", "recompute"],
+                    help="the uncorrected arm's --old-logprobs (measure: the same trainer cost as corrected; "
+                         "recompute: decoupled PPO without the importance weight, the objective that ignores "
+                         "the behaviour policy)")
     ap.add_argument("--sft-steps", type=int, default=100,
                     help="warm start: `tagflow sft --task longtail` for this many steps, then every run from it "
                          "(0 = random weights)")
