@@ -3,6 +3,7 @@
 #include "bench_common.hpp"
 
 #include <getopt.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +33,12 @@ std::pair<size_t, size_t> BenchState::share(size_t total) const {
     size_t r = static_cast<size_t>(rank), n = static_cast<size_t>(nranks);
     size_t base = total / n, rem = total % n;
     return {r * base + std::min(r, rem), base + (r < rem ? 1 : 0)};
+}
+
+std::string BenchState::scratch_path(const std::string& stem, const std::string& suffix) const {
+    long pid = static_cast<long>(getpid());
+    MPI_Bcast(&pid, 1, MPI_LONG, 0, comm);
+    return args->dir + "/" + stem + "." + std::to_string(pid) + "." + suffix;
 }
 
 size_t parse_size(const std::string& s) {

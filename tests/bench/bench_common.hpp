@@ -58,6 +58,9 @@ struct BenchState {
 
     /// This rank's [first, first + n) share of `total` items split as evenly as possible.
     std::pair<size_t, size_t> share(size_t total) const;
+    /// COLLECTIVE: a scratch file's path, the same on every rank: -d DIR/STEM.PID.SUFFIX with rank
+    /// 0's process id, so concurrent runs do not collide.
+    std::string scratch_path(const std::string& stem, const std::string& suffix) const;
 
 private:
     std::shared_ptr<void> user_;

@@ -31,16 +31,10 @@ struct Data {
     bool flush = true;
 };
 
-std::string scratch(const BenchState& s, const char* what) {
-    long pid = static_cast<long>(getpid());
-    MPI_Bcast(&pid, 1, MPI_LONG, 0, s.comm);
-    return s.args->dir + "/h5_write_bench." + std::to_string(pid) + "." + what;
-}
-
 void setup(BenchState& s) {
     Data& d = s.emplace<Data>();
-    d.path = scratch(s, "h5");
-    d.dd_path = scratch(s, "dd");
+    d.path = s.scratch_path("h5_write_bench", "h5");
+    d.dd_path = s.scratch_path("h5_write_bench", "dd");
     std::string mode = s.args->opt("mode", "coll");
     if (mode != "coll" && mode != "indep") throw ConfigError("-O mode=coll|indep");
     d.flush = s.args->opt_int("flush", 1) != 0;

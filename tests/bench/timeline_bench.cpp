@@ -44,9 +44,7 @@ void record(Data& d, int32_t step) {
 
 void setup(BenchState& s) {
     Data& d = s.emplace<Data>();
-    long pid = static_cast<long>(getpid());
-    MPI_Bcast(&pid, 1, MPI_LONG, 0, s.comm);
-    d.path = s.args->dir + "/timeline_bench." + std::to_string(pid) + ".h5";
+    d.path = s.scratch_path("timeline_bench", "h5");
     io::RunAttributes attrs;
     attrs.config_json = "{}";
     attrs.tagflow_version = "timeline_bench";
