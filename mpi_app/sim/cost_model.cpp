@@ -137,6 +137,7 @@ void merge_cost_json(CostModel& m, const std::string& text, const std::string& w
         if (!j["train_padded"].is_boolean()) throw ConfigError(what + ": \"train_padded\" must be true or false");
         m.train_padded = j["train_padded"].get<bool>();
     }
+    m.step_io_s = num(j, "step_io_s", m.step_io_s, what, false);
     if (j.contains("link")) {
         const auto& l = j["link"];
         if (!l.is_object()) throw ConfigError(what + ": \"link\" must be an object");
@@ -155,6 +156,7 @@ void merge_cost_json(CostModel& m, const std::string& text, const std::string& w
             c.decode_s_per_ctx_token = num(h, "decode_s_per_ctx_token", c.decode_s_per_ctx_token, w, false);
             c.prefill_s_per_token = num(h, "prefill_s_per_token", c.prefill_s_per_token, w, false);
             c.train_s_per_token = num(h, "train_s_per_token", c.train_s_per_token, w, true);
+            c.train_first_s = num(h, "train_first_s", c.train_first_s, w, false);
             const double mb = num(h, "max_batch", c.max_batch, w, true);
             if (mb != std::floor(mb) || mb > 1e6) throw ConfigError(w + ": \"max_batch\" must be a whole number");
             c.max_batch = static_cast<int>(mb);
@@ -177,6 +179,7 @@ std::string to_json(const CostModel& m) {
     nlohmann::json j;
     j["model_bytes"] = m.model_bytes;
     j["train_padded"] = m.train_padded;
+    j["step_io_s"] = m.step_io_s;
     j["link"] = {{"latency_s", m.latency_s}, {"bandwidth_Bps", m.bandwidth_Bps}};
     for (const auto& [k, c] : m.hw) {
         j["hw"][k] = {{"decode_batch", c.decode_batch},
@@ -184,6 +187,7 @@ std::string to_json(const CostModel& m) {
                       {"decode_s_per_ctx_token", c.decode_s_per_ctx_token},
                       {"prefill_s_per_token", c.prefill_s_per_token},
                       {"train_s_per_token", c.train_s_per_token},
+                      {"train_first_s", c.train_first_s},
                       {"max_batch", c.max_batch},
                       {"source", c.source}};
         if (!c.train_seq.empty()) {

@@ -28,6 +28,10 @@ struct HwCost {
     /// per-step overhead and attention make short and long sequences dearer per token). When
     /// given they replace train_s_per_token, looked up at the batch's (padded) sequence length.
     std::vector<double> train_seq, train_s_per_token_seq;
+    /// Seconds a process's first training steps cost beyond what later steps of the same size
+    /// cost (LibTorch's first calls, the allocator's first touches), in all; charged once per node,
+    /// on the first step it trains. 0 (the default): not modelled.
+    double train_first_s = 0;
     int max_batch = 256;  // continuous-batching slots (tagflow train's --max-batch)
     std::string source = "default";
 
@@ -49,6 +53,10 @@ struct CostModel {
     /// true: a training step costs samples x the longest sample's tokens (tagflow's trainer pads
     /// each local batch to its longest sequence); false: the sum of the samples' tokens (packed).
     bool train_padded = false;
+    /// Seconds one step's run-file rows (the samples, /consumed, /steps, /timeline) and the flush
+    /// cost the writer: the coordinator after each async step, every rank after each sync step.
+    /// 0 (the default): not modelled.
+    double step_io_s = 0;
     std::string source = "built-in defaults";
 
     const HwCost& at(const std::string& type) const;  // throws ConfigError naming an unknown type

@@ -35,6 +35,7 @@ const char* kind_name(Kind k) {
         case Kind::kTrain: return "train";
         case Kind::kWeightSync: return "weight_sync";
         case Kind::kResplit: return "resplit";
+        case Kind::kIo: return "io";
         case Kind::kIdle: return "idle";
     }
     return "?";
@@ -136,6 +137,7 @@ struct Node {
     uint32_t tags = 0;
     const HwCost* hw = nullptr;
     bool member = false, gen = false, receiver = false;
+    bool trained = false;  // has trained a step (HwCost::train_first_s is charged once)
     double cursor = 0;
     std::vector<Span> spans;
     // engine
@@ -323,6 +325,15 @@ private:
         }
         return cost;
     }
+    // A node's first training step also pays HwCost::train_first_s (a fresh process's first
+    // calls); `costs` in members_ order, as member_costs returns them.
+    void add_first_steps(std::vector<double>& costs) {
+        for (size_t k = 0; k < members_.size() && k < costs.size(); ++k) {
+            Node& n = nodes_[static_cast<size_t>(members_[k])];
+            if (!n.trained) costs[k] += n.hw->train_first_s;
+            n.trained = true;
+        }
+    }
     double train_seconds(const std::vector<double>& costs) const {
         double slowest = 0;
         for (double c : costs) slowest = std::max(slowest, c);
@@ -413,16 +424,22 @@ private:
             }
             done.clear();
             for (Node& n : nodes_) n.book(Kind::kIdle, t_barrier);
-            const double t_train = t_barrier + train_seconds(member_costs(slots));
+            std::vector<double> costs = member_costs(slots);
+            add_first_steps(costs);
+            const double t_train = t_barrier + train_seconds(costs);
             for (int r : members_) nodes_[static_cast<size_t>(r)].book(Kind::kTrain, t_train);
             for (Node& n : nodes_) n.book(Kind::kIdle, t_train);
             const double t_sync = t_train + cost_.broadcast_s(n_recv);
             for (size_t i = 0; i < nodes_.size(); ++i)
                 if (nodes_[i].rolls() || static_cast<int>(i) == coord_) nodes_[i].book(Kind::kWeightSync, t_sync);
+            for (Node& n : nodes_) n.book(Kind::kIdle, t_sync);
+            // Every rank writes the step's rows to the run file, collectively, before the next step.
+            const double t_io = t_sync + cost_.step_io_s;
+            for (Node& n : nodes_) n.book(Kind::kIo, t_io);
             res_.trained += P * G_;
             res_.tokens_trained += tokens;
             for (Node& n : nodes_) n.version = s + 1;
-            T = t_sync;
+            T = t_io;
             ++res_.steps;
         }
         res_.wall = T;
@@ -581,7 +598,8 @@ private:
         state_ = State::kTraining;
         // The coordinator's control message reaches each member; the batch is broadcast to them.
         const double t0 = t + 2.0 * cost_.latency_s + handover_s_;
-        const std::vector<double> costs = member_costs(batch_slots_);
+        std::vector<double> costs = member_costs(batch_slots_);
+        add_first_steps(costs);
         const double t1 = t0 + train_seconds(costs);
         if (opt_.rebalance_every > 0) {  // what the coordinator measures of the step (RateWindow)
             for (size_t k = 0; k < members_.size(); ++k) window_.train_s[members_[k]] += costs[k];
@@ -604,13 +622,19 @@ private:
                 n.pending_version = version_;
                 n.pending_at = t_sync;
             }
+        // The coordinator then writes the step's rows to the run file, alone (step_io_s).
+        const double t_io = t_sync + cost_.step_io_s;
         for (int r : members_) {
             Node& n = nodes_[static_cast<size_t>(r)];
             n.version = version_;  // members hold the trained weights
-            if (r == coord_) n.book(Kind::kWeightSync, t_sync);
-            else if (n.gen) resume(r, t);
+            if (r == coord_) {
+                n.book(Kind::kWeightSync, t_sync);
+                n.book(Kind::kIo, t_io);
+            } else if (n.gen) {
+                resume(r, t);
+            }
         }
-        push(t_sync, Ev::kSyncEnd, coord_);
+        push(t_io, Ev::kSyncEnd, coord_);
     }
     void resume(int r, double t) {
         Node& n = nodes_[static_cast<size_t>(r)];

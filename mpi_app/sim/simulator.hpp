@@ -72,7 +72,7 @@ struct SimConfig {
     double late_wait = 0.5;               ///< as tagflow train --late-wait (async modes)
 };
 
-enum class Kind : uint8_t { kRollout, kTrain, kWeightSync, kResplit, kIdle };
+enum class Kind : uint8_t { kRollout, kTrain, kWeightSync, kResplit, kIo, kIdle };
 const char* kind_name(Kind k);
 
 struct Span {
@@ -92,7 +92,7 @@ struct ModeResult {
     config::Mode mode;
     int nodes = 0;
     int64_t steps = 0;
-    double wall = 0;  // virtual seconds until the last step's weights were sent
+    double wall = 0;  // virtual seconds until the last step's weights were sent and its rows written
     int64_t generated = 0, trained = 0, dropped = 0, weighted = 0, leftover = 0, discarded = 0;
     int64_t tokens_trained = 0;  // prompt + response tokens of the trained samples
     double samples_per_s = 0, tokens_per_s = 0;

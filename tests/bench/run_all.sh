@@ -26,6 +26,7 @@ args_for() {
         generate) echo "-b 1 -e 256 -f 4 -n 3 -w 1 -c 1" ;;   # sizes are batch sizes
         traj) echo "-b 2K -e 32K -f 4 -n 5 -w 1 -c 1" ;;      # sizes are request bytes (4 B/token)
         timeline) echo "-b 1K -e 256K -f 4 -n 20 -w 2 -c 1" ;; # sizes are spans x 32 B
+        step_write) echo "-b 4K -e 1M -f 4 -n 10 -w 2 -c 1" ;; # sizes are a step's tokens x 4 B
         *)        echo "-b 8 -e 64M -f 2 -n 20 -w 5 -c 1" ;;
     esac
 }

@@ -15,6 +15,12 @@
 #                              sequence length (short sequences pay the per-step overhead, long
 #                              ones attention)
 #   weight_sync_bench(2 ranks) flat weight sync at 1 KiB and 4 MiB -> latency and bandwidth
+#   train_step_bench (1 rank)  a fresh process's first two steps against later ones of the same
+#                              batch (FIRST_TOKENS tokens of FIRST_OPTS, default BATCH x 64 equal
+#                              lengths) -> train_first_s = 2 (T(first two) - T(later))
+#   step_write_bench (1 rank)  one step's run-file rows and flush: BATCH samples of PROMPT +
+#                              RESPONSE_MEAN tokens (default 50: lognormal responses of median 32
+#                              and p99 10x, capped at 320, average 50.6) -> step_io_s
 # The model is tagflow train's default (d 64, 2 layers, 2 heads, d_ff 256) at the longtail task's
 # vocabulary (14) and prompt (7 tokens); override with D_MODEL, LAYERS, HEADS, D_FF, VOCAB, PROMPT.
 # Nothing here looks at a training run: the simulator is compared with runs it was not fitted to.
@@ -35,7 +41,8 @@ PACK=${PACK:-on}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 B=$BUILD/tests/bench
-for b in generate_bench train_step_bench weight_sync_bench; do
+FIRST_TOKENS=${FIRST_TOKENS:-$((BATCH * 64))} FIRST_OPTS=${FIRST_OPTS:--O seq=64} RESPONSE_MEAN=${RESPONSE_MEAN:-50}
+for b in generate_bench train_step_bench weight_sync_bench step_write_bench; do
   [ -x "$B/$b" ] || { echo "sim_calibrate.sh: $B/$b missing (cmake --build $BUILD --target $b)" >&2; exit 2; }
 done
 TMP=$(mktemp -d)
@@ -80,12 +87,24 @@ unbusy
 echo "sim_calibrate: train_step_bench ($BATCH sequences of $TRAIN_SEQS tokens, 1 rank)" >&2
 busy gen
 for L in $TRAIN_SEQS; do
-  TOK=$((BATCH * L))
-  one 0 "$B/train_step_bench" -b $TOK -e $TOK -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
+  BYTES=$((BATCH * L * 4))  # train_step_bench's sizes are bytes, 4 per token: BATCH sequences of L
+  one 0 "$B/train_step_bench" -b $BYTES -e $BYTES -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
     -O entropy=$ENTROPY -O abs_positions=1 -O pack=$PACK \
     -J "$TMP/train_$L.json" > "$TMP/train_$L.txt"
 done
+# A fresh process's first steps (LibTorch's first calls, the allocator's first touches): two steps
+# timed with no warm-up, then the same batch warmed up.
+# shellcheck disable=SC2086
+one 0 "$B/train_step_bench" -b $((FIRST_TOKENS * 4)) -e $((FIRST_TOKENS * 4)) -n 2 -w 0 -c 0 "${M[@]}" \
+  -O d_ff=$D_FF -O entropy=$ENTROPY -O abs_positions=1 -O pack=$PACK $FIRST_OPTS -J "$TMP/first.json" > "$TMP/first.txt"
+# shellcheck disable=SC2086
+one 0 "$B/train_step_bench" -b $((FIRST_TOKENS * 4)) -e $((FIRST_TOKENS * 4)) -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" \
+  -O d_ff=$D_FF -O entropy=$ENTROPY -O abs_positions=1 -O pack=$PACK $FIRST_OPTS -J "$TMP/later.json" > "$TMP/later.txt"
 unbusy
+echo "sim_calibrate: step_write_bench (1 rank, $BATCH samples of $PROMPT + $RESPONSE_MEAN tokens)" >&2
+W=$((BATCH * (PROMPT + RESPONSE_MEAN) * 4))
+one 0 "$B/step_write_bench" -b $W -e $W -n 20 -w 2 -c 1 -d "$TMP" -O prompt=$PROMPT -O len=$RESPONSE_MEAN \
+  -J "$TMP/write.json" > "$TMP/write.txt"
 echo "sim_calibrate: weight_sync_bench (2 ranks, 1 KiB and 4 MiB)" >&2
 mpirun -n 2 "$B/weight_sync_bench" -b 1K -e 4M -f 4096 -n 10 -w 2 -c 0 -O layout=flat -J "$TMP/sync.json" \
   > "$TMP/sync.txt"
@@ -112,18 +131,20 @@ lat = sy[0]["time_us"] * 1e-6
 bw = (sy[-1]["size"] - sy[0]["size"]) / max(1e-9, (sy[-1]["time_us"] - sy[0]["time_us"]) * 1e-6)
 d, L, V, F, P = $D_MODEL, $LAYERS, $VOCAB, $D_FF, $MAX_POS
 params = 2 * V * d + P * d + L * (4 * d * d + 3 * d * F + 2 * d) + d
+first = max(0.0, 2 * (ld("first")[0]["time_us"] - ld("later")[0]["time_us"]) * 1e-6)
+io = ld("write")[0]["time_us"] * 1e-6
 # --pack on (the default): the cost per real token of packed rows, at the batch's mean sample length;
 # --pack off: each micro-batch padded to its longest sample (pack_micro_batch, train/engine.cpp).
-cost = {"model_bytes": 4 * params, "train_padded": "$PACK" != "on",
+cost = {"model_bytes": 4 * params, "train_padded": "$PACK" != "on", "step_io_s": io,
         "link": {"latency_s": lat, "bandwidth_Bps": bw},
         "hw": {"cpu": {"decode_batch": batches, "decode_s": dec, "decode_s_per_ctx_token": ctx,
                        "prefill_s_per_token": pre,
                        "train_s_per_token": train_s, "train_seq": seqs, "train_s_per_token_seq": train_at,
-                       "max_batch": 256,
-                       "source": "sim_calibrate.sh: generate/train_step/weight_sync benches"}}}
+                       "train_first_s": first, "max_batch": 256,
+                       "source": "sim_calibrate.sh: generate/train_step/weight_sync/step_write benches"}}}
 json.dump(cost, open(out, "w"), indent=1)
 print(f"sim_calibrate: decode step {', '.join(f'b{b} {s*1e3:.2f} ms' for b, s in zip(batches, dec))} "
       f"+ {ctx*1e9:.1f} ns per context token (b{bl}: {step[bl]*1e3:.2f} ms at new {new}, {long_step*1e3:.2f} at {$LONG}); "
       f"prefill {pre*1e6:.1f} us/token; train {', '.join(f'L{L} {t*1e6:.1f}' for L, t in zip(seqs, train_at))} us/token; link {lat*1e6:.0f} us + {bw/1e9:.2f} GB/s; "
-      f"model {4*params} bytes -> {out}")
+      f"first steps +{first:.3f} s; step writes {io*1e3:.2f} ms; model {4*params} bytes -> {out}")
 PY

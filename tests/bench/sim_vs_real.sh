@@ -42,12 +42,15 @@ else
   IFS=: read -r kind MEDIAN RATIO <<< "$LENGTHS"
   [ "$kind" = lognormal ] && [ -n "$RATIO" ] || { echo "sim_vs_real.sh: LENGTHS=$LENGTHS: policy or lognormal:M:R" >&2; exit 2; }
   # 60 steps: the first two steps of a fresh process cost 0.3-0.4 s more than later ones (the
-  # allocator's first touches, LibTorch's first calls), which the simulator does not model; that is
-  # ~10% of a 20-step run and ~4% of a 60-step one (share/doc/bench.md, 2026-12-04).
+  # allocator's first touches, LibTorch's first calls): ~10% of a 20-step run and ~4% of a 60-step
+  # one (share/doc/bench.md, 2026-12-04). sim_calibrate.sh now measures it (train_first_s).
   STEPS=${STEPS:-60} PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8}
   REAL_ARGS=(--prompts-per-step "$PROMPTS" --group-size "$GROUP" --response-lengths "$LENGTHS" --max-new-tokens "$MAX_NEW")
   SIM_LENGTHS=(--lengths lognormal --median "$MEDIAN" --p99-ratio "$RATIO" --max-new "$MAX_NEW")
   export TRAIN_SEQS=${TRAIN_SEQS:-16 32 64 128 256 $((MAX_NEW + 7))}
+  # The first steps' extra cost on a batch of this workload's lengths (a step's ~BATCH x 57 tokens).
+  export FIRST_OPTS=${FIRST_OPTS:-"-O lengths=lognormal -O median=$MEDIAN -O ratio=$RATIO -O prompt=7 -O seq=$((MAX_NEW + 7))"}
+  export FIRST_TOKENS=${FIRST_TOKENS:-$((PROMPTS * GROUP * 57))}
 fi
 export BATCH=$((PROMPTS * GROUP))
 SIM_BIN=${SIM_BIN:-$BUILD/mpi_app/tagflow}

@@ -669,6 +669,64 @@ TEST(Sim, TrainStepPricesThePackedSlots) {
     EXPECT_NEAR(simulate(c, cost).wall - eq0, c.steps * 8 * (7 + 40 - 1) * coef, 1e-9);
 }
 
+TEST(Sim, FirstStepsAndRunFileWrites) {
+    // train_first_s: a node's first training step costs that much more, once. One node, sync, so
+    // it adds exactly that to the run.
+    CostModel cost = one_node_costs();
+    SimConfig c = one_node({20}, 4);
+    const double wall0 = simulate(c, cost).wall;
+    cost.hw["x"].train_first_s = 0.5;
+    const double wall1 = simulate(c, cost).wall;
+    EXPECT_NEAR(wall1 - wall0, 0.5, 1e-9);
+    // step_io_s: sync writes every step's rows on every rank before the next step: steps x io, on
+    // an "io" span of that length on the node.
+    cost.step_io_s = 0.01;
+    const ModeResult io = simulate(c, cost);
+    EXPECT_NEAR(io.wall - wall1, 4 * 0.01, 1e-9);
+    double io_s = 0;
+    for (const Span& sp : io.node[0].spans) io_s += sp.kind == Kind::kIo ? sp.t1 - sp.t0 : 0;
+    EXPECT_NEAR(io_s, 4 * 0.01, 1e-9);
+    // The async modes: the coordinator alone writes, after each step's weights are sent; the run
+    // takes longer with both terms (not by their sum: generation goes on meanwhile, so the next
+    // batch is readier), and the io spans add up to steps x io.
+    for (const char* mode : {"disaggregated", "multiplex"}) {
+        const SimConfig s = small(mode, 4);
+        CostModel base = default_costs(), more = default_costs();
+        more.step_io_s = 0.02;
+        more.hw["h100"].train_first_s = 0.3;
+        const ModeResult a = simulate(s, base), b = simulate(s, more);
+        EXPECT_GT(b.wall, a.wall) << mode;
+        double total = 0;
+        int writers = 0;
+        for (const NodeResult& n : b.node) {
+            double mine = 0;
+            for (const Span& sp : n.spans) mine += sp.kind == Kind::kIo ? sp.t1 - sp.t0 : 0;
+            total += mine;
+            writers += mine > 0;
+        }
+        EXPECT_NEAR(total, static_cast<double>(b.steps) * 0.02, 1e-9) << mode;
+        EXPECT_EQ(writers, 1) << mode;
+    }
+    // The cost file: read, written back, a negative value refused in one line naming the file.
+    CostModel f = default_costs();
+    merge_cost_json(f, R"({"step_io_s": 0.004, "hw": {"cpu": {"train_first_s": 0.3}}})", "io.json");
+    EXPECT_DOUBLE_EQ(f.step_io_s, 0.004);
+    EXPECT_DOUBLE_EQ(f.at("cpu").train_first_s, 0.3);
+    CostModel rt = default_costs();
+    merge_cost_json(rt, to_json(f), "roundtrip");
+    EXPECT_DOUBLE_EQ(rt.step_io_s, 0.004);
+    EXPECT_DOUBLE_EQ(rt.at("cpu").train_first_s, 0.3);
+    for (const char* bad : {R"({"step_io_s": -1})", R"({"hw": {"cpu": {"train_first_s": "x"}}})"}) {
+        try {
+            merge_cost_json(f, bad, "neg.json");
+            ADD_FAILURE() << "accepted " << bad;
+        } catch (const ConfigError& e) {
+            EXPECT_NE(std::string(e.what()).find("neg.json"), std::string::npos) << e.what();
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(Sim, BadOptionsGiveOneLineErrors) {
     EXPECT_EQ(parse_error({"--nodes", "8,32", "--modes", "sync", "--median", "16"}), "");
     const std::vector<std::vector<std::string>> bad = {{"--nodes", "8,x"},
