@@ -78,6 +78,12 @@ print(f"lengths: {len(n)} samples, mean {n.mean():.1f}, p50 {np.percentile(n, 50
       f"p99 {np.percentile(n, 99):.0f}, max {n.max()} -> {sys.argv[2]}")
 PY
 fi
+if [ "$LENGTHS" = policy ]; then
+  # The first steps and the run-file writes measured on a step of these lengths' mean.
+  mean=$(awk '{ s += $1; n++ } END { printf "%d", n ? s / n + 0.5 : 20 }' "$LENGTHS_FILE")
+  export RESPONSE_MEAN=${RESPONSE_MEAN:-$mean}
+  export FIRST_OPTS=${FIRST_OPTS:-"-O seq=$((7 + mean))"} FIRST_TOKENS=${FIRST_TOKENS:-$((BATCH * (7 + mean)))}
+fi
 # predict COST JSON: `tagflow sim` for the real runs' configuration with the costs in COST.
 predict() {
   "$SIM_BIN" sim --nodes 2 --hw "cpu:rollout:0.5;cpu:rollout,train:0.5" --modes sync,disaggregated,multiplex \
