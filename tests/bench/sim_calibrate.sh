@@ -86,20 +86,22 @@ one 0 "$B/generate_bench" -b 256 -e 256 -n "$ITERS" -w 1 -c 0 -d "$TMP" "${M[@]}
 unbusy
 echo "sim_calibrate: train_step_bench ($BATCH sequences of $TRAIN_SEQS tokens, 1 rank)" >&2
 busy gen
+# train TOKENS NAME ARGS...: one train_step_bench run on TOKENS tokens (its sizes are bytes, 4 per
+# token), the trainer as tagflow train runs it, results in $TMP/NAME.json.
+train() {
+  local bytes=$(($1 * 4)) name=$2
+  shift 2
+  one 0 "$B/train_step_bench" -b $bytes -e $bytes -c 0 "${M[@]}" -O d_ff=$D_FF -O entropy=$ENTROPY \
+    -O abs_positions=1 -O pack=$PACK "$@" -J "$TMP/$name.json" > "$TMP/$name.txt"
+}
 for L in $TRAIN_SEQS; do
-  BYTES=$((BATCH * L * 4))  # train_step_bench's sizes are bytes, 4 per token: BATCH sequences of L
-  one 0 "$B/train_step_bench" -b $BYTES -e $BYTES -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" -O d_ff=$D_FF -O seq=$L \
-    -O entropy=$ENTROPY -O abs_positions=1 -O pack=$PACK \
-    -J "$TMP/train_$L.json" > "$TMP/train_$L.txt"
+  train $((BATCH * L)) "train_$L" -n "$TRAIN_ITERS" -w 2 -O seq=$L  # BATCH sequences of L tokens
 done
 # A fresh process's first steps (LibTorch's first calls, the allocator's first touches): two steps
 # timed with no warm-up, then the same batch warmed up.
-# shellcheck disable=SC2086
-one 0 "$B/train_step_bench" -b $((FIRST_TOKENS * 4)) -e $((FIRST_TOKENS * 4)) -n 2 -w 0 -c 0 "${M[@]}" \
-  -O d_ff=$D_FF -O entropy=$ENTROPY -O abs_positions=1 -O pack=$PACK $FIRST_OPTS -J "$TMP/first.json" > "$TMP/first.txt"
-# shellcheck disable=SC2086
-one 0 "$B/train_step_bench" -b $((FIRST_TOKENS * 4)) -e $((FIRST_TOKENS * 4)) -n "$TRAIN_ITERS" -w 2 -c 0 "${M[@]}" \
-  -O d_ff=$D_FF -O entropy=$ENTROPY -O abs_positions=1 -O pack=$PACK $FIRST_OPTS -J "$TMP/later.json" > "$TMP/later.txt"
+read -r -a first_opts <<< "$FIRST_OPTS"
+train "$FIRST_TOKENS" first -n 2 -w 0 "${first_opts[@]}"
+train "$FIRST_TOKENS" later -n "$TRAIN_ITERS" -w 2 "${first_opts[@]}"
 unbusy
 echo "sim_calibrate: step_write_bench (1 rank, $BATCH samples of $PROMPT + $RESPONSE_MEAN tokens)" >&2
 W=$((BATCH * (PROMPT + RESPONSE_MEAN) * 4))

@@ -89,6 +89,27 @@ SimConfig one_node(std::vector<int32_t> lengths, int steps) {
 
 const char* const kModes[] = {"sync", "disaggregated", "multiplex"};
 
+// Merging `json` into `m` must be refused with a one-line ConfigError naming `file` (and `key`,
+// when given).
+void expect_cost_refused(CostModel& m, const std::string& json, const std::string& file, const std::string& key = "") {
+    try {
+        merge_cost_json(m, json, file);
+        ADD_FAILURE() << "accepted " << json;
+    } catch (const ConfigError& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+        EXPECT_NE(what.find(file), std::string::npos) << what;
+        if (!key.empty()) EXPECT_NE(what.find(key), std::string::npos) << what;
+    }
+}
+
+// Seconds of a node's "io" spans.
+double io_seconds(const NodeResult& n) {
+    double s = 0;
+    for (const Span& sp : n.spans) s += sp.kind == Kind::kIo ? sp.t1 - sp.t0 : 0;
+    return s;
+}
+
 }  // namespace
 
 TEST(Sim, DeterministicForASeed) {
@@ -543,15 +564,8 @@ TEST(Sim, CostModel) {
     EXPECT_EQ(to_json(m2).substr(0, 200), to_json(m).substr(0, 200));
     for (const char* bad : {"{", "[1]", R"({"hw": {"x": {"decode_batch": [1, 2], "decode_s": [0.1]}}})",
                             R"({"hw": {"x": {"train_s_per_token": -1}}})", R"({"link": {"bandwidth_Bps": 0}})",
-                            R"({"hw": {"x": {"decode_batch": [4, 2], "decode_s": [0.1, 0.2]}}})"}) {
-        try {
-            merge_cost_json(m, bad, "f.json");
-            ADD_FAILURE() << "accepted " << bad;
-        } catch (const ConfigError& e) {
-            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-            EXPECT_NE(std::string(e.what()).find("f.json"), std::string::npos) << e.what();
-        }
-    }
+                            R"({"hw": {"x": {"decode_batch": [4, 2], "decode_s": [0.1, 0.2]}}})"})
+        expect_cost_refused(m, bad, "f.json");
     EXPECT_THROW(m.at("nosuch"), ConfigError);
     // A padded trainer (tagflow's: each local batch padded to its longest sample) pays more.
     CostModel packed = default_costs(), padded = default_costs();
@@ -575,14 +589,8 @@ TEST(Sim, CostModel) {
     EXPECT_EQ(rt.at("cpu").train_s_per_token_seq, c.train_s_per_token_seq);
     for (const char* bad : {R"({"hw": {"x": {"train_seq": [16]}}})",
                             R"({"hw": {"x": {"train_seq": [16, 8], "train_s_per_token_seq": [1e-4, 1e-4]}}})",
-                            R"({"hw": {"x": {"train_seq": [16], "train_s_per_token_seq": [0]}}})"}) {
-        try {
-            merge_cost_json(bylen, bad, "g.json");
-            ADD_FAILURE() << "accepted " << bad;
-        } catch (const ConfigError& e) {
-            EXPECT_NE(std::string(e.what()).find("g.json"), std::string::npos) << e.what();
-        }
-    }
+                            R"({"hw": {"x": {"train_seq": [16], "train_s_per_token_seq": [0]}}})"})
+        expect_cost_refused(bylen, bad, "g.json");
 }
 
 TEST(Sim, AttentionCostFollowsTheContext) {
@@ -612,13 +620,7 @@ TEST(Sim, AttentionCostFollowsTheContext) {
     CostModel rt = default_costs();
     merge_cost_json(rt, to_json(f), "roundtrip");
     EXPECT_DOUBLE_EQ(rt.at("cpu").decode_s_per_ctx_token, 9e-8);
-    try {
-        merge_cost_json(f, R"({"hw": {"cpu": {"decode_s_per_ctx_token": -1}}})", "neg.json");
-        ADD_FAILURE() << "accepted a negative decode_s_per_ctx_token";
-    } catch (const ConfigError& e) {
-        EXPECT_NE(std::string(e.what()).find("neg.json"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("decode_s_per_ctx_token"), std::string::npos) << e.what();
-    }
+    expect_cost_refused(f, R"({"hw": {"cpu": {"decode_s_per_ctx_token": -1}}})", "neg.json", "decode_s_per_ctx_token");
 }
 
 TEST(Sim, TrainStepPricesThePackedSlots) {
@@ -683,9 +685,7 @@ TEST(Sim, FirstStepsAndRunFileWrites) {
     cost.step_io_s = 0.01;
     const ModeResult io = simulate(c, cost);
     EXPECT_NEAR(io.wall - wall1, 4 * 0.01, 1e-9);
-    double io_s = 0;
-    for (const Span& sp : io.node[0].spans) io_s += sp.kind == Kind::kIo ? sp.t1 - sp.t0 : 0;
-    EXPECT_NEAR(io_s, 4 * 0.01, 1e-9);
+    EXPECT_NEAR(io_seconds(io.node[0]), 4 * 0.01, 1e-9);
     // The async modes: the coordinator alone writes, after each step's weights are sent; the run
     // takes longer with both terms (not by their sum: generation goes on meanwhile, so the next
     // batch is readier), and the io spans add up to steps x io.
@@ -699,10 +699,8 @@ TEST(Sim, FirstStepsAndRunFileWrites) {
         double total = 0;
         int writers = 0;
         for (const NodeResult& n : b.node) {
-            double mine = 0;
-            for (const Span& sp : n.spans) mine += sp.kind == Kind::kIo ? sp.t1 - sp.t0 : 0;
-            total += mine;
-            writers += mine > 0;
+            total += io_seconds(n);
+            writers += io_seconds(n) > 0;
         }
         EXPECT_NEAR(total, static_cast<double>(b.steps) * 0.02, 1e-9) << mode;
         EXPECT_EQ(writers, 1) << mode;
@@ -716,15 +714,8 @@ TEST(Sim, FirstStepsAndRunFileWrites) {
     merge_cost_json(rt, to_json(f), "roundtrip");
     EXPECT_DOUBLE_EQ(rt.step_io_s, 0.004);
     EXPECT_DOUBLE_EQ(rt.at("cpu").train_first_s, 0.3);
-    for (const char* bad : {R"({"step_io_s": -1})", R"({"hw": {"cpu": {"train_first_s": "x"}}})"}) {
-        try {
-            merge_cost_json(f, bad, "neg.json");
-            ADD_FAILURE() << "accepted " << bad;
-        } catch (const ConfigError& e) {
-            EXPECT_NE(std::string(e.what()).find("neg.json"), std::string::npos) << e.what();
-            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
-        }
-    }
+    expect_cost_refused(f, R"({"step_io_s": -1})", "neg.json", "step_io_s");
+    expect_cost_refused(f, R"({"hw": {"cpu": {"train_first_s": "x"}}})", "neg.json", "train_first_s");
 }
 
 TEST(Sim, BadOptionsGiveOneLineErrors) {
