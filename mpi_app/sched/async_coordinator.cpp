@@ -250,8 +250,13 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     const double held = hold_since_ >= 0 ? t_begin - hold_since_ : 0.0;
     held_s_ += held;
     hold_since_ = -1;
-    if (last_begin_ >= 0) cycle_s_ = sched_policy::next_cycle(cycle_s_, t_begin - last_begin_, held);
+    if (last_begin_ >= 0) {
+        cycle_s_ = sched_policy::next_cycle(cycle_s_, t_begin - last_begin_, held);
+        // --rebalance-every: the whole cycle, less the evaluations (they are not the group's).
+        if (rebalance_) window_.add_cycle(t_begin - last_begin_ - cycle_eval_s_);
+    }
     last_begin_ = t_begin;
+    cycle_eval_s_ = 0;
     const std::vector<int> joiners = rebalance(s);  // --rebalance-every: maybe a new train group
     const bool ckpt_next = have_ckpt_ && ckpt_.every > 0 && (s + 1) % ckpt_.every == 0 && s + 1 < opt_.steps;
     for (int r : step_members_)
@@ -293,6 +298,7 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
     const double ev0 = clock_.now();
     const double ev = eval_now ? evaluate(static_cast<int32_t>(step_)) : -1;
     eval_s_ += clock_.now() - ev0;  // not generation for training (--rebalance-every's rates)
+    cycle_eval_s_ += clock_.now() - ev0;
 
     io::StepRecord row;
     row.step = s;

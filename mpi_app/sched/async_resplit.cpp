@@ -156,9 +156,9 @@ std::vector<int> AsyncScheduler::rebalance(int32_t s) {
     std::string train;
     for (const auto& [r, t] : m.train_s) train += (train.empty() ? "" : ", ") + std::to_string(r) + ": " + fmt3(t);
     say("step %5d: train group {%s} -> {%s}: predicted %.3f s/step against %.3f (generation %.1f samples/s "
-        "over %zu ranks; compute per step {%s} s, %.3f s more per step)\n",
+        "over %zu ranks, overlapping training %.2f; compute per step {%s} s, %.3f s more per step)\n",
         s, ranks_text(members_).c_str(), ranks_text(c.members).c_str(), c.best_s, c.current_s, all, m.gen_rate.size(),
-        train.c_str(), m.overhead_s);
+        m.overlap, train.c_str(), m.overhead_s);
     return change_group(s, c.members, c.current_s, c.best_s);
 }
 

@@ -471,6 +471,7 @@ private:
     // --rebalance-every, coordinator: what was measured since the last decision, and the changes.
     sched_policy::RateWindow window_;
     double eval_s_ = 0;        // the coordinator's evaluations since the last measure_spans
+    double cycle_eval_s_ = 0;  // and since the last step began (RateWindow::add_cycle)
     int64_t first_step_ = -1;  // the first step this process ran (measure_step)
     struct Resplit {
         int64_t step = 0;

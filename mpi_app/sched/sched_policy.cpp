@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "cluster/tags.hpp"
 #include "common/error.hpp"
@@ -291,7 +292,7 @@ void check_roles(const config::Options& opt, const std::vector<uint32_t>& all_ta
     }
 }
 
-double predict_step_seconds(const StepModel& m, const std::vector<int>& members) {
+double predict_train_seconds(const StepModel& m, const std::vector<int>& members) {
     double mean = 0;
     for (const auto& [r, t] : m.train_s) mean += t;
     mean = m.train_s.empty() ? 0 : mean / static_cast<double>(m.train_s.size());
@@ -301,14 +302,35 @@ double predict_step_seconds(const StepModel& m, const std::vector<int>& members)
         const auto it = m.train_s.find(r);
         slowest = std::max(slowest, (it != m.train_s.end() ? it->second : mean) * m.measured_members / k);
     }
-    const double t = m.overhead_s + slowest;
-    double all = 0, lost = 0;
+    return m.overhead_s + slowest;
+}
+
+namespace {
+// All generators' rates, and those of the generators outside `members`.
+std::pair<double, double> gen_rates(const StepModel& m, const std::vector<int>& members) {
+    double all = 0, outside = 0;
     for (const auto& [r, g] : m.gen_rate) {
         all += g;
-        if (std::count(members.begin(), members.end(), r)) lost += g * t;
+        if (!std::count(members.begin(), members.end(), r)) outside += g;
     }
+    return {all, outside};
+}
+}  // namespace
+
+double predict_step_seconds(const StepModel& m, const std::vector<int>& members) {
+    const double t = predict_train_seconds(m, members);
+    const auto [all, outside] = gen_rates(m, members);
     if (all <= 0) return t;
-    return std::max(t, (static_cast<double>(m.threshold) + lost) / all);
+    return t + std::max(0.0, static_cast<double>(m.threshold) - m.overlap * t * outside) / all;
+}
+
+double fit_overlap(const StepModel& m, const std::vector<int>& members, double cycle_s) {
+    const double t = predict_train_seconds(m, members);
+    const auto [all, outside] = gen_rates(m, members);
+    if (t <= 0 || outside <= 0 || all <= 0) return m.overlap;
+    if (cycle_s <= t) return 1.0;  // training is the whole cycle: any overlap that delivers enough fits
+    const double o = (static_cast<double>(m.threshold) - (cycle_s - t) * all) / (t * outside);
+    return std::clamp(o, 0.0, 1.0);
 }
 
 GroupChoice choose_train_group(const config::Options& opt, const std::vector<uint32_t>& all_tags,
@@ -363,7 +385,14 @@ GroupChoice choose_train_group(const config::Options& opt, const std::vector<uin
         }
     }
     c.best_s = predict_step_seconds(m, best);
-    if (best != current && c.best_s < (1.0 - hysteresis) * c.current_s) c.members = best;
+    // A fitted overlap below 1 may veto a move, never make one: the move must win at full overlap
+    // too. The fit explains the current group's cycles, so a slow cycle on a busy machine raises
+    // the current group's prediction and not that of a group with no rank outside it.
+    StepModel full = m;
+    full.overlap = 1;
+    const bool wins_at_full =
+        m.overlap >= 1 || predict_step_seconds(full, best) < (1.0 - hysteresis) * predict_step_seconds(full, current);
+    if (best != current && c.best_s < (1.0 - hysteresis) * c.current_s && wins_at_full) c.members = best;
     return c;
 }
 
@@ -401,9 +430,21 @@ void RateWindow::add_step(double seconds, const std::vector<int>& members) {
     for (int r : members) member_steps[r] += 1;
 }
 
+void RateWindow::add_cycle(double seconds) {
+    if (skip_cycle) {
+        skip_cycle = false;
+        return;
+    }
+    ++cycles;
+    cycle_s += std::max(0.0, seconds);
+}
+
 void RateWindow::new_group() {
     trained = 0;
     step_s = 0;
+    cycles = 0;
+    cycle_s = 0;
+    skip_cycle = true;
     train_s.clear();
     member_steps.clear();
 }
@@ -440,11 +481,15 @@ std::optional<GroupChoice> RateWindow::decide(const config::Options& opt, const 
             if (!m.train_s.count(r) && relative_s.count(r)) m.train_s[r] = relative_s[r] * sum / measured;
     m.measured_members = static_cast<int>(current.size());
     m.overhead_s = std::max(0.0, step_s / trained - slowest);
+    m.overlap = overlap;
+    if (cycles > 0) m.overlap = overlap = fit_overlap(m, current, cycle_s / cycles);
     for (auto* figures : {&delivered, &rollout_s, &train_s, &member_steps})
         for (auto& [r, v] : *figures) v /= 2;
     steps = 0;
     trained /= 2;
     step_s /= 2;
+    cycles /= 2;
+    cycle_s /= 2;
     if (model) *model = m;
     return choose_train_group(opt, all_tags, eligible, current, m, 0.1);
 }

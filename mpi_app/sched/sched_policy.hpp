@@ -145,13 +145,32 @@ struct StepModel {
     int measured_members = 1;
     double overhead_s = 0;  ///< the rest of a step: the batch broadcast, the reductions
     int64_t threshold = 0;  ///< samples per step
+    /// The share of a training step in which the generators outside the group go on delivering at
+    /// their rates, 0 to 1. Admission grants only between steps (at most --staleness steps' samples
+    /// ahead), so while a long step trains the fast ranks finish their grants and wait for the next
+    /// and what is left in flight is the slow groups' tails; the generation a step needs then
+    /// follows it instead of overlapping it. RateWindow::decide fits it to the current group's
+    /// measured cycles (fit_overlap); 1 until measured.
+    double overlap = 1;
 };
 
-/// Seconds per step with train group `members`: the longer of its training time t (overhead +
-/// its slowest member's share; a rank never measured counts as the measured ones' mean) and the
-/// time every generator needs for `threshold` samples plus what the members give up while their
-/// generation pauses for t: max(t, (threshold + t x sum of the members' rates) / all rates).
+/// The training time t of a step with train group `members`: overhead + its slowest member's
+/// share (compute scales as 1/k; a rank never measured counts as the measured ones' mean).
+double predict_train_seconds(const StepModel& m, const std::vector<int>& members);
+
+/// Seconds per step with train group `members`: t (predict_train_seconds), then the time all
+/// generators need for what of `threshold` samples the ranks outside the group did not deliver
+/// while it trained (at their rates for overlap x t): t + max(0, threshold - overlap x t x outside
+/// rates) / all rates. At overlap 1 this is max(t, (threshold + t x the members' rates) / all
+/// rates): the members' generation pauses for t, the others' does not.
 double predict_step_seconds(const StepModel& m, const std::vector<int>& members);
+
+/// The overlap (StepModel::overlap) at which predict_step_seconds gives group `members`
+/// `cycle_s`, its measured seconds from one step's start to the next, in [0, 1]: 1 when the cycle
+/// is no longer than t (training was all of it) or shorter than even overlap 1 predicts, 0 when
+/// longer than overlap 0 does; m.overlap when no generator outside the group delivers or t is 0
+/// (the cycle says nothing about it then).
+double fit_overlap(const StepModel& m, const std::vector<int>& members, double cycle_s);
 
 /// The coordinator's re-split decision (--rebalance-every): among the groups of `eligible`
 /// (train_group(), the coordinator first) that hold the coordinator and every rank that cannot
@@ -159,7 +178,7 @@ double predict_step_seconds(const StepModel& m, const std::vector<int>& members)
 /// total --train-priority). With up to 12 other eligible ranks every subset is a candidate; with
 /// more, for every k the k best by priority, measured compute and generation rate (the search stays
 /// linear at hundreds of ranks). `members` is that group when it beats `current` by more than
-/// `hysteresis` (a fraction of current's time), else `current`.
+/// `hysteresis` (a fraction of current's time), and does at m.overlap 1 too, else `current`.
 struct GroupChoice {
     std::vector<int> members;
     double current_s = 0, best_s = 0;  ///< the predictions for `current` and for the best group
@@ -180,6 +199,12 @@ struct RateWindow {
     int64_t steps = 0;                   ///< steps since the last decision
     double trained = 0;                  ///< steps behind step_s (decayed like it)
     double step_s = 0;                   ///< seconds of those steps (the new group's forming excluded)
+    /// Whole cycles of the current group (from one step's start to the next one's, its waits for
+    /// samples included) and their seconds, decayed like the rest. The first cycle after
+    /// new_group() is left out: it holds the hand-over and the old group's pool.
+    double cycles = 0, cycle_s = 0;
+    bool skip_cycle = false;
+    double overlap = 1;  ///< StepModel::overlap as last fitted
     /// Per rank that has trained beside others: its compute seconds per step over the other
     /// members' mean, as last measured (its speed relative to theirs). While the rank is not a
     /// member it stands in as that multiple of the members' mean now, so it keeps its measured
@@ -189,13 +214,16 @@ struct RateWindow {
 
     /// One training step of `members` that took `seconds`.
     void add_step(double seconds, const std::vector<int>& members);
+    /// A step starts `seconds` after the last one started (called before decide at that step).
+    void add_cycle(double seconds);
     /// A new group trains from now on: its steps take other times (the rates stay).
     void new_group();
     /// Every --rebalance-every steps with something measured (else nullopt): the model of what
     /// was measured (every generator that delivered, with over 1 ms of generating), then every
     /// figure halves, so the next decision weighs what is measured until then as much as
     /// everything before (rates follow a changing workload within a few decisions; one window's
-    /// noise moves them half as much), then choose_train_group with 10% hysteresis.
+    /// noise moves them half as much), with the overlap fitted to the current group's cycles
+    /// when some were measured (else as last fitted), then choose_train_group with 10% hysteresis.
     std::optional<GroupChoice> decide(const config::Options& opt, const std::vector<uint32_t>& all_tags,
                                       const std::vector<int>& eligible, const std::vector<int>& current,
                                       const std::vector<int>& gens, int64_t threshold, StepModel* model = nullptr);

@@ -552,7 +552,10 @@ private:
             }
         }
         res_.held_s += held;
-        if (last_trigger_ >= 0) cycle_s_ = sched::sched_policy::next_cycle(cycle_s_, t - last_trigger_, held);
+        if (last_trigger_ >= 0) {
+            cycle_s_ = sched::sched_policy::next_cycle(cycle_s_, t - last_trigger_, held);
+            if (opt_.rebalance_every > 0) window_.add_cycle(t - last_trigger_);  // before regroup, as the scheduler
+        }
         last_trigger_ = t;
         wait_since_ = -1;
         wait_until_ = -1;

@@ -61,6 +61,110 @@ TEST(TrainGroupChoice, PredictedStepByHand) {
     EXPECT_NEAR(predict_step_seconds(m, {0, 2}), 1.19, 1e-12);
 }
 
+// The overlap: how much of a step's training time the ranks outside the group go on delivering.
+// Ranks 0 and 1 train (1 s each, 0.1 s more per step) and generate 100 samples/s; rank 2 only
+// generates, 200 samples/s; 128 samples per step. {0,1}: t = 1.1 s, all rates 400, outside 200.
+TEST(TrainGroupChoice, OverlapByHand) {
+    using tagflow::sched::sched_policy::fit_overlap;
+    StepModel m = two_equal(1.0, 0.1, 100);
+    m.gen_rate[2] = 200;
+    // Overlap 1: rank 2 delivers 220 samples while {0,1} trains, more than a step needs: 1.1 s.
+    EXPECT_NEAR(predict_step_seconds(m, {0, 1}), 1.1, 1e-12);
+    // Overlap 0.5: 110 while it trains, the other 18 at 400 samples/s after: 1.1 + 0.045.
+    m.overlap = 0.5;
+    EXPECT_NEAR(predict_step_seconds(m, {0, 1}), 1.145, 1e-12);
+    // Overlap 0: all 128 after training: 1.1 + 0.32.
+    m.overlap = 0;
+    EXPECT_NEAR(predict_step_seconds(m, {0, 1}), 1.42, 1e-12);
+    // The fit inverts it, within [0, 1].
+    EXPECT_NEAR(fit_overlap(m, {0, 1}, 1.145), 0.5, 1e-12);
+    EXPECT_NEAR(fit_overlap(m, {0, 1}, 1.42), 0.0, 1e-12);
+    EXPECT_EQ(fit_overlap(m, {0, 1}, 2.0), 0.0);  // slower than even overlap 0 explains
+    EXPECT_EQ(fit_overlap(m, {0, 1}, 1.1), 1.0);  // training was the whole cycle
+    EXPECT_EQ(fit_overlap(m, {0, 1}, 0.9), 1.0);
+    // No generator outside the group: the cycle says nothing about the overlap, which stays.
+    m.overlap = 0.25;
+    EXPECT_EQ(fit_overlap(m, {0, 1, 2}, 5.0), 0.25);
+}
+
+// A fitted overlap below 1 vetoes moves but never makes one. Ranks 0 and 1 train (0.1 s each,
+// 0.05 s more per step), rank 2 is outside (0.11 s of a 2-rank step when it trained); each
+// generates 1000 samples/s; 128 per step. By hand, {0,1}: t = 0.15, at overlap 1 rank 2 delivers
+// 150 while it trains: 0.15 s; at overlap 0, 0.15 + 128 / 3000 = 0.1927 s. {0,1,2} (no rank
+// outside, so the same at any overlap): t = 0.05 + 0.11 x 2/3, 0.1233 + 0.0427 = 0.166 s. Fitted
+// to one slow cycle (overlap 0) it would move (0.166 < 0.9 x 0.1927); at full overlap {0,1} is
+// faster, so it stays. At overlap 1 nothing changes.
+TEST(TrainGroupChoice, OverlapMayVetoAMoveNeverMakeOne) {
+    const Options o = multiplex();
+    const std::vector<uint32_t> tags{kRT, kRT, kRT};
+    StepModel m = two_equal(0.1, 0.05, 1000);
+    m.gen_rate[2] = 1000;
+    m.train_s[2] = 0.11;
+    m.overlap = 0;
+    EXPECT_NEAR(predict_step_seconds(m, {0, 1}), 0.15 + 128.0 / 3000, 1e-12);
+    EXPECT_NEAR(predict_step_seconds(m, {0, 1, 2}), 0.05 + 0.11 * 2 / 3 + 128.0 / 3000, 1e-12);
+    auto c = choose_train_group(o, tags, {0, 1, 2}, {0, 1}, m, 0.1);
+    EXPECT_EQ(c.members, (std::vector<int>{0, 1}));
+    EXPECT_LT(c.best_s, 0.9 * c.current_s);  // the fitted model alone would have moved
+    m.overlap = 1;
+    c = choose_train_group(o, tags, {0, 1, 2}, {0, 1}, m, 0.1);
+    EXPECT_EQ(c.members, (std::vector<int>{0, 1}));
+    EXPECT_NEAR(c.current_s, 0.15, 1e-12);
+    // A move that wins at both is made: rank 2 trains as fast as the others and generates 100
+    // samples/s; 0.01 s more per step. {0,1}: t = 0.11, 0.11 + 128 / 2100 = 0.171 s at overlap 0,
+    // 0.11 + (128 - 11) / 2100 = 0.1657 at 1; {0,1,2}: 0.0767 + 0.061 = 0.1376 s.
+    m.overlap = 0;
+    m.train_s[2] = 0.1;
+    m.gen_rate[2] = 100;
+    m.overhead_s = 0.01;
+    c = choose_train_group(o, tags, {0, 1, 2}, {0, 1}, m, 0.1);
+    EXPECT_EQ(c.members, (std::vector<int>{0, 1, 2}));
+}
+
+// Admission holds the rollout side back while a step trains (the simulator's h100/t4 cluster at
+// 32-200 nodes, 2026-12-05): the true step is t + 128 / all rates, nothing delivered during
+// training. Ranks 0-2 train (0.3 s alone, 0.3 s more per step) and generate 100 samples/s, rank 3
+// only generates, 100 samples/s. By hand, truly: {0,1,2} t = 0.4, 0.4 + 0.32 = 0.72 s; {0,1}
+// 0.45 + 0.32 = 0.77 s; {0} 0.92 s. With overlap 1 the model predicts {0,1,2} at
+// max(0.4, (128 + 0.4 x 300) / 400) = 0.62 s and {0,1} at (128 + 0.45 x 200) / 400 = 0.545 s,
+// under 0.9 x 0.62 = 0.558: it moves. Fitted to the measured cycles, overlap 0 predicts the truth.
+TEST(TrainGroupChoice, RateWindowFitsTheOverlapAndKeepsTheGroup) {
+    using tagflow::sched::sched_policy::RateWindow;
+    const Options o = multiplex();
+    const std::vector<uint32_t> tags{kRT, kRT, kRT, cl::kRollout};
+    const std::vector<int> eligible{0, 1, 2}, gens{0, 1, 2, 3};
+    const double overhead = 0.3, solo = 0.3, rate = 100;
+    // Two steps of `group` in the admission-bound world, then a decision.
+    const auto window = [&](RateWindow& w, const std::vector<int>& group, bool cycles) {
+        const double k = static_cast<double>(group.size());
+        const double t = overhead + solo / k, seconds = t + 128 / (4 * rate);
+        for (int s = 0; s < 2; ++s) {
+            for (int r : group) w.train_s[r] += solo / k;
+            for (int r : gens) {  // every generator generates only after the step
+                w.delivered[r] += rate * (seconds - t);
+                w.rollout_s[r] += seconds - t;
+            }
+            w.add_step(t, group);
+            if (cycles) w.add_cycle(seconds);
+        }
+        return w.decide(o, tags, eligible, group, gens, 128);
+    };
+    // Without cycles the model keeps overlap 1 and shrinks the group.
+    RateWindow blind;
+    const auto moved = window(blind, eligible, false);
+    ASSERT_TRUE(moved.has_value());
+    EXPECT_EQ(moved->members, (std::vector<int>{0, 1}));
+    // With them it fits overlap 0, predicts the truth, and keeps every rank training.
+    RateWindow w;
+    for (int decision = 0; decision < 4; ++decision) {
+        const auto c = window(w, eligible, true);
+        ASSERT_TRUE(c.has_value());
+        EXPECT_EQ(c->members, eligible) << "decision " << decision;
+        EXPECT_NEAR(c->current_s, 0.72, 1e-9);
+        EXPECT_NEAR(w.overlap, 0.0, 1e-9);
+    }
+}
+
 TEST(TrainGroupChoice, TrainingBoundKeepsOrGrowsTheGroup) {
     const Options o = multiplex();
     const std::vector<uint32_t> tags{kRT, kRT};
@@ -310,6 +414,7 @@ struct ThreeRanks {
             w.rollout_s[r] += generating;
         }
         w.add_step(seconds, group);
+        w.add_cycle(seconds);  // the next step starts when this one ends
     }
     // Two steps and a decision; returns the group it chose (and moves to it).
     std::vector<int> decide() {
