@@ -200,10 +200,11 @@ struct RateWindow {
     double trained = 0;                  ///< steps behind step_s (decayed like it)
     double step_s = 0;                   ///< seconds of those steps (the new group's forming excluded)
     /// Whole cycles of the current group (from one step's start to the next one's, its waits for
-    /// samples included) and their seconds, decayed like the rest. The first cycle after
-    /// new_group() is left out: it holds the hand-over and the old group's pool.
+    /// samples included) and their seconds, decayed like the rest. The first cycle is left out,
+    /// as the first step is: it warms up; so is the first after new_group(): it holds the
+    /// hand-over and the old group's pool.
     double cycles = 0, cycle_s = 0;
-    bool skip_cycle = false;
+    bool skip_cycle = true;
     double overlap = 1;  ///< StepModel::overlap as last fitted
     /// Per rank that has trained beside others: its compute seconds per step over the other
     /// members' mean, as last measured (its speed relative to theirs). While the rank is not a
