@@ -297,8 +297,9 @@ double AsyncScheduler::train_one(double t_start, RunSummary& sum, double& total)
         (opt_.eval_every > 0 && step_ % opt_.eval_every == 0) || step_ == opt_.steps || (data_ && sampler_->finished());
     const double ev0 = clock_.now();
     const double ev = eval_now ? evaluate(static_cast<int32_t>(step_)) : -1;
-    eval_s_ += clock_.now() - ev0;  // not generation for training (--rebalance-every's rates)
-    cycle_eval_s_ += clock_.now() - ev0;
+    const double ev_s = clock_.now() - ev0;
+    eval_s_ += ev_s;  // not generation for training (--rebalance-every's rates)
+    cycle_eval_s_ += ev_s;
 
     io::StepRecord row;
     row.step = s;

@@ -315,13 +315,18 @@ std::pair<double, double> gen_rates(const StepModel& m, const std::vector<int>& 
     }
     return {all, outside};
 }
-}  // namespace
 
-double predict_step_seconds(const StepModel& m, const std::vector<int>& members) {
+// predict_step_seconds at `overlap` instead of m.overlap.
+double step_seconds(const StepModel& m, const std::vector<int>& members, double overlap) {
     const double t = predict_train_seconds(m, members);
     const auto [all, outside] = gen_rates(m, members);
     if (all <= 0) return t;
-    return t + std::max(0.0, static_cast<double>(m.threshold) - m.overlap * t * outside) / all;
+    return t + std::max(0.0, static_cast<double>(m.threshold) - overlap * t * outside) / all;
+}
+}  // namespace
+
+double predict_step_seconds(const StepModel& m, const std::vector<int>& members) {
+    return step_seconds(m, members, m.overlap);
 }
 
 double fit_overlap(const StepModel& m, const std::vector<int>& members, double cycle_s) {
@@ -388,10 +393,8 @@ GroupChoice choose_train_group(const config::Options& opt, const std::vector<uin
     // A fitted overlap below 1 may veto a move, never make one: the move must win at full overlap
     // too. The fit explains the current group's cycles, so a slow cycle on a busy machine raises
     // the current group's prediction and not that of a group with no rank outside it.
-    StepModel full = m;
-    full.overlap = 1;
     const bool wins_at_full =
-        m.overlap >= 1 || predict_step_seconds(full, best) < (1.0 - hysteresis) * predict_step_seconds(full, current);
+        m.overlap >= 1 || step_seconds(m, best, 1.0) < (1.0 - hysteresis) * step_seconds(m, current, 1.0);
     if (best != current && c.best_s < (1.0 - hysteresis) * c.current_s && wins_at_full) c.members = best;
     return c;
 }
