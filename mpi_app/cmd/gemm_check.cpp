@@ -2,6 +2,8 @@
 #include "cmd/gemm_check.hpp"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +29,18 @@ double measure_gemm_gflops(double seconds) {
         if (std::chrono::duration<double>(t1 - start).count() > seconds) break;
     }
     return best;
+}
+
+int set_compute_threads(int threads) {
+    at::set_num_threads(threads);
+    // Looked up at run time: libblas.so.3 may be the reference BLAS, which has neither.
+    using SetFn = void(int);
+    using GetFn = int();
+    auto* set = reinterpret_cast<SetFn*>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    auto* get = reinterpret_cast<GetFn*>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+    if (set == nullptr || get == nullptr) return 0;
+    if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) set(threads);
+    return get();
 }
 
 void maybe_reexec_for_openblas(char** argv) {

@@ -8,6 +8,15 @@ namespace tagflow::cmd {
 /// Best fp32 GFLOP/s of repeated 512x512 matmuls over about `seconds` seconds.
 double measure_gemm_gflops(double seconds = 0.3);
 
+/// Sets the threads this process computes with: LibTorch's intra-op pool (at::set_num_threads)
+/// and, when the BLAS LibTorch calls is OpenBLAS and OPENBLAS_NUM_THREADS is unset, OpenBLAS's
+/// own pool, which at::set_num_threads does not touch and which otherwise spans every core of the
+/// machine. Unpinned, every rank of a multi-rank job on one node ran a BLAS worker per extra core
+/// that spins (sched_yield) after each GEMM, taking the other ranks' cores: a 3-rank job on 2 cores
+/// ran half as fast (share/doc/bench.md, BLAS). Returns OpenBLAS's thread count afterwards, or 0
+/// when libblas.so.3 is not OpenBLAS.
+int set_compute_threads(int threads);
+
 /// Re-executes the program once with OPENBLAS_CORETYPE (and OPENBLAS_NUM_THREADS=1) set when
 /// they are unset and the CPU has AVX-512: OpenBLAS 0.3.21 misdetects recent Xeons and picks
 /// generic kernels (~65 instead of ~150 GFLOP/s per core). Must run before MPI_Init. Returns

@@ -8,13 +8,13 @@
 #include <limits>
 #include <string>
 
-#include <ATen/Parallel.h>
 
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "cmd/gemm_check.hpp"
 #include "cmd/train_command.hpp"
 #include "model/llama.hpp"
 #include "rollout/agent_loop.hpp"
@@ -158,7 +158,7 @@ SftStep sft_step(model::LlamaModelImpl& m, torch::optim::AdamW& opt, train::MpiC
 SharedWeights share_weights(model::LlamaModelImpl& m, train::MpiCollectives& coll, int requested) {
     SharedWeights w;
     w.threads = choose_threads(requested);
-    at::set_num_threads(w.threads);
+    set_compute_threads(w.threads);
     for (auto& p : m.parameters()) {
         w.params.push_back(p);
         w.n_params += p.numel();

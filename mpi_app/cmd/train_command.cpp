@@ -317,7 +317,7 @@ int train_command(int argc, char** argv) {
                roles.sources[static_cast<size_t>(r)].c_str());
 
     int threads = choose_threads(opt.threads);
-    at::set_num_threads(threads);
+    const int blas_threads = set_compute_threads(threads);
     if (opt.gemm_check) {
         double g = measure_gemm_gflops();
         std::vector<double> all(static_cast<size_t>(roles.world_size));
@@ -325,9 +325,12 @@ int train_command(int argc, char** argv) {
         if (rank == 0) {
             std::string s;
             for (size_t r = 0; r < all.size(); ++r) s += (r ? ", " : "") + std::to_string(static_cast<int>(all[r]));
-            print0("fp32 GEMM (512x512, %d thread%s/rank): %s GFLOP/s per rank (OPENBLAS_CORETYPE=%s)\n", threads,
-                   threads == 1 ? "" : "s", s.c_str(),
-                   std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
+            print0("fp32 GEMM (512x512, %d thread%s/rank, OpenBLAS %s): %s GFLOP/s per rank (OPENBLAS_CORETYPE=%s)\n",
+                   threads, threads == 1 ? "" : "s",
+                   blas_threads > 0
+                       ? (std::to_string(blas_threads) + (blas_threads == 1 ? " thread" : " threads")).c_str()
+                       : "not in use",
+                   s.c_str(), std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
         }
         if (g < opt.min_gflops)
             log_warn(

@@ -254,6 +254,27 @@ def case_single(a):
         check(not tagflow_run.check_invariants(f), "invariants hold at 1 rank")
 
 
+def case_threads(a):
+    """Every rank computes with its share of the cores, OpenBLAS's own pool included: 3 ranks on
+    this machine are not bound to cores (more ranks than cores), so OpenBLAS would size its pool to
+    every core and its idle workers spin after each GEMM, taking the other ranks' cores. The
+    start-up line reports both counts; OPENBLAS_NUM_THREADS, when set, is the user's to keep."""
+    env = {k: v for k, v in ENV.items() if k != "OPENBLAS_NUM_THREADS"}
+    cores = len(os.sched_getaffinity(0))
+    share = max(1, cores // 3)
+    for name, extra_env, blas in [("threads", {}, share), ("threads_env", {"OPENBLAS_NUM_THREADS": "2"}, min(2, cores))]:
+        out = fresh(a, name)
+        cmd = ["mpirun", "-n", "3", a.tagflow, "train", "--out", out, "--steps", "1", "--prompts-per-step", "4",
+               "--group-size", "4", "--eval-every", "0"]
+        p = subprocess.run(cmd, env=dict(env, **extra_env), capture_output=True, text=True, timeout=300)
+        line = next((x for x in p.stdout.splitlines() if x.startswith("fp32 GEMM")), "")
+        print(line)
+        check(p.returncode == 0, f"{name}: 3-rank run exits 0")
+        check("not in use" not in line, f"{name}: libblas.so.3 is OpenBLAS (share/setup.sh selects it)")
+        want = f"{share} thread{'' if share == 1 else 's'}/rank, OpenBLAS {blas} thread{'' if blas == 1 else 's'})"
+        check(want in line, f"{name}: the GEMM line reports '{want}' on {cores} cores")
+
+
 def case_reproducible(a):
     """Same seed and rank count => the same tokens, rewards and weights' effects, bit for bit (sync
     mode: in the async modes which samples a step trains depends on when they arrive)."""
