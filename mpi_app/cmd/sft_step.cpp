@@ -8,7 +8,6 @@
 #include <limits>
 #include <string>
 
-
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/utils/clip_grad.h>
 

@@ -25,6 +25,13 @@
 # padded slot; under the default `--pack on` it trains real tokens only, so the column says how much
 # shorter the async modes' samples are, not what the trainer computes; "the rest" = ratio / padding;
 # and the ratio of trained tokens/s, which has no length bias.
+# WORK=1 (with a rollout-only rank) also bounds multiplex / sync by the work to do, in every round:
+# one rank alone on one core runs sync (its training time is the batch's training work, W_train
+# core-seconds), and "0=rollout;1=rollout,train" runs disaggregated (rank 0 alone on its core:
+# its rollout seconds per finished sample, g). No schedule on C cores finishes W_train + N x g
+# core-seconds (N: the samples multiplex generated) in less than that / C, so multiplex / sync
+# <= sync's span x C / (W_train + N x g) ("work"; "train only" leaves generation out). Where the
+# ranks share cores (more ranks than cores) this bound, not "ceiling", is the one that holds.
 # BASE_BIN=path/to/an/older/tagflow also runs sync with that binary in every round, right after
 # this build's three modes, on the same workload, and checks issue 22's end-to-end goal: this
 # build's sync trained samples/s >= 1.8x the older binary's (median over the rounds). The older
@@ -33,7 +40,7 @@
 #   OUT=dir STEPS=20 PROMPTS=8 GROUP=8 SEED=1 ROUNDS=3 LENGTHS=lognormal:32:10 MAX_NEW=320
 #   TAGS="0=rollout;1=rollout,train" TASK=longtail SEEDS=1,2,3 (one round per seed, instead of
 #   ROUNDS rounds of SEED)
-#   EXTRA="--staleness 2 --stale weight" BASE_BIN=/tmp/base/build/mpi_app/tagflow
+#   EXTRA="--staleness 2 --stale weight" BASE_BIN=/tmp/base/build/mpi_app/tagflow WORK=1
 # Exit 0 when every goal holds, 1 otherwise (2 on a failed run).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -51,6 +58,16 @@ for r in $(seq 1 "$rounds"); do
       --rank-tags "${TAGS:-0=rollout;1=rollout,train}" --steps "${STEPS:-20}" --seed "$seed" --json "$out/modes$r.json" -- \
       --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
       --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} || exit 2
+  if [ "${WORK:-0}" = 1 ]; then
+    for w in "one 0=rollout,train sync" "gen 0=rollout;1=rollout,train disaggregated"; do
+      read -r name wtags wmode <<< "$w"
+      # shellcheck disable=SC2086
+      /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$bin" --workdir "$out/$name$r" --task "${TASK:-longtail}" \
+          --rank-tags "$wtags" --steps "${STEPS:-20}" --seed "$seed" --modes "$wmode" --json "$out/$name$r.json" -- \
+          --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
+          --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} > "$out/$name$r.log" || exit 2
+    done
+  fi
   if [ -n "${BASE_BIN:-}" ]; then
     # shellcheck disable=SC2086
     /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$BASE_BIN" --workdir "$out/base$r" --task "${TASK:-longtail}" \
@@ -59,9 +76,9 @@ for r in $(seq 1 "$rounds"); do
         --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} || exit 2
   fi
 done
-/usr/bin/python3 - "$out" "$rounds" "${BASE_BIN:-}" "${TAGS:-0=rollout;1=rollout,train}" <<'PY'
-import json, statistics, sys
-out, rounds, base_bin, tags = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+/usr/bin/python3 - "$out" "$rounds" "${BASE_BIN:-}" "${TAGS:-0=rollout;1=rollout,train}" "${WORK:-0}" <<'PY'
+import json, os, statistics, sys
+out, rounds, base_bin, tags, work = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 rollout_only = [int(e.split("=")[0]) for e in tags.split(";") if "train" not in e.split("=")[1]]
 R = [{r["mode"]: r for r in json.load(open(f"{out}/modes{k}.json"))} for k in range(1, rounds + 1)]
 print(f"\n{'round':>5s} {'sync/s':>8s} {'disagg/s':>9s} {'mux/s':>8s} {'mux/sync':>9s} {'mux/best':>9s} {'padding':>8s} "
@@ -101,6 +118,23 @@ if 0 in rollout_only:
     goals.append((f"rollout-only rank 0 idle in multiplex, median {100 * med_idle:.1f}% (goal < 5%)", med_idle < 0.05))
 goals.append((f"final reward multiplex {rm:.3f} vs sync {rs:.3f}, mean of {rounds} (within {noise:.3f})",
               abs(rm - rs) <= noise))
+if work == "1" and rollout_only:
+    cores = len(os.sched_getaffinity(0))
+    print(f"\nwork bound on {cores} cores: W_train (one rank alone, sync), g (rank 0 alone on its core, disaggregated)")
+    print(f"{'round':>5s} {'W_train s':>9s} {'g ms':>6s} {'N':>6s} {'sync s':>7s} {'work':>6s} {'train only':>10s} "
+          f"{'mux/sync':>9s} {'share':>6s}")
+    bound = []
+    for k, rows in enumerate(R, 1):
+        one = json.load(open(f"{out}/one{k}.json"))[0]
+        gen = json.load(open(f"{out}/gen{k}.json"))[0]
+        w_train = one["train"] * one["span"]
+        g = gen["gen0"] * gen["span"] / max(1, gen["finished"])
+        s, m = rows["sync"], rows["multiplex"]
+        bound.append(s["span"] * cores / (w_train + m["finished"] * g))
+        print(f"{k:5d} {w_train:9.2f} {1e3 * g:6.3f} {m['finished']:6d} {s['span']:7.2f} {bound[-1]:5.2f}x "
+              f"{s['span'] * cores / w_train:9.2f}x {ratio[k - 1]:8.2f}x {ratio[k - 1] / bound[-1]:6.2f}")
+    print(f"multiplex / sync work bound, median of {rounds}: {statistics.median(bound):.2f} ({rng(bound)}); multiplex "
+          f"reached {statistics.median(q / b for q, b in zip(ratio, bound)):.2f} of it")
 if base_bin:
     B = [json.load(open(f"{out}/base{k}.json"))[0] for k in range(1, rounds + 1)]
     print(f"\nsync, this build vs BASE_BIN={base_bin}")

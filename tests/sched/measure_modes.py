@@ -107,7 +107,8 @@ def measure(a, mode, extra):
     return dict(mode=mode, trained=trained, sps=trained / span, tps=tokens / span, reward=reward, reward_se=reward_se,
                 pad=padded / max(1, len(ids)), dropped=int(np.sum(w == 0)), idle0=idle0, idle=idle, gen0=gen0,
                 train=train, cpu=busy,
-                eval=float(ev[-1]) if len(ev) else float("nan"), wall=wall, span=span)
+                eval=float(ev[-1]) if len(ev) else float("nan"), wall=wall, span=span,
+                finished=int(len(f["samples"]["id"])))
 
 
 def main():
