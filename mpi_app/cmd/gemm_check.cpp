@@ -39,8 +39,8 @@ int set_compute_threads(int threads) {
     auto* set = reinterpret_cast<SetFn*>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
     auto* get = reinterpret_cast<GetFn*>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
     if (set == nullptr || get == nullptr) return 0;
-    // Only a larger pool is cut: a rank bound to one core already has OpenBLAS at 1, and setting
-    // it again anyway changed an SFT run's results (App.sft_learn's held-out gain 0.565 -> 0.170).
+    // Only a larger pool is cut (a rank bound to one core already has OpenBLAS at 1). A smaller one
+    // is left as it is: more BLAS threads than the rank's share would take other ranks' cores.
     if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr && get() > threads) set(threads);
     return get();
 }

@@ -9,9 +9,9 @@ namespace tagflow::cmd {
 double measure_gemm_gflops(double seconds = 0.3);
 
 /// Sets the threads this process computes with: LibTorch's intra-op pool (at::set_num_threads)
-/// and, when the BLAS LibTorch calls is OpenBLAS and OPENBLAS_NUM_THREADS is unset, OpenBLAS's
-/// own pool, which at::set_num_threads does not touch and which otherwise spans every core of the
-/// machine. Unpinned, every rank of a multi-rank job on one node ran a BLAS worker per extra core
+/// and, when the BLAS LibTorch calls is OpenBLAS, OPENBLAS_NUM_THREADS is unset and OpenBLAS's own
+/// pool is larger, that pool, cut to `threads`. at::set_num_threads does not touch it, and it
+/// otherwise spans every core the process may run on (one for a rank bound to a core). Unpinned, every rank of a multi-rank job on one node ran a BLAS worker per extra core
 /// that spins (sched_yield) after each GEMM, taking the other ranks' cores: a 3-rank job on 2 cores
 /// ran half as fast (share/doc/bench.md, BLAS). Returns OpenBLAS's thread count afterwards, or 0
 /// when libblas.so.3 is not OpenBLAS.
