@@ -104,11 +104,11 @@ def measure(a, mode, extra):
             lens = [total.get(int(i), 0) for i in ids[steps_of == s]]
             padded += len(lens) * max(lens)
         ev = f["eval"]["score"][()]
+        finished = int(len(f["samples"]["id"]))  # every sample generated, trained or not
     return dict(mode=mode, trained=trained, sps=trained / span, tps=tokens / span, reward=reward, reward_se=reward_se,
                 pad=padded / max(1, len(ids)), dropped=int(np.sum(w == 0)), idle0=idle0, idle=idle, gen0=gen0,
                 train=train, cpu=busy,
-                eval=float(ev[-1]) if len(ev) else float("nan"), wall=wall, span=span,
-                finished=int(len(f["samples"]["id"])))
+                eval=float(ev[-1]) if len(ev) else float("nan"), wall=wall, span=span, finished=finished)
 
 
 def main():
