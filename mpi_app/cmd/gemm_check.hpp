@@ -11,10 +11,11 @@ double measure_gemm_gflops(double seconds = 0.3);
 /// Sets the threads this process computes with: LibTorch's intra-op pool (at::set_num_threads)
 /// and, when the BLAS LibTorch calls is OpenBLAS, OPENBLAS_NUM_THREADS is unset and OpenBLAS's own
 /// pool is larger, that pool, cut to `threads`. at::set_num_threads does not touch it, and it
-/// otherwise spans every core the process may run on (one for a rank bound to a core). Unpinned, every rank of a multi-rank job on one node ran a BLAS worker per extra core
-/// that spins (sched_yield) after each GEMM, taking the other ranks' cores: a 3-rank job on 2 cores
-/// ran half as fast (share/doc/bench.md, BLAS). Returns OpenBLAS's thread count afterwards, or 0
-/// when libblas.so.3 is not OpenBLAS.
+/// otherwise spans every core the process may run on (one for a rank bound to a core). Uncut,
+/// every unbound rank of a job ran a BLAS worker per extra core that spins (sched_yield) after
+/// each GEMM, taking the other ranks' cores: 3 ranks on 2 cores ran half as fast
+/// (share/doc/bench.md, BLAS). Returns OpenBLAS's thread count afterwards, or 0 when libblas.so.3
+/// is not OpenBLAS.
 int set_compute_threads(int threads);
 
 /// Re-executes the program once with OPENBLAS_CORETYPE (and OPENBLAS_NUM_THREADS=1) set when

@@ -261,8 +261,10 @@ def case_threads(a):
     start-up line reports both counts; OPENBLAS_NUM_THREADS, when set, is the user's to keep."""
     env = {k: v for k, v in ENV.items() if k != "OPENBLAS_NUM_THREADS"}
     cores = len(os.sched_getaffinity(0))
-    share = max(1, cores // 3)
-    for name, extra_env, blas in [("threads", {}, share), ("threads_env", {"OPENBLAS_NUM_THREADS": "2"}, min(2, cores))]:
+    # Under 3 cores nothing is bound and each rank's share is 1; from 3 cores on, mpirun binds each
+    # rank to one core (share 1, and OpenBLAS keeps to that core whatever the variable says).
+    share, env_blas = 1, (min(2, cores) if cores < 3 else 1)
+    for name, extra_env, blas in [("threads", {}, share), ("threads_env", {"OPENBLAS_NUM_THREADS": "2"}, env_blas)]:
         out = fresh(a, name)
         cmd = ["mpirun", "-n", "3", a.tagflow, "train", "--out", out, "--steps", "1", "--prompts-per-step", "4",
                "--group-size", "4", "--eval-every", "0"]
