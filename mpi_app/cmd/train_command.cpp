@@ -325,12 +325,12 @@ int train_command(int argc, char** argv) {
         if (rank == 0) {
             std::string s;
             for (size_t r = 0; r < all.size(); ++r) s += (r ? ", " : "") + std::to_string(static_cast<int>(all[r]));
+            const std::string blas = blas_threads <= 0
+                                         ? "not in use"
+                                         : std::to_string(blas_threads) + (blas_threads == 1 ? " thread" : " threads");
             print0("fp32 GEMM (512x512, %d thread%s/rank, OpenBLAS %s): %s GFLOP/s per rank (OPENBLAS_CORETYPE=%s)\n",
-                   threads, threads == 1 ? "" : "s",
-                   blas_threads > 0
-                       ? (std::to_string(blas_threads) + (blas_threads == 1 ? " thread" : " threads")).c_str()
-                       : "not in use",
-                   s.c_str(), std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
+                   threads, threads == 1 ? "" : "s", blas.c_str(), s.c_str(),
+                   std::getenv("OPENBLAS_CORETYPE") ? std::getenv("OPENBLAS_CORETYPE") : "unset");
         }
         if (g < opt.min_gflops)
             log_warn(

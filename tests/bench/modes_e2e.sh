@@ -50,30 +50,27 @@ rounds=${ROUNDS:-3}
 seed_list=${SEEDS:-}
 read -r -a seeds <<< "${seed_list//,/ }"
 [ ${#seeds[@]} -gt 0 ] && rounds=${#seeds[@]}
+# One measure_modes.py run of this round's workload: BIN TAGS NAME [measure_modes options]; its rows
+# go to $out/NAME.json.
+measure() {
+  local b=$1 tags=$2 name=$3
+  shift 3
+  # shellcheck disable=SC2086
+  /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$b" --workdir "$out/$name" --task "${TASK:-longtail}" \
+      --rank-tags "$tags" --steps "${STEPS:-20}" --seed "$seed" --json "$out/$name.json" "$@" -- \
+      --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
+      --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-}
+}
 for r in $(seq 1 "$rounds"); do
   seed=${seeds[$((r - 1))]:-${SEED:-1}}
   echo "== round $r of $rounds, seed $seed (load $(cut -d' ' -f1 /proc/loadavg))"
-  # shellcheck disable=SC2086
-  /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$bin" --workdir "$out/round$r" --task "${TASK:-longtail}" \
-      --rank-tags "${TAGS:-0=rollout;1=rollout,train}" --steps "${STEPS:-20}" --seed "$seed" --json "$out/modes$r.json" -- \
-      --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
-      --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} || exit 2
+  measure "$bin" "${TAGS:-0=rollout;1=rollout,train}" "modes$r" || exit 2
   if [ "${WORK:-0}" = 1 ]; then
-    for w in "one 0=rollout,train sync" "gen 0=rollout;1=rollout,train disaggregated"; do
-      read -r name wtags wmode <<< "$w"
-      # shellcheck disable=SC2086
-      /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$bin" --workdir "$out/$name$r" --task "${TASK:-longtail}" \
-          --rank-tags "$wtags" --steps "${STEPS:-20}" --seed "$seed" --modes "$wmode" --json "$out/$name$r.json" -- \
-          --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
-          --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} > "$out/$name$r.log" || exit 2
-    done
+    measure "$bin" "0=rollout,train" "one$r" --modes sync > "$out/one$r.log" || exit 2
+    measure "$bin" "0=rollout;1=rollout,train" "gen$r" --modes disaggregated > "$out/gen$r.log" || exit 2
   fi
   if [ -n "${BASE_BIN:-}" ]; then
-    # shellcheck disable=SC2086
-    /usr/bin/python3 "$here/../sched/measure_modes.py" --tagflow "$BASE_BIN" --workdir "$out/base$r" --task "${TASK:-longtail}" \
-        --rank-tags "${TAGS:-0=rollout;1=rollout,train}" --steps "${STEPS:-20}" --seed "$seed" --modes sync --json "$out/base$r.json" -- \
-        --prompts-per-step "${PROMPTS:-8}" --group-size "${GROUP:-8}" --response-lengths "${LENGTHS:-lognormal:32:10}" \
-        --max-new-tokens "${MAX_NEW:-320}" ${EXTRA:-} || exit 2
+    measure "$BASE_BIN" "${TAGS:-0=rollout;1=rollout,train}" "base$r" --modes sync || exit 2
   fi
 done
 /usr/bin/python3 - "$out" "$rounds" "${BASE_BIN:-}" "${TAGS:-0=rollout;1=rollout,train}" "${WORK:-0}" <<'PY'
